@@ -1,0 +1,220 @@
+package responder
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Probe timing and sizes.
+const (
+	// retransmitInterval is how often a UDP datagram or an SCTP INIT is sent
+	// again while no answer has come, in case the first one was dropped.
+	retransmitInterval = 250 * time.Millisecond
+	// maxLineLen bounds the reply read from a TCP server.
+	maxLineLen = 4096
+)
+
+// probeDatagram is what a UDP probe sends; the responder answers any datagram.
+const probeDatagram = "kovs-probe\n"
+
+// Result is the outcome of one probe.
+type Result struct {
+	Target Target `json:"target"`
+	// Connected: a TCP connection was established, a UDP reply came back, or
+	// an SCTP INIT was answered with an INIT-ACK.
+	Connected bool `json:"connected"`
+	// Refused: a TCP RST, an ICMP port (or, for SCTP, protocol) unreachable,
+	// or an SCTP ABORT. Neither Connected nor Refused means no answer.
+	Refused bool `json:"refused"`
+	// Reply is the responder line, when one was received and parsed.
+	Reply *Line `json:"reply,omitempty"`
+	// Local is the probe's own address and port.
+	Local netip.AddrPort `json:"local"`
+	// Error says what went wrong, if anything did (empty when the probe
+	// connected and read a responder line).
+	Error    string        `json:"error,omitempty"`
+	Duration time.Duration `json:"duration"`
+}
+
+// String summarizes the result on one line, for example
+//
+//	connected 10.0.0.5:80/tcp local=10.0.0.2:40000 identity=ns/pod peer=10.0.0.2:40000 time=1.2ms
+func (r Result) String() string {
+	status := "not connected"
+	switch {
+	case r.Connected:
+		status = "connected"
+	case r.Refused:
+		status = "refused"
+	}
+	s := fmt.Sprintf("%s %s local=%s", status, r.Target, r.Local)
+	if r.Reply != nil {
+		s += fmt.Sprintf(" identity=%s peer=%s", r.Reply.Identity, r.Reply.Peer)
+	}
+	if r.Error != "" {
+		s += fmt.Sprintf(" error=%q", r.Error)
+	}
+	return s + fmt.Sprintf(" time=%s", r.Duration.Round(time.Microsecond))
+}
+
+// Probe connects to target and reports what happened, waiting at most
+// timeout (or until ctx is done). It must be called on an OS thread in the
+// source network namespace: its sockets are created in the calling goroutine.
+func Probe(ctx context.Context, target Target, timeout time.Duration) Result {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var res Result
+	port, err := target.Port.normalize()
+	switch {
+	case err != nil:
+		res.Error = err.Error()
+	case !target.Addr.IsValid():
+		res.Error = "target has no address"
+	default:
+		target = Target{Addr: target.Addr.Unmap(), Port: port}
+		res = probe(ctx, target, deadline)
+	}
+	res.Target = target
+	res.Duration = time.Since(start)
+	return res
+}
+
+// probe dispatches on the target's protocol.
+func probe(ctx context.Context, t Target, deadline time.Time) Result {
+	switch t.Port.Protocol {
+	case TCP:
+		return probeTCP(ctx, t, deadline)
+	case UDP:
+		return probeUDP(ctx, t, deadline)
+	default:
+		return probeSCTP(ctx, t, deadline)
+	}
+}
+
+// network returns "tcp4", "udp6", ... for a target.
+func network(t Target) string {
+	if t.Addr.Is4() {
+		return string(t.Port.Protocol) + "4"
+	}
+	return string(t.Port.Protocol) + "6"
+}
+
+// probeTCP connects and reads the line the server sends.
+func probeTCP(ctx context.Context, t Target, deadline time.Time) Result {
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.DialContext(ctx, network(t), t.addrPort().String())
+	if err != nil {
+		return failed(ctx, err, deadline)
+	}
+	defer conn.Close()
+	res := Result{Connected: true, Local: addrPort(conn.LocalAddr())}
+	conn.SetDeadline(deadline)
+	stop := interruptOnDone(ctx, conn)
+	defer stop()
+	line, err := bufio.NewReader(io.LimitReader(conn, maxLineLen)).ReadString('\n')
+	if err != nil && !(errors.Is(err, io.EOF) && line != "") {
+		res.Error = fmt.Sprintf("connected, but read no line: %v", err)
+		return res
+	}
+	res.setReply(line)
+	return res
+}
+
+// probeUDP sends a datagram, again every retransmitInterval, until a reply
+// or an ICMP error comes back or the deadline passes.
+func probeUDP(ctx context.Context, t Target, deadline time.Time) Result {
+	conn, err := net.DialUDP(network(t), nil, net.UDPAddrFromAddrPort(t.addrPort()))
+	if err != nil {
+		return failed(ctx, err, deadline)
+	}
+	defer conn.Close()
+	local := addrPort(conn.LocalAddr())
+	stop := interruptOnDone(ctx, conn)
+	defer stop()
+	buf := make([]byte, maxLineLen)
+	for {
+		if _, err := conn.Write([]byte(probeDatagram)); err != nil {
+			return withLocal(failed(ctx, err, deadline), local)
+		}
+		// Set the deadline before looking at ctx: interruptOnDone's
+		// deadline, if ctx is done later, then wins.
+		conn.SetReadDeadline(earliest(time.Now().Add(retransmitInterval), deadline))
+		if ctx.Err() != nil {
+			return withLocal(failed(ctx, ctx.Err(), deadline), local)
+		}
+		n, err := conn.Read(buf)
+		if err == nil {
+			res := Result{Connected: true, Local: local}
+			res.setReply(string(buf[:n]))
+			return res
+		}
+		if !retry(ctx, err, deadline) {
+			return withLocal(failed(ctx, err, deadline), local)
+		}
+	}
+}
+
+// setReply parses the responder line the probe received.
+func (r *Result) setReply(s string) {
+	line, err := ParseLine(s)
+	if err != nil {
+		r.Error = fmt.Sprintf("connected, but the answer is not a responder line: %v", err)
+		return
+	}
+	r.Reply = &line
+}
+
+// retry reports whether a read that failed with err was only waiting for the
+// next retransmission.
+func retry(ctx context.Context, err error, deadline time.Time) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(deadline) && ctx.Err() == nil
+}
+
+// failed is the result of a probe that did not connect because of err.
+func failed(ctx context.Context, err error, deadline time.Time) Result {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return Result{Refused: true, Error: err.Error()}
+	case ctx.Err() != nil:
+		return Result{Error: fmt.Sprintf("probe cancelled: %v", err)}
+	case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
+		return Result{Error: fmt.Sprintf("no answer before the deadline: %v", err)}
+	}
+	return Result{Error: err.Error()}
+}
+
+// withLocal sets the local address of a result.
+func withLocal(r Result, local netip.AddrPort) Result {
+	r.Local = local
+	return r
+}
+
+// earliest returns the earlier of two times.
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// deadliner is a connection or socket whose blocked reads a deadline ends.
+type deadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// interruptOnDone ends blocked reads on c when ctx is done; the returned
+// function stops watching.
+func interruptOnDone(ctx context.Context, c deadliner) func() bool {
+	return context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+}

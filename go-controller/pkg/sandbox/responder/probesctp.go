@@ -1,0 +1,121 @@
+package responder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// Dynamic ports (RFC 6335), from which an SCTP probe picks its source port.
+const (
+	firstDynamicPort = 49152
+	numDynamicPorts  = 65536 - firstDynamicPort
+)
+
+// probeSCTP sends an INIT from a random port with a random initiate tag, again
+// every retransmitInterval, until an INIT-ACK (connected) or an ABORT
+// (refused) answers it, or the deadline passes.
+func probeSCTP(ctx context.Context, t Target, deadline time.Time) Result {
+	src, err := sourceAddr(t)
+	if err != nil {
+		return failed(ctx, err, deadline)
+	}
+	s, err := openRawSCTP(t.Addr.Is6())
+	if err != nil {
+		return failed(ctx, err, deadline)
+	}
+	defer s.Close()
+	if err := s.bindConnect(src, t.Addr); err != nil {
+		return failed(ctx, err, deadline)
+	}
+	port := uint16(firstDynamicPort + rand.IntN(numDynamicPorts))
+	tag := randomTag()
+	local := netip.AddrPortFrom(src, port)
+	init := newInit(port, t.Port.Number, tag).marshal()
+	stop := interruptOnDone(ctx, s)
+	defer stop()
+	reply, err := exchangeInit(ctx, s, init, deadline, func(b []byte) (sctpReply, bool) {
+		return parseInitReply(b, port, t.Port.Number, tag)
+	})
+	if err != nil {
+		return withLocal(sctpFailed(ctx, err, deadline), local)
+	}
+	if reply.Aborted {
+		return Result{Refused: true, Local: local, Error: "refused: the peer answered the INIT with an ABORT"}
+	}
+	res := Result{Connected: true, Local: local}
+	res.setReply(string(reply.Cookie))
+	return res
+}
+
+// sourceAddr returns the address the kernel would send from to reach t, the
+// way a UDP connect finds it (no packet is sent).
+func sourceAddr(t Target) (netip.Addr, error) {
+	network := "udp4"
+	if t.Addr.Is6() {
+		network = "udp6"
+	}
+	c, err := net.DialUDP(network, nil, net.UDPAddrFromAddrPort(t.addrPort()))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("find a source address for %s: %w", t.Addr, err)
+	}
+	defer c.Close()
+	return addrPort(c.LocalAddr()).Addr(), nil
+}
+
+// exchangeInit sends init and waits for a packet match accepts, resending
+// init every retransmitInterval until the deadline.
+func exchangeInit(ctx context.Context, s *rawSocket, init []byte, deadline time.Time,
+	match func([]byte) (sctpReply, bool)) (sctpReply, error) {
+	buf := make([]byte, maxDatagram)
+	for {
+		if err := s.send(init, netip.Addr{}, netip.Addr{}, 0); err != nil {
+			return sctpReply{}, fmt.Errorf("send INIT: %w", err)
+		}
+		// As in probeUDP: deadline first, then ctx.
+		s.SetReadDeadline(earliest(time.Now().Add(retransmitInterval), deadline))
+		if ctx.Err() != nil {
+			return sctpReply{}, ctx.Err()
+		}
+		reply, err := awaitReply(s, buf, match)
+		if err == nil {
+			return reply, nil
+		}
+		if !retry(ctx, err, deadline) {
+			return sctpReply{}, fmt.Errorf("wait for INIT-ACK: %w", err)
+		}
+	}
+}
+
+// awaitReply reads packets until match accepts one or a read fails (the read
+// deadline passes or an ICMP error arrives).
+func awaitReply(s *rawSocket, buf []byte, match func([]byte) (sctpReply, bool)) (sctpReply, error) {
+	for {
+		pkt, err := s.recv(buf)
+		if errors.Is(err, errMalformed) {
+			continue
+		}
+		if err != nil {
+			return sctpReply{}, err
+		}
+		if reply, ok := match(pkt.Payload); ok {
+			return reply, nil
+		}
+	}
+}
+
+// sctpFailed is the result of an SCTP probe that did not connect. Besides
+// port unreachable, an ICMP protocol unreachable (IPv4) or parameter problem
+// (IPv6) is a refusal: the peer has no SCTP at all, as a namespace with no
+// responder on this kernel.
+func sctpFailed(ctx context.Context, err error, deadline time.Time) Result {
+	if errors.Is(err, syscall.ENOPROTOOPT) || errors.Is(err, syscall.EPROTO) {
+		return Result{Refused: true, Error: fmt.Sprintf("refused: protocol unreachable: %v", err)}
+	}
+	return failed(ctx, err, deadline)
+}

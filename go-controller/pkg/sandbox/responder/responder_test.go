@@ -1,0 +1,214 @@
+package responder_test
+
+import (
+	"context"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
+)
+
+// The ports the test responders serve, and one nothing serves.
+const (
+	tcpPort    = 8080
+	udpPort    = 8053
+	sctpPort   = 8132
+	closedPort = 9
+	timeout    = 2 * time.Second
+	dropWait   = 400 * time.Millisecond
+)
+
+var (
+	servedPorts = []string{"8080/tcp", "8053/udp", "8132/sctp"}
+	protocols   = map[string]int{"tcp": tcpPort, "udp": udpPort, "sctp": sctpPort}
+)
+
+// expectConnected checks a probe that must reach the responder from client,
+// and that the responder saw the probe's own address and port.
+func expectConnected(t *testing.T, res responder.Result, identity string, client netip.Addr) {
+	t.Helper()
+	if !res.Connected || res.Refused || res.Error != "" || res.Reply == nil {
+		t.Fatalf("probe %s: want connected with a reply, got %+v", res.Target, res)
+	}
+	if res.Reply.Identity != identity || res.Reply.Port != res.Target.Port {
+		t.Errorf("probe %s: reply %v, want identity %s port %s", res.Target, res.Reply, identity, res.Target.Port)
+	}
+	if res.Reply.Peer != res.Local || res.Local.Addr() != client {
+		t.Errorf("probe %s: responder saw %s, probe used %s, want %s", res.Target, res.Reply.Peer, res.Local, client)
+	}
+}
+
+func TestProbeConnects(t *testing.T) {
+	link := newTestLink(t, true)
+	serve(t, link.Server, "ns1/server", append(servedPorts, "8080/TCP")...) // a duplicate is harmless
+	for _, fam := range []struct{ server, client netip.Addr }{
+		{serverV4, clientV4}, {serverV6, clientV6}, {serverV4b, clientV4}, {serverV6b, clientV6},
+	} {
+		for proto, port := range protocols {
+			target := hostPort(fam.server, port) + "/" + proto
+			t.Run(target, func(t *testing.T) {
+				expectConnected(t, probe(t, link.Client, target, timeout), "ns1/server", fam.client)
+			})
+		}
+	}
+}
+
+func TestClosedPortIsRefused(t *testing.T) {
+	link := newTestLink(t, true)
+	serve(t, link.Server, "ns1/server", servedPorts...)
+	for _, addr := range []netip.Addr{serverV4, serverV6} {
+		for proto := range protocols {
+			target := hostPort(addr, closedPort) + "/" + proto
+			t.Run(target, func(t *testing.T) {
+				res := probe(t, link.Client, target, timeout)
+				if res.Connected || !res.Refused || res.Duration > timeout/2 {
+					t.Errorf("want refused quickly, got %+v", res)
+				}
+			})
+		}
+	}
+}
+
+// TestSCTPWithoutResponderIsRefused: with no raw SCTP socket open, a kernel
+// without SCTP answers an INIT with ICMP protocol unreachable (IPv4) or a
+// parameter problem (IPv6), which the probe reports as refused.
+func TestSCTPWithoutResponderIsRefused(t *testing.T) {
+	link := newTestLink(t, true)
+	serve(t, link.Server, "ns1/server", "8080/tcp") // no SCTP port: no raw socket
+	for _, addr := range []netip.Addr{serverV4, serverV6} {
+		res := probe(t, link.Client, hostPort(addr, sctpPort)+"/sctp", timeout)
+		if res.Connected || !res.Refused || !strings.Contains(res.Error, "protocol unreachable") {
+			t.Errorf("SCTP to %s without responder: want refused (protocol unreachable), got %+v", addr, res)
+		}
+	}
+}
+
+func TestDroppedPathTimesOut(t *testing.T) {
+	link := newTestLink(t, true)
+	serve(t, link.Server, "ns1/server", servedPorts...)
+	for _, addr := range []netip.Addr{deadV4, deadV6} {
+		for proto, port := range protocols {
+			target := hostPort(addr, port) + "/" + proto
+			t.Run(target, func(t *testing.T) {
+				t.Parallel()
+				res := probe(t, link.Client, target, dropWait)
+				if res.Connected || res.Refused || res.Error == "" || res.Duration < dropWait {
+					t.Errorf("want not connected after %v, got %+v", dropWait, res)
+				}
+			})
+		}
+	}
+}
+
+func TestBlackholeRouteFails(t *testing.T) {
+	link := newTestLink(t, true)
+	for _, addr := range []netip.Addr{blackholeV4, blackholeV6} {
+		for proto, port := range protocols {
+			target := hostPort(addr, port) + "/" + proto
+			res := probe(t, link.Client, target, dropWait)
+			if res.Connected || res.Refused || res.Error == "" {
+				t.Errorf("%s: want not connected with an error, got %+v", target, res)
+			}
+		}
+	}
+}
+
+func TestProbeCancelled(t *testing.T) {
+	link := newTestLink(t, true)
+	for proto, port := range protocols {
+		tgt, _ := responder.ParseTarget(hostPort(deadV4, port) + "/" + proto)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		var res responder.Result
+		inNamespace(t, link.Client, func() { res = responder.Probe(ctx, tgt, time.Minute) })
+		cancel()
+		if res.Connected || res.Duration > time.Second {
+			t.Errorf("%s: want the context to end the probe, got %+v", tgt, res)
+		}
+	}
+}
+
+func TestCloseReleasesPorts(t *testing.T) {
+	link := newTestLink(t, true)
+	first := serve(t, link.Server, "first", servedPorts...)
+	for _, port := range []string{"8080/tcp", "8053/udp"} {
+		var err error
+		inNamespace(t, link.Server, func() {
+			_, err = responder.Serve(context.Background(), parsePorts(t, []string{port}), "second")
+		})
+		if err == nil || !strings.Contains(err.Error(), port) || !strings.Contains(err.Error(), "in use") {
+			t.Errorf("Serve on busy %s: want an error naming the port, got %v", port, err)
+		}
+	}
+	if err := first.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if res := probe(t, link.Client, hostPort(serverV4, tcpPort)+"/tcp", timeout); !res.Refused {
+		t.Errorf("after Close: want refused, got %+v", res)
+	}
+	serve(t, link.Server, "again", servedPorts...)
+	for proto, port := range protocols {
+		expectConnected(t, probe(t, link.Client, hostPort(serverV4, port)+"/"+proto, timeout), "again", clientV4)
+	}
+}
+
+func TestContextStopsResponder(t *testing.T) {
+	link := newTestLink(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	var err error
+	inNamespace(t, link.Server, func() {
+		_, err = responder.Serve(ctx, parsePorts(t, servedPorts), "ctx")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	target := hostPort(serverV4, tcpPort) + "/tcp"
+	for start := time.Now(); time.Since(start) < timeout; time.Sleep(20 * time.Millisecond) {
+		if res := probe(t, link.Client, target, timeout); res.Refused {
+			return
+		}
+	}
+	t.Errorf("responder still serves %s after its context was cancelled", target)
+}
+
+func TestIPv6OnlyNamespace(t *testing.T) {
+	link := newTestLink(t, false)
+	serve(t, link.Server, "v6only", servedPorts...)
+	for proto, port := range protocols {
+		expectConnected(t, probe(t, link.Client, hostPort(serverV6, port)+"/"+proto, timeout), "v6only", clientV6)
+	}
+}
+
+// TestProbeOwnNamespace probes the responder from its own namespace, where
+// the probe's and the responder's raw SCTP sockets both see every packet.
+func TestProbeOwnNamespace(t *testing.T) {
+	link := newTestLink(t, true)
+	serve(t, link.Server, "self", servedPorts...)
+	for _, addr := range []netip.Addr{serverV4, serverV6, netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()} {
+		for proto, port := range protocols {
+			expectConnected(t, probe(t, link.Server, hostPort(addr, port)+"/"+proto, timeout), "self", addr)
+		}
+		if res := probe(t, link.Server, hostPort(addr, closedPort)+"/sctp", timeout); !res.Refused {
+			t.Errorf("SCTP to closed port on %s: want refused, got %+v", addr, res)
+		}
+	}
+}
+
+// TestIPv4OnlyNamespace serves in a namespace with IPv6 disabled by sysctl.
+func TestIPv4OnlyNamespace(t *testing.T) {
+	link := newTestLink(t, true)
+	name := strings.TrimPrefix(link.Server, "/run/netns/")
+	for _, key := range []string{"all", "default", "lo", "eth0"} {
+		sysctl := "net.ipv6.conf." + key + ".disable_ipv6=1"
+		if out, err := exec.Command("ip", "netns", "exec", name, "sysctl", "-w", sysctl).CombinedOutput(); err != nil {
+			t.Fatalf("sysctl %s: %v: %s", sysctl, err, out)
+		}
+	}
+	serve(t, link.Server, "v4only", servedPorts...)
+	for proto, port := range protocols {
+		expectConnected(t, probe(t, link.Client, hostPort(serverV4, port)+"/"+proto, timeout), "v4only", clientV4)
+	}
+}
