@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-k8s.sh: build kube-apiserver, kube-controller-manager and kube-scheduler from the
+# build-k8s.sh: build kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the
 # k8s.io/kubernetes module in a scratch build module (never the project's go.mod), and
 # cache them under $KOVS_CACHE (default $HOME/.cache/kovs). A second run takes seconds.
 #
@@ -9,7 +9,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 CACHE=${KOVS_CACHE:-$HOME/.cache/kovs}
 OUT=$CACHE/k8s-v$K8S_VERSION/bin
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 missing=()
 for c in "${COMPONENTS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done

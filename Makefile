@@ -1,0 +1,69 @@
+# kovs: an Open vSwitch-based network plugin for Kubernetes.
+#
+#   make demo    3-node sandbox, pods, connectivity matrix, a trace (needs root, Linux)
+#   make test    unit tests, then end-to-end tests in real sandboxes (needs root, Linux)
+#
+# Both install what they need (Debian packages; kube-apiserver, kube-controller-manager,
+# kube-scheduler and kubectl v$(K8S_VERSION), built once and cached in $(KOVS_CACHE)).
+
+GO          ?= go
+BIN         := $(CURDIR)/_output/bin
+K8S_VERSION := 1.37.2
+export KOVS_CACHE ?= $(HOME)/.cache/kovs
+K8S_BIN     := $(KOVS_CACHE)/k8s-v$(K8S_VERSION)/bin
+SANDBOX     ?= kovs
+NODES       ?= 3
+IP_FAMILY   ?= ipv4
+E2E_TIMEOUT ?= 25m
+
+export GOFLAGS ?= -buildvcs=false
+
+.PHONY: all build tools deps k8s test unit e2e demo sandbox-up sandbox-down bench bench-sandbox lint clean
+
+all: build
+
+## build: every binary into _output/bin
+build:
+	$(GO) build -o $(BIN)/ ./go-controller/cmd/...
+
+## tools: Debian packages and the cached Kubernetes binaries
+tools: deps k8s
+
+deps:
+	bash hack/install-deps.sh
+
+k8s:
+	K8S_VERSION=$(K8S_VERSION) bash hack/build-k8s.sh
+
+## test: lint, unit tests, end-to-end tests against real sandboxes
+test: tools build lint unit e2e
+
+unit:
+	$(GO) test -count=1 ./go-controller/...
+
+e2e: build
+	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
+		$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+
+## demo: a 3-node sandbox, pods in two namespaces, the connectivity matrix and a trace
+demo: tools build
+	bash hack/demo.sh
+
+sandbox-up: tools build
+	KOVS_K8S_BIN_DIR=$(K8S_BIN) $(BIN)/kovs-sandbox --name $(SANDBOX) up --nodes $(NODES) --ip-family $(IP_FAMILY)
+
+sandbox-down:
+	$(BIN)/kovs-sandbox --name $(SANDBOX) down
+
+## bench: benchmarks, reported as measured (ns/op and custom units), never asserted
+bench: tools build
+	$(GO) test -run '^$$' -bench . -benchmem ./go-controller/...
+	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
+		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/e2e/...
+
+lint:
+	@out=$$(gofmt -l go-controller test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf _output

@@ -1,0 +1,182 @@
+// Command kovs-sandbox runs a real Kubernetes cluster on one machine for kovs: real etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler, one network namespace per
+// node with its own Open vSwitch, and a node emulator in place of kubelet.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
+)
+
+const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
+
+commands:
+  up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none]
+  down                              remove everything the sandbox made
+  status                            processes and nodes
+  kubeconfig                        print the admin kubeconfig path
+  exec NS/POD -- CMD...             run CMD in the pod's network namespace
+  probe [--timeout D] NS/POD HOST:PORT/PROTO
+                                    connect from inside the pod (tcp, udp, sctp)
+
+NAME defaults to $KOVS_SANDBOX_NAME or "kovs"; state lives in ROOT/NAME (` + sandbox.DefaultRoot + `).
+`
+
+func main() {
+	global := flag.NewFlagSet("kovs-sandbox", flag.ExitOnError)
+	global.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	name := global.String("name", envOr("KOVS_SANDBOX_NAME", "kovs"), "sandbox name")
+	root := global.String("root", envOr("KOVS_SANDBOX_ROOT", sandbox.DefaultRoot), "state root directory")
+	_ = global.Parse(os.Args[1:])
+	args := global.Args()
+	if len(args) == 0 {
+		global.Usage()
+		os.Exit(2)
+	}
+	layout, err := sandbox.NewLayout(*name, *root)
+	if err != nil {
+		fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cmds := map[string]func(context.Context, sandbox.Layout, []string) error{
+		"up": cmdUp, "down": cmdDown, "status": cmdStatus, "kubeconfig": cmdKubeconfig,
+		"exec": cmdExec, "probe": cmdProbe, "node-emulator": cmdNodeEmulator,
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s", args[0], usage)
+		os.Exit(2)
+	}
+	if err := cmd(ctx, layout, args[1:]); err != nil {
+		fatal(err)
+	}
+}
+
+func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	nodes := fs.Int("nodes", 3, "number of nodes")
+	family := fs.String("ip-family", "ipv4", "ipv4, ipv6 or dual")
+	network := fs.String("network", "auto", "auto (kovs if its binaries are next to kovs-sandbox), kovs or none")
+	k8sBin := fs.String("k8s-bin-dir", defaultK8sBinDir(), "kube-apiserver, kube-controller-manager and kube-scheduler")
+	etcd := fs.String("etcd", "/usr/bin/etcd", "etcd binary")
+	_ = fs.Parse(args)
+	fam, err := sandbox.ParseIPFamily(*family)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self, Out: os.Stdout}
+	switch *network {
+	case "auto", "kovs":
+		opts.KovsBinDir = filepath.Dir(self)
+	case "none":
+	default:
+		return fmt.Errorf("--network %q: use auto, kovs or none", *network)
+	}
+	start := time.Now()
+	if _, err := sandbox.Up(ctx, l, opts); err != nil {
+		return err
+	}
+	fmt.Printf("sandbox %q up in %.1fs\nexport KUBECONFIG=%s\n", l.Name, time.Since(start).Seconds(), l.Kubeconfig())
+	return nil
+}
+
+func cmdDown(_ context.Context, l sandbox.Layout, _ []string) error {
+	return sandbox.Down(l, os.Stdout)
+}
+
+func cmdStatus(ctx context.Context, l sandbox.Layout, _ []string) error {
+	return sandbox.PrintStatus(ctx, l, os.Stdout)
+}
+
+func cmdKubeconfig(_ context.Context, l sandbox.Layout, _ []string) error {
+	if _, err := l.LoadState(); err != nil {
+		return err
+	}
+	fmt.Println(l.Kubeconfig())
+	return nil
+}
+
+func cmdExec(ctx context.Context, l sandbox.Layout, args []string) error {
+	if len(args) < 1 {
+		return fmt.Errorf("usage: kovs-sandbox exec NS/POD -- CMD...")
+	}
+	cmd := args[1:]
+	if len(cmd) > 0 && cmd[0] == "--" {
+		cmd = cmd[1:]
+	}
+	return l.Exec(ctx, args[0], cmd)
+}
+
+func cmdProbe(ctx context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("probe", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	_ = fs.Parse(args)
+	if fs.NArg() != 2 {
+		return fmt.Errorf("usage: kovs-sandbox probe [--timeout D] NS/POD HOST:PORT/PROTO")
+	}
+	res, err := l.Probe(ctx, fs.Arg(0), fs.Arg(1), *timeout)
+	if err != nil {
+		return err
+	}
+	switch {
+	case res.Connected && res.Reply != nil:
+		fmt.Printf("connected %s: responder %s saw source %s\n", fs.Arg(1), res.Reply.Identity, res.Reply.Peer.Addr())
+	case res.Connected:
+		fmt.Printf("connected %s\n", fs.Arg(1))
+	case res.Refused:
+		fmt.Printf("refused %s: %s\n", fs.Arg(1), res.Error)
+		os.Exit(1)
+	default:
+		fmt.Printf("not connected %s: %s\n", fs.Arg(1), res.Error)
+		os.Exit(1)
+	}
+	return nil
+}
+
+func cmdNodeEmulator(ctx context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("node-emulator", flag.ExitOnError)
+	node := fs.String("node", "", "node to emulate")
+	_ = fs.Parse(args)
+	log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
+	return sandbox.RunNodeEmulator(ctx, l, *node)
+}
+
+func defaultK8sBinDir() string {
+	if d := os.Getenv("KOVS_K8S_BIN_DIR"); d != "" {
+		return d
+	}
+	cache := os.Getenv("KOVS_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "kovs")
+	}
+	return filepath.Join(cache, "k8s-v1.37.2", "bin")
+}
+
+func envOr(key, def string) string {
+	if v := strings.TrimSpace(os.Getenv(key)); v != "" {
+		return v
+	}
+	return def
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "kovs-sandbox:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,158 @@
+package emulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// The messages kubelet and the container runtime give while no CNI network is usable.
+const (
+	networkNotReadyReason = "NetworkPluginNotReady"
+	noCNIConfigMessage    = "cni plugin not initialized"
+)
+
+// cniNetwork is the node's network plugin as a container runtime sees it: the first
+// conflist in the CNI config directory, invoked through libcni from the node namespace.
+type cniNetwork struct {
+	confDir string
+	cni     *libcni.CNIConfig
+
+	mu   sync.Mutex
+	list *libcni.NetworkConfigList
+	err  error // why the network is not ready; nil when ready
+}
+
+func newCNINetwork(confDir, binDir, cacheDir, nodeNetNS string) *cniNetwork {
+	exec := &nodeNetNSExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, netnsPath: nodeNetNS}
+	return &cniNetwork{
+		confDir: confDir,
+		cni:     libcni.NewCNIConfigWithCacheDir([]string{binDir}, cacheDir, exec),
+		err:     errors.New(noCNIConfigMessage),
+	}
+}
+
+// refresh reloads the config (the lexically first file, as containerd and CRI-O pick it)
+// and asks the plugin for its STATUS (CNI 1.1). It returns whether readiness changed.
+func (c *cniNetwork) refresh(ctx context.Context) bool {
+	list, err := loadConfList(c.confDir)
+	if err == nil {
+		if serr := c.cni.GetStatusNetworkList(ctx, list); serr != nil {
+			err = fmt.Errorf("network plugin %s is not ready: %w", list.Name, serr)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := (err == nil) != (c.err == nil)
+	c.list, c.err = list, err
+	return changed
+}
+
+// ready returns the config list to use, or the reason the network is not ready.
+func (c *cniNetwork) ready() (*libcni.NetworkConfigList, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c.list, nil
+}
+
+// notReadyMessage is kubelet's wording for a runtime whose network is not ready.
+func notReadyMessage(err error) string {
+	return fmt.Sprintf("container runtime network not ready: NetworkReady=false reason:%s message:Network plugin returns error: %v",
+		networkNotReadyReason, err)
+}
+
+func loadConfList(dir string) (*libcni.NetworkConfigList, error) {
+	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return nil, fmt.Errorf("read CNI config dir %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		return nil, errors.New(noCNIConfigMessage)
+	}
+	first := files[0]
+	if filepath.Ext(first) == ".conflist" {
+		return libcni.ConfListFromFile(first)
+	}
+	conf, err := libcni.ConfFromFile(first)
+	if err != nil {
+		return nil, err
+	}
+	return libcni.ConfListFromConf(conf)
+}
+
+// attachment identifies one pod's network attachment, as a runtime passes it to CNI.
+type attachment struct {
+	containerID string
+	netnsPath   string
+	namespace   string
+	name        string
+	uid         string
+}
+
+const podInterface = "eth0"
+
+func (a attachment) runtimeConf() *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: a.containerID,
+		NetNS:       a.netnsPath,
+		IfName:      podInterface,
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", a.namespace},
+			{"K8S_POD_NAME", a.name},
+			{"K8S_POD_INFRA_CONTAINER_ID", a.containerID},
+			{"K8S_POD_UID", a.uid},
+		},
+	}
+}
+
+func (c *cniNetwork) add(ctx context.Context, list *libcni.NetworkConfigList, a attachment) (types.Result, error) {
+	return c.cni.AddNetworkList(ctx, list, a.runtimeConf())
+}
+
+func (c *cniNetwork) del(ctx context.Context, list *libcni.NetworkConfigList, a attachment) error {
+	return c.cni.DelNetworkList(ctx, list, a.runtimeConf())
+}
+
+// gc asks the plugin to remove every attachment but the valid ones (CNI 1.1 GC).
+func (c *cniNetwork) gc(ctx context.Context, valid []attachment) error {
+	list, err := c.ready()
+	if err != nil {
+		return nil
+	}
+	args := &libcni.GCArgs{}
+	for _, a := range valid {
+		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: a.containerID, IfName: podInterface})
+	}
+	return c.cni.GCNetworkList(ctx, list, args)
+}
+
+// nodeNetNSExec runs CNI plugins inside the node namespace, where a container runtime
+// runs them: the plugin process is forked from an OS thread switched into that namespace.
+type nodeNetNSExec struct {
+	*invoke.RawExec
+	version.PluginDecoder
+	netnsPath string
+}
+
+func (e *nodeNetNSExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
+	var out []byte
+	err := ns.WithNetNSPath(e.netnsPath, func(ns.NetNS) error {
+		var err error
+		out, err = e.RawExec.ExecPlugin(ctx, pluginPath, stdin, environ)
+		return err
+	})
+	return out, err
+}

@@ -1,0 +1,170 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Process is one long-running process of the sandbox.
+type Process struct {
+	// Name identifies the process: its pid file is <pids>/<Name>.pid, its log <logs>/<Name>.log.
+	Name string
+	Path string
+	Args []string
+	Env  []string
+	// NetNS, if set, runs the process inside that named network namespace.
+	NetNS string
+}
+
+// start launches p in its own session so it outlives the command that started it, and
+// records its pid at once, so Down can stop it even if Up dies right after.
+func (l Layout) start(p Process) (int, error) {
+	logf, err := os.OpenFile(filepath.Join(l.LogDir(), p.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	path, args := p.Path, p.Args
+	if p.NetNS != "" {
+		path, args = "ip", append([]string{"netns", "exec", p.NetNS, p.Path}, p.Args...)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(append(os.Environ(), markerEnv+"="+l.Marker()), p.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(l.pidFile(p.Name), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("record pid of %s: %w", p.Name, err)
+	}
+	// Reap it if it exits while we are still around; nobody waits for it otherwise.
+	go func() { _ = cmd.Wait() }()
+	return pid, nil
+}
+
+func (l Layout) pidFile(name string) string { return filepath.Join(l.PidDir(), name+".pid") }
+
+// pidOf returns the live pid recorded for name, or 0 when there is none or it is not ours.
+func (l Layout) pidOf(name string) int {
+	b, err := os.ReadFile(l.pidFile(name))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 || !l.owns(pid) {
+		return 0
+	}
+	return pid
+}
+
+// owns reports whether pid runs with this sandbox's marker in its environment, so a pid
+// file that outlived its process never makes us signal someone else's process.
+func (l Layout) owns(pid int) bool {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	want := []byte(markerEnv + "=" + l.Marker())
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if bytes.Equal(kv, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// Running reports whether the named process is alive.
+func (l Layout) Running(name string) bool { return l.pidOf(name) != 0 }
+
+// stop terminates the named process (SIGTERM, then SIGKILL after the grace period) and
+// removes its pid file.
+func (l Layout) stop(name string, grace time.Duration) error {
+	defer os.Remove(l.pidFile(name))
+	pid := l.pidOf(name)
+	if pid == 0 {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop %s (pid %d): %w", name, pid, err)
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if !alive(pid) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %s (pid %d): %w", name, pid, err)
+	}
+	for i := 0; i < 100 && alive(pid); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] != 'Z'
+	}
+	return true
+}
+
+// processNames lists the processes that have pid files.
+func (l Layout) processNames() []string {
+	entries, _ := os.ReadDir(l.PidDir())
+	var names []string
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".pid"); ok {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// OwnedPIDs lists every live process carrying this sandbox's marker, whether or not a pid
+// file names it (children of crashed parents, processes started between fork and pid file).
+func (l Layout) OwnedPIDs() []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self || !l.owns(pid) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// run executes a short command and returns a useful error with its output.
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// runIn executes a short command inside a named network namespace.
+func runIn(netns, name string, args ...string) error {
+	return run("ip", append([]string{"netns", "exec", netns, name}, args...)...)
+}

@@ -1,0 +1,152 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+)
+
+// IPFamily selects the address families of the underlay, the services and the pods.
+type IPFamily string
+
+const (
+	IPv4      IPFamily = "ipv4"
+	IPv6      IPFamily = "ipv6"
+	DualStack IPFamily = "dual"
+)
+
+// ParseIPFamily accepts ipv4, ipv6 or dual.
+func ParseIPFamily(s string) (IPFamily, error) {
+	switch f := IPFamily(s); f {
+	case IPv4, IPv6, DualStack:
+		return f, nil
+	}
+	return "", fmt.Errorf("ip family %q: use ipv4, ipv6 or dual", s)
+}
+
+// HasIPv4 reports whether the family includes IPv4.
+func (f IPFamily) HasIPv4() bool { return f != IPv6 }
+
+// HasIPv6 reports whether the family includes IPv6.
+func (f IPFamily) HasIPv6() bool { return f != IPv4 }
+
+// Underlay and service address plans. The underlay lives only inside the sandbox's own
+// namespaces, so every sandbox can use the same ranges.
+var (
+	underlayV4    = netip.MustParsePrefix("172.30.0.0/24")
+	underlayV6    = netip.MustParsePrefix("fd00:172:30::/64")
+	serviceCIDRv4 = "10.96.0.0/16"
+	serviceCIDRv6 = "fd00:10:96::/112"
+)
+
+// Node is one emulated node as Up created it.
+type Node struct {
+	Name string `json:"name"`
+	// IPs are the node's underlay addresses (on its br-ex), primary family first.
+	IPs []string `json:"ips"`
+	// MAC of br-ex, fixed so tunnel neighbours can be seeded.
+	MAC string `json:"mac"`
+}
+
+// State is what Up decided, saved in the state directory for the other commands.
+type State struct {
+	Name          string   `json:"name"`
+	Family        IPFamily `json:"ipFamily"`
+	EtcdPort      int      `json:"etcdPort"`
+	EtcdPeerPort  int      `json:"etcdPeerPort"`
+	APIServerPort int      `json:"apiServerPort"`
+	ServiceCIDRs  []string `json:"serviceCIDRs"`
+	Nodes         []Node   `json:"nodes"`
+	// KovsBinDir is where kovs binaries were taken from ("" if kovs was not started).
+	KovsBinDir string `json:"kovsBinDir,omitempty"`
+}
+
+// APIServerURL is the kube-apiserver address in the root namespace.
+func (s *State) APIServerURL() string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.APIServerPort))
+}
+
+// Node returns the node with the given name.
+func (s *State) Node(name string) (Node, bool) {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+func planNodes(l Layout, count int, family IPFamily) []Node {
+	nodes := make([]Node, count)
+	for i := range nodes {
+		idx := i + 1
+		n := Node{Name: l.NodeName(idx), MAC: fmt.Sprintf("02:30:00:00:%02x:%02x", idx>>8, idx&0xff)}
+		if family.HasIPv4() {
+			n.IPs = append(n.IPs, nthAddr(underlayV4, idx).String())
+		}
+		if family.HasIPv6() {
+			n.IPs = append(n.IPs, nthAddr(underlayV6, idx).String())
+		}
+		nodes[i] = n
+	}
+	return nodes
+}
+
+// nthAddr returns the n-th address of a prefix (n small).
+func nthAddr(p netip.Prefix, n int) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := len(b) - 1; i >= 0 && n > 0; i-- {
+		sum := int(b[i]) + n
+		b[i] = byte(sum)
+		n = sum >> 8
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+func serviceCIDRs(f IPFamily) []string {
+	switch f {
+	case IPv4:
+		return []string{serviceCIDRv4}
+	case IPv6:
+		return []string{serviceCIDRv6}
+	}
+	return []string{serviceCIDRv4, serviceCIDRv6}
+}
+
+func (l Layout) saveState(s *State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(l.StateFile(), b, 0o600)
+}
+
+// LoadState reads what Up saved.
+func (l Layout) LoadState() (*State, error) {
+	b, err := os.ReadFile(l.StateFile())
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, fmt.Errorf("sandbox %q is not up (no %s): run `kovs-sandbox up --name %s`", l.Name, l.StateFile(), l.Name)
+		}
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", l.StateFile(), err)
+	}
+	return &s, nil
+}
+
+// freePort asks the kernel for a free loopback TCP port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Options configure Up.
+type Options struct {
+	Nodes  int
+	Family IPFamily
+	// K8sBinDir holds kube-apiserver, kube-controller-manager and kube-scheduler.
+	K8sBinDir string
+	// EtcdPath is the etcd binary (Debian's etcd-server by default).
+	EtcdPath string
+	// SelfPath is the kovs-sandbox binary, run again as each node's emulator.
+	SelfPath string
+	// KovsBinDir holds kovs-controller, kovs-agent and kovs-cni; kovs is started only when
+	// all three are there. Empty: nodes get no network plugin.
+	KovsBinDir string
+	Out        io.Writer
+}
+
+// upRun is one execution of Up.
+type upRun struct {
+	ctx    context.Context
+	layout Layout
+	opts   Options
+	state  *State
+}
+
+// Up creates and starts the sandbox and returns when every node is registered. If
+// anything fails, it removes what it made and returns the error.
+func Up(ctx context.Context, l Layout, opts Options) (*State, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if l.Exists() {
+		return nil, fmt.Errorf("sandbox %q already exists in %s: run `kovs-sandbox down --name %s` first", l.Name, l.Dir(), l.Name)
+	}
+	u := &upRun{ctx: ctx, layout: l, opts: opts}
+	if err := u.run(); err != nil {
+		if kept := l.keepLogs(); kept != "" {
+			err = fmt.Errorf("%w\n(logs of the failed sandbox kept in %s)", err, kept)
+		}
+		if derr := Down(l, io.Discard); derr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up after failed up: %w", derr))
+		}
+		return nil, err
+	}
+	return u.state, nil
+}
+
+func (o *Options) validate() error {
+	if o.Nodes < 1 || o.Nodes > 250 {
+		return fmt.Errorf("--nodes %d: use 1 to 250", o.Nodes)
+	}
+	for _, f := range []string{filepath.Join(o.K8sBinDir, "kube-apiserver"), filepath.Join(o.K8sBinDir, "kube-controller-manager"),
+		filepath.Join(o.K8sBinDir, "kube-scheduler"), o.EtcdPath, o.SelfPath} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%s is missing: run `make tools` (builds the Kubernetes binaries and installs etcd and OVS)", f)
+		}
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	return nil
+}
+
+func (u *upRun) run() error {
+	l := u.layout
+	for _, d := range []string{l.Dir(), l.PidDir(), l.LogDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	state, err := u.plan()
+	if err != nil {
+		return err
+	}
+	u.state = state
+	if err := l.saveState(state); err != nil {
+		return err
+	}
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"underlay", u.underlay},
+		{"control plane", func() error { return u.controlPlane(u.ctx) }},
+		{"nodes", u.nodes},
+		{"kovs", u.kovs},
+		{"node registration", u.waitNodesRegistered},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		if err := s.do(); err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+		fmt.Fprintf(u.opts.Out, "%-18s %6.2fs\n", s.what, time.Since(start).Seconds())
+	}
+	return l.saveState(state)
+}
+
+func (u *upRun) plan() (*State, error) {
+	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
+		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family)}
+	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort} {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		*p = port
+	}
+	return s, nil
+}
+
+func (u *upRun) nodes() error {
+	for _, n := range u.state.Nodes {
+		if err := u.node(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *upRun) waitNodesRegistered() error {
+	client, err := u.layout.Client()
+	if err != nil {
+		return err
+	}
+	return waitFor(u.ctx, 60*time.Second, "every node emulator to register its Node", func() error {
+		for _, n := range u.state.Nodes {
+			if p := n.Name + "-emulator"; !u.layout.Running(p) {
+				return permanent(u.withLog(fmt.Errorf("%s exited", p), p))
+			}
+		}
+		nodes, err := client.CoreV1().Nodes().List(u.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(nodes.Items) != len(u.state.Nodes) {
+			return fmt.Errorf("%d of %d nodes registered", len(nodes.Items), len(u.state.Nodes))
+		}
+		return nil
+	})
+}
+
+// keepLogs moves the logs of a failed Up out of the state directory before Down removes
+// it, and returns where they went.
+func (l Layout) keepLogs() string {
+	dst := filepath.Join(os.TempDir(), "kovs-sandbox-"+l.Name+"-failed-logs")
+	_ = os.RemoveAll(dst)
+	if err := os.Rename(l.LogDir(), dst); err != nil {
+		return ""
+	}
+	return dst
+}

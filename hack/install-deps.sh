@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# install-deps.sh: install the Debian packages kovs builds, tests and runs its sandbox with.
+# Idempotent: installs only what is missing, and runs `apt-get update` at most once.
+set -euo pipefail
+
+# command -> Debian package that provides it
+declare -A need=(
+  [ovs-vswitchd]=openvswitch-switch
+  [ovsdb-tool]=openvswitch-common
+  [etcd]=etcd-server
+  [ip]=iproute2
+  [ethtool]=ethtool
+  [jq]=jq
+  [nsenter]=util-linux
+  [conntrack]=conntrack
+)
+missing=()
+for cmd in "${!need[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "Debian packages: all present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing ${missing[*]}; run as root (apt-get install)" >&2
+  exit 1
+fi
+echo "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The packages' own services are not used: every sandbox node runs its own OVS and the
+# sandbox runs its own etcd. Stop them if the package started them.
+for svc in openvswitch-switch etcd; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    systemctl stop "$svc" || true
+  fi
+done
+echo "Debian packages installed"
