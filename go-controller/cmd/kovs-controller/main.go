@@ -1,0 +1,89 @@
+// Command kovs-controller is kovs's central controller: node subnets, pod addresses and
+// (later) NetworkPolicy compiled per node.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig (empty: in-cluster)")
+	cidrs := flag.String("cluster-cidrs", "10.244.0.0/16,fd00:10:244::/48", "pod cluster CIDRs, at most one per family")
+	v4Block := flag.Int("ipv4-block-size", 24, "prefix length of each node's IPv4 block")
+	v6Block := flag.Int("ipv6-block-size", 64, "prefix length of each node's IPv6 block")
+	useNodeCIDRs := flag.Bool("use-node-pod-cidrs", false, "take node blocks from Node.spec.podCIDRs (kube-controller-manager --allocate-node-cidrs)")
+	quarantine := flag.Duration("address-quarantine", 30*time.Second, "a freed pod address is not reused before this long")
+	leaderElect := flag.Bool("leader-elect", true, "run leader election so several replicas can run safely")
+	leaseNS := flag.String("lease-namespace", "kube-system", "namespace of the leader election Lease")
+	workers := flag.Int("workers", 4, "pod address workers")
+	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+
+	level, err := log.ParseLevel(*logLevel)
+	if err != nil {
+		fatal(err)
+	}
+	log.SetLevel(level)
+	plan, err := clusterCIDRs(*cidrs, *v4Block, *v6Block)
+	if err != nil {
+		fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = controller.Run(ctx, controller.Config{
+		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
+			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
+		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
+	}, client)
+	if err != nil {
+		fatal(err)
+	}
+}
+
+func clusterCIDRs(list string, v4Block, v6Block int) ([]ipam.ClusterCIDR, error) {
+	var plan []ipam.ClusterCIDR
+	for _, c := range strings.Split(list, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		block := v4Block
+		if strings.Contains(c, ":") {
+			block = v6Block
+		}
+		cc, err := ipam.ParseClusterCIDR(c, block)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-cidrs: %w", err)
+		}
+		plan = append(plan, cc)
+	}
+	return plan, nil
+}
+
+func fatal(err error) {
+	log.WithError(err).Fatal("kovs-controller")
+}
+

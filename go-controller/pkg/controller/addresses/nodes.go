@@ -1,0 +1,150 @@
+package addresses
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+)
+
+// Reasons of the Events and conditions the node side writes.
+const (
+	ReasonSubnetExhausted  = "NodeSubnetExhausted"
+	ReasonSubnetConflict   = "NodeSubnetConflict"
+	reasonNoSubnet         = "NoNodeSubnet"
+	reasonNoPodCIDRs       = "NoPodCIDRs"
+)
+
+// NodeReconciler gives each Node its subnets.
+type NodeReconciler struct {
+	Alloc    *Allocator
+	Client   kubernetes.Interface
+	Nodes    corelisters.NodeLister
+	Recorder record.EventRecorder
+	// OnNodeReady is called when a node's pools exist (its waiting pods can go).
+	OnNodeReady func(node string)
+}
+
+// Reconcile allocates (or adopts) the node's blocks, records them on the Node and creates
+// its pod pools; a deleted node's blocks are freed.
+func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
+	node, err := r.Nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		r.Alloc.dropNode(name)
+		log.WithField("node", name).Info("node deleted, subnets released")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	blocks, err := r.blocksFor(node)
+	if err != nil {
+		return r.reportNoSubnet(ctx, node, err)
+	}
+	if err := r.Alloc.setNodeBlocks(name, blocks); err != nil {
+		return err
+	}
+	if err := r.annotate(ctx, node, blocks); err != nil {
+		return err
+	}
+	if r.OnNodeReady != nil {
+		r.OnNodeReady(name)
+	}
+	return nil
+}
+
+func (r *NodeReconciler) blocksFor(node *corev1.Node) ([]netip.Prefix, error) {
+	if r.Alloc.cfg.UseNodePodCIDRs {
+		if len(node.Spec.PodCIDRs) == 0 {
+			return nil, fmt.Errorf("node has no spec.podCIDRs yet (kube-controller-manager --allocate-node-cidrs assigns them)")
+		}
+		var blocks []netip.Prefix
+		for _, c := range node.Spec.PodCIDRs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				return nil, fmt.Errorf("spec.podCIDRs %q: %w", c, err)
+			}
+			blocks = append(blocks, p.Masked())
+		}
+		return blocks, nil
+	}
+	return r.Alloc.subnets.Allocate(node.Name)
+}
+
+// annotate writes kovs.io/node-subnets if it differs.
+func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix) error {
+	ann, err := ipam.NewNodeSubnetsAnnotation(blocks)
+	if err != nil {
+		return err
+	}
+	value, err := ann.Annotation()
+	if err != nil {
+		return err
+	}
+	if node.Annotations[ipam.NodeSubnetsAnnotationKey] == value {
+		return nil
+	}
+	if err := patchAnnotation(ctx, r.Client.CoreV1().Nodes(), node.Name, ipam.NodeSubnetsAnnotationKey, value); err != nil {
+		return fmt.Errorf("record subnets on node %s: %w", node.Name, err)
+	}
+	log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
+	return nil
+}
+
+// reportNoSubnet makes exhaustion loud: an Event and a log line naming the CIDR, block size
+// and node cap, and the node's NetworkUnavailable condition stays True.
+func (r *NodeReconciler) reportNoSubnet(ctx context.Context, node *corev1.Node, cause error) error {
+	reason := reasonNoPodCIDRs
+	var exhausted *ipam.SubnetExhaustedError
+	if errors.As(cause, &exhausted) {
+		reason = ReasonSubnetExhausted
+	} else if errors.Is(cause, ipam.ErrConflict) {
+		reason = ReasonSubnetConflict
+	}
+	log.WithField("node", node.Name).WithError(cause).Error("node gets no pod subnet")
+	r.Recorder.Event(node, corev1.EventTypeWarning, reason, cause.Error())
+	cond := corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue,
+		Reason: reasonNoSubnet, Message: cause.Error(), LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}
+	if err := setNodeCondition(ctx, r.Client, node.Name, cond); err != nil {
+		return err
+	}
+	if reason == reasonNoPodCIDRs {
+		return cause // retry: podCIDRs may come
+	}
+	return nil // a new Node or a freed block re-triggers allocation
+}
+
+// setNodeCondition patches one condition into the node's status.
+func setNodeCondition(ctx context.Context, client kubernetes.Interface, node string, cond corev1.NodeCondition) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().Nodes().PatchStatus(ctx, node, patch)
+	return err
+}
+
+type annotationPatcher[T any] interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+func patchAnnotation[T any](ctx context.Context, c annotationPatcher[T], name, key, value string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}

@@ -1,0 +1,135 @@
+// Package controller is kovs-controller: one active replica (leader election on a Lease)
+// that turns Nodes and Pods into node subnets and pod addresses.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
+	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
+)
+
+const podsByNodeIndex = "spec.nodeName"
+
+// Config configures kovs-controller.
+type Config struct {
+	Addresses addresses.Config
+	// LeaderElect turns on leader election (on the Lease LeaseNamespace/LeaseName).
+	LeaderElect    bool
+	LeaseNamespace string
+	LeaseName      string
+	Identity       string
+	Workers        int
+}
+
+// Run runs the controller until ctx ends: with leader election, only while leading.
+func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	if !cfg.LeaderElect {
+		return runControllers(ctx, cfg, client)
+	}
+	if cfg.Identity == "" {
+		host, _ := os.Hostname()
+		cfg.Identity = fmt.Sprintf("%s_%d", host, os.Getpid())
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.LeaseNamespace, Name: cfg.LeaseName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}
+	errc := make(chan error, 1)
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		ReleaseOnCancel: true,
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.WithField("identity", cfg.Identity).Info("leading: starting controllers")
+				errc <- runControllers(ctx, cfg, client)
+			},
+			OnStoppedLeading: func() { log.WithField("identity", cfg.Identity).Info("stopped leading") },
+		},
+	})
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
+func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	alloc, err := addresses.NewAllocator(cfg.Addresses)
+	if err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kovs-controller"})
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodeInformer := factory.Core().V1().Nodes()
+	podInformer := factory.Core().V1().Pods()
+	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podNodeIndex}); err != nil {
+		return err
+	}
+	pods := &addresses.PodReconciler{Alloc: alloc, Client: client, Pods: podInformer.Lister(), Recorder: recorder}
+	podCtl := reconcile.New(reconcile.Options{Name: "pod-addresses", Workers: cfg.Workers}, pods, podInformer.Informer().HasSynced)
+	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder,
+		OnNodeReady: func(node string) { enqueuePodsOf(podInformer.Informer().GetIndexer(), podCtl, node) }}
+	nodeCtl := reconcile.New(reconcile.Options{Name: "node-subnets", Workers: 1}, nodes, nodeInformer.Informer().HasSynced)
+
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
+		return fmt.Errorf("informers did not sync")
+	}
+	if err := alloc.Restore(nodeInformer.Lister(), podInformer.Lister()); err != nil {
+		return err
+	}
+	// Handlers only after the rebuild, so no reconcile sees a half-restored allocator.
+	if _, err := nodeInformer.Informer().AddEventHandler(nodeCtl.Handler()); err != nil {
+		return err
+	}
+	if _, err := podInformer.Informer().AddEventHandler(podCtl.Handler()); err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- nodeCtl.Run(ctx) }()
+	go func() { errc <- podCtl.Run(ctx) }()
+	<-ctx.Done()
+	<-errc
+	<-errc
+	return nil
+}
+
+func podNodeIndex(obj interface{}) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return nil, nil
+	}
+	return []string{pod.Spec.NodeName}, nil
+}
+
+func enqueuePodsOf(indexer cache.Indexer, ctl *reconcile.Controller, node string) {
+	objs, _ := indexer.ByIndex(podsByNodeIndex, node)
+	for _, o := range objs {
+		ctl.EnqueueObject(o)
+	}
+}
