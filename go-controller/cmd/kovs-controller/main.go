@@ -86,4 +86,3 @@ func clusterCIDRs(list string, v4Block, v6Block int) ([]ipam.ClusterCIDR, error)
 func fatal(err error) {
 	log.WithError(err).Fatal("kovs-controller")
 }
-

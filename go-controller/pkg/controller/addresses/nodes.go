@@ -21,10 +21,10 @@ import (
 
 // Reasons of the Events and conditions the node side writes.
 const (
-	ReasonSubnetExhausted  = "NodeSubnetExhausted"
-	ReasonSubnetConflict   = "NodeSubnetConflict"
-	reasonNoSubnet         = "NoNodeSubnet"
-	reasonNoPodCIDRs       = "NoPodCIDRs"
+	ReasonSubnetExhausted = "NodeSubnetExhausted"
+	ReasonSubnetConflict  = "NodeSubnetConflict"
+	reasonNoSubnet        = "NoNodeSubnet"
+	reasonNoPodCIDRs      = "NoPodCIDRs"
 )
 
 // NodeReconciler gives each Node its subnets.
