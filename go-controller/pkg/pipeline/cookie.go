@@ -1,0 +1,106 @@
+package pipeline
+
+import (
+	"fmt"
+	"hash/fnv"
+)
+
+// Cookie says who owns a flow. Layout (64 bits):
+//
+//	bits 63..48  Round     agent incarnation that installed the flow
+//	bits 47..40  Category  kind of owner: pipeline base, gateway, pod, tunnel peer, ...
+//	bits 39..32  reserved  zero
+//	bits 31..0   Object    owner within the category: a pod's ofport, a peer's name hash
+//
+// A flow with category 0 is not kovs's: the agent never deletes it by cookie.
+type Cookie uint64
+
+// Round is an agent incarnation. The agent stores it in OVSDB and bumps it on start; after
+// reinstalling every flow with the new round it deletes the flows of older rounds.
+type Round uint16
+
+// Category is the kind of object that owns a flow.
+type Category uint8
+
+// Cookie categories. Policy and Service are reserved for the stages that come later.
+const (
+	CategoryBase       Category = 1 // table-miss flows and node-independent plumbing
+	CategoryGateway    Category = 2 // the gateway port, node addresses, off-cluster routing
+	CategoryPod        Category = 3 // one local pod (object: ofport)
+	CategoryTunnelPeer Category = 4 // one remote node (object: FNV-1a of its name)
+	CategoryPolicy     Category = 5 // reserved: NetworkPolicy
+	CategoryService    Category = 6 // reserved: Service load balancing
+)
+
+const (
+	roundShift    = 48
+	categoryShift = 40
+	roundMask     = Cookie(0xffff) << roundShift
+	categoryMask  = Cookie(0xff) << categoryShift
+	objectMask    = Cookie(0xffffffff)
+)
+
+// NewCookie builds the cookie of a flow owned by object obj of category cat, installed in
+// round r.
+func NewCookie(r Round, cat Category, obj uint32) Cookie {
+	return Cookie(r)<<roundShift | Cookie(cat)<<categoryShift | Cookie(obj)
+}
+
+// Round is the agent incarnation that installed the flow.
+func (c Cookie) Round() Round { return Round(c >> roundShift) }
+
+// Category is the kind of owner.
+func (c Cookie) Category() Category { return Category(c >> categoryShift) }
+
+// Object is the owner within its category.
+func (c Cookie) Object() uint32 { return uint32(c & objectMask) }
+
+// Owned reports whether kovs owns the flow (its category is set).
+func (c Cookie) Owned() bool { return c.Category() != 0 }
+
+// IsStale reports whether the flow is kovs's and was installed by a round other than
+// current. OpenFlow matches cookies by value under a mask, which cannot say "round is not
+// R"; so the agent either deletes each older round it knows of (RoundFilter) or dumps the
+// flows and filters them with IsStale.
+func (c Cookie) IsStale(current Round) bool { return c.Owned() && c.Round() != current }
+
+func (c Cookie) String() string { return fmt.Sprintf("%#x", uint64(c)) }
+
+// CookieFilter selects flows by cookie=Value/Mask, the form ovs-ofctl's dump-flows and
+// del-flows and OpenFlow flow-mod delete take.
+type CookieFilter struct {
+	Value Cookie
+	Mask  Cookie
+}
+
+// String renders the filter as ovs-ofctl takes it: "0x1000000000000/0xffff000000000000".
+func (f CookieFilter) String() string {
+	return fmt.Sprintf("%#x/%#x", uint64(f.Value), uint64(f.Mask))
+}
+
+// Matches reports whether c is selected by the filter.
+func (f CookieFilter) Matches(c Cookie) bool { return c&f.Mask == f.Value&f.Mask }
+
+// RoundFilter selects every kovs flow of round r, whatever its owner.
+func RoundFilter(r Round) CookieFilter {
+	return CookieFilter{Value: NewCookie(r, 0, 0), Mask: roundMask}
+}
+
+// CategoryFilter selects every flow of category cat, of any round.
+func CategoryFilter(cat Category) CookieFilter {
+	return CookieFilter{Value: NewCookie(0, cat, 0), Mask: categoryMask}
+}
+
+// ObjectFilter selects every flow of one owner, of any round.
+func ObjectFilter(cat Category, obj uint32) CookieFilter {
+	return CookieFilter{Value: NewCookie(0, cat, obj), Mask: categoryMask | objectMask}
+}
+
+// PeerObjectID is the cookie object of a tunnel peer: FNV-1a of its node name. Two peers
+// may collide; the cookie then still names the category and round, and reconcilers delete
+// a peer's flows by their (table, priority, match), never by object alone.
+func PeerObjectID(nodeName string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(nodeName))
+	return h.Sum32()
+}

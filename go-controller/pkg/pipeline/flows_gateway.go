@@ -1,0 +1,73 @@
+package pipeline
+
+import "net/netip"
+
+// GatewayFlows are the flows of the gateway port: its classification and spoof guard, the
+// ARP and ND answers for the gateway addresses (towards pods only), delivery of neighbour
+// replies addressed to the host, and routing of node and off-cluster addresses to it.
+func (b *Builder) GatewayFlows() []Flow {
+	n := b.node
+	s := b.owner(CategoryGateway, n.GatewayOFPort)
+	s.add(Classifier, prioClassify, MatchAll().InPort(n.GatewayOFPort),
+		LoadReg(PortClassGateway.Mark()), Goto(SpoofGuard))
+	b.gatewaySpoofGuard(s)
+	for _, ip := range n.GatewayIPs {
+		b.gatewayResponder(s, ip)
+		s.add(L3Forwarding, prioL3Local, MatchProtocol(ipProto(ip)).IPDst(host(ip)), b.toGateway()...)
+	}
+	for _, ip := range n.UnderlayIPs {
+		if n.hasFamily(ip.Is6()) {
+			s.add(L3Forwarding, prioL3Local, MatchProtocol(ipProto(ip)).IPDst(host(ip)), b.toGateway()...)
+		}
+	}
+	for _, proto := range b.families() {
+		fromPod := MatchProtocol(proto).Reg(PortClassPod.Mark())
+		s.add(L3Forwarding, prioL3OffCluster, fromPod, b.toGateway()...)
+	}
+	return s.flows
+}
+
+// gatewaySpoofGuard admits what the host sends from the gateway's MAC. Its source
+// addresses are not checked: nodes reach pods from any of their addresses.
+func (b *Builder) gatewaySpoofGuard(s *flowSet) {
+	n := b.node
+	from := MatchAll().InPort(n.GatewayOFPort).EthSrc(n.GatewayMAC)
+	if n.hasFamily(false) {
+		s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoARP), Goto(ARPResponder))
+		s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv4), Goto(ConntrackZone))
+	}
+	if n.hasFamily(true) {
+		s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv6), Goto(NDResponder))
+	}
+}
+
+// gatewayResponder answers pods' ARP requests and neighbour solicitations for the gateway
+// address ip, and delivers neighbour replies addressed to the gateway's MAC (pods
+// answering the host) to the gateway port.
+func (b *Builder) gatewayResponder(s *flowSet, ip netip.Addr) {
+	n := b.node
+	fromPod := PortClassPod.Mark()
+	toGatewayMAC := MatchAll().EthDst(n.GatewayMAC)
+	if ip.Is4() {
+		request := MatchProtocol(ProtoARP).Reg(fromPod).ARPOp(arpOpRequest).ARPTpa(host(ip))
+		s.add(ARPResponder, prioNeighborReply, request, arpReplyActions(n.GatewayMAC)...)
+		s.add(ARPResponder, prioNeighborForward, toGatewayMAC.WithProtocol(ProtoARP).ARPOp(arpOpReply),
+			OutputPort{Port: n.GatewayOFPort})
+		return
+	}
+	solicit := solicitationMatch().Reg(fromPod).NDTarget(host(ip))
+	s.add(NDResponder, prioNeighborReply, solicit, advertiseActions(n.GatewayMAC, naRouter|naSolicited|naOverride)...)
+	s.add(NDReply, prioNeighborReply, advertisementMatch().NDTarget(host(ip)), replyActions(n.GatewayMAC)...)
+	s.add(NDResponder, prioNeighborForward, toGatewayMAC.WithProtocol(ProtoICMPv6).ICMPv6Type(ndNeighborAdvert),
+		OutputPort{Port: n.GatewayOFPort})
+}
+
+// toGateway hands a packet to the host: the gateway port, addressed to its MAC. No TTL
+// decrement: the host's stack is the router from here on.
+func (b *Builder) toGateway() []Action {
+	return []Action{
+		SetEthDst(b.node.GatewayMAC),
+		LoadReg(OutPortField.Mark(b.node.GatewayOFPort)),
+		Goto(IngressPolicy),
+	}
+}

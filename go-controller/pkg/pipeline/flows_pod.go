@@ -1,0 +1,96 @@
+package pipeline
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// linkLocal is fe80::/10: a pod may send from its own link-local address, whatever
+// interface identifier the kernel derived.
+func linkLocal() netip.Prefix { return netip.MustParsePrefix("fe80::/10") }
+
+// noLinkLayer is the nd_sll / nd_tll value of an ND message without that option.
+func noLinkLayer() net.HardwareAddr { return net.HardwareAddr{0, 0, 0, 0, 0, 0} }
+
+// PodFlows are the flows of one local pod: classification, the spoof guard that lets it
+// send only from its MAC and addresses, delivery of ARP/ND addressed to it, and routing of
+// its addresses to its port.
+func (b *Builder) PodFlows(pod PodPort) ([]Flow, error) {
+	if err := pod.validate(b.node); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", pod, err)
+	}
+	s := b.owner(CategoryPod, pod.OFPort)
+	s.add(Classifier, prioClassify, MatchAll().InPort(pod.OFPort), LoadReg(PortClassPod.Mark()), Goto(SpoofGuard))
+	for _, ip := range pod.IPs {
+		if ip.Is4() {
+			podIPv4Flows(s, pod, ip)
+		} else {
+			podIPv6Flows(s, pod, ip)
+		}
+		s.add(L3Forwarding, prioL3Local, MatchProtocol(ipProto(ip)).IPDst(host(ip)), b.toPod(pod)...)
+	}
+	if hasIPv6(pod.IPs) {
+		podLinkLocalFlows(s, pod)
+	}
+	return s.flows, nil
+}
+
+// podIPv4Flows: the pod sends IPv4 and ARP only from its MAC and ip; ARP requests for ip
+// and ARP replies to its MAC are delivered to it.
+func podIPv4Flows(s *flowSet, pod PodPort, ip netip.Addr) {
+	from := MatchAll().InPort(pod.OFPort).EthSrc(pod.MAC)
+	s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoARP).ARPSpa(host(ip)).ARPSha(pod.MAC), Goto(ARPResponder))
+	s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv4).IPSrc(host(ip)), Goto(ConntrackZone))
+	toPod := OutputPort{Port: pod.OFPort}
+	s.add(ARPResponder, prioNeighborForward, MatchProtocol(ProtoARP).ARPOp(arpOpRequest).ARPTpa(host(ip)), toPod)
+	s.add(ARPResponder, prioNeighborForward, MatchProtocol(ProtoARP).ARPOp(arpOpReply).EthDst(pod.MAC), toPod)
+}
+
+// podIPv6Flows: the pod sends IPv6 only from its MAC and ip; its solicitations carry its
+// MAC, its advertisements are for ip with its MAC (or no option); solicitations for ip
+// are delivered to it.
+func podIPv6Flows(s *flowSet, pod PodPort, ip netip.Addr) {
+	from := MatchAll().InPort(pod.OFPort).EthSrc(pod.MAC)
+	s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv6).IPSrc(host(ip)), Goto(NDResponder))
+	nd := from.WithProtocol(ProtoICMPv6).IPSrc(host(ip))
+	s.add(SpoofGuard, prioSpoofND, nd.ICMPv6Type(ndNeighborSolicit).NDSLL(pod.MAC), Goto(NDResponder))
+	advert := nd.ICMPv6Type(ndNeighborAdvert).NDTarget(host(ip))
+	s.add(SpoofGuard, prioSpoofND, advert.NDTLL(pod.MAC), Goto(NDResponder))
+	s.add(SpoofGuard, prioSpoofND, advert.NDTLL(noLinkLayer()), Goto(NDResponder))
+	solicit := MatchProtocol(ProtoICMPv6).ICMPv6Type(ndNeighborSolicit).NDTarget(host(ip))
+	s.add(NDResponder, prioNeighborForward, solicit, OutputPort{Port: pod.OFPort})
+}
+
+// podLinkLocalFlows: the pod may send IPv6, and solicit, from its link-local address
+// (kernels solicit from it); advertisements addressed to its MAC are delivered to it.
+// Duplicate address detection probes (source ::) match nothing and are dropped, so DAD
+// always succeeds: addresses are unique by allocation.
+func podLinkLocalFlows(s *flowSet, pod PodPort) {
+	from := MatchAll().InPort(pod.OFPort).EthSrc(pod.MAC)
+	s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv6).IPSrc(linkLocal()), Goto(NDResponder))
+	solicit := from.WithProtocol(ProtoICMPv6).IPSrc(linkLocal()).ICMPv6Type(ndNeighborSolicit).NDSLL(pod.MAC)
+	s.add(SpoofGuard, prioSpoofND, solicit, Goto(NDResponder))
+	advert := MatchProtocol(ProtoICMPv6).ICMPv6Type(ndNeighborAdvert).EthDst(pod.MAC)
+	s.add(NDResponder, prioNeighborForward, advert, OutputPort{Port: pod.OFPort})
+}
+
+// toPod routes a packet to the pod: from the gateway's MAC to the pod's, out its port.
+// L3DecTTL decrements the TTL unless the packet came from the gateway port.
+func (b *Builder) toPod(pod PodPort) []Action {
+	return []Action{
+		SetEthSrc(b.node.GatewayMAC),
+		SetEthDst(pod.MAC),
+		LoadReg(OutPortField.Mark(pod.OFPort)),
+		Goto(L3DecTTL),
+	}
+}
+
+func hasIPv6(ips []netip.Addr) bool {
+	for _, ip := range ips {
+		if ip.Is6() {
+			return true
+		}
+	}
+	return false
+}
