@@ -1,0 +1,79 @@
+package plugin
+
+import (
+	"fmt"
+
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/cni/internal/ethtool"
+)
+
+// configure sets the pod interface up with its offloads, addresses and routes. It runs
+// inside the pod's namespace (ns.NetNS.Do); the interface exists with its MAC and MTU.
+func (s *podInterfaceSpec) configure() error {
+	link, err := linkByName(s.name)
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", s.name, err)
+	}
+	if s.disableTxChecksum {
+		if err := ethtool.SetTxChecksum(s.name, false); err != nil {
+			return err
+		}
+	}
+	if s.hasIPv6() {
+		if _, err := sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/disable_ipv6", s.name), "0"); err != nil {
+			return fmt.Errorf("enable IPv6 on %s: %w", s.name, err)
+		}
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("set %s up: %w", s.name, err)
+	}
+	for _, a := range s.netlinkAddrs() {
+		if err := netlink.AddrAdd(link, a); err != nil {
+			return fmt.Errorf("add address %s to %s: %w", a.IPNet, s.name, err)
+		}
+	}
+	for _, r := range s.netlinkRoutes(link.Attrs().Index) {
+		if err := netlink.RouteAdd(r); err != nil {
+			return fmt.Errorf("add route %s: %w", describeRoute(r), err)
+		}
+	}
+	return nil
+}
+
+// netlinkAddrs are the pod's addresses; IPv6 ones skip duplicate address detection (the
+// controller allocated them, and DAD would delay the pod by seconds).
+func (s *podInterfaceSpec) netlinkAddrs() []*netlink.Addr {
+	out := make([]*netlink.Addr, 0, len(s.addrs))
+	for _, a := range s.addrs {
+		addr := &netlink.Addr{IPNet: a.ipnet}
+		if !isIPv4(a.ipnet.IP) {
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		out = append(out, addr)
+	}
+	return out
+}
+
+// netlinkRoutes are the pod's routes on the interface with index ifIndex.
+func (s *podInterfaceSpec) netlinkRoutes(ifIndex int) []*netlink.Route {
+	out := make([]*netlink.Route, 0, len(s.routes))
+	for _, r := range s.routes {
+		route := &netlink.Route{LinkIndex: ifIndex, Dst: r.dst, Gw: r.gw}
+		if r.gw == nil {
+			route.Scope = netlink.SCOPE_LINK
+		}
+		out = append(out, route)
+	}
+	return out
+}
+
+// describeRoute prints a route the way `ip route` does.
+func describeRoute(r *netlink.Route) string {
+	if r.Gw == nil {
+		return r.Dst.String() + " (on link)"
+	}
+	return fmt.Sprintf("%s via %s", r.Dst, r.Gw)
+}

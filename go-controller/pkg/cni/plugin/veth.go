@@ -1,0 +1,67 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// createVeth creates the pod's veth in one step: the pod end, named spec.name with the
+// pod's MAC and MTU, in podNS; the host end, hostName with the same MTU, in the calling
+// thread's namespace (the runtime's, i.e. the node's). Both ends are down. A host end left
+// by an earlier ADD of the same sandbox that was killed half-way is replaced.
+func createVeth(podNS ns.NetNS, hostName string, spec *podInterfaceSpec) error {
+	if err := deleteLinkByName(hostName); err != nil {
+		return fmt.Errorf("remove the stale host end of the veth: %w", err)
+	}
+	hostNS, err := ns.GetCurrentNS()
+	if err != nil {
+		return fmt.Errorf("open the current netns: %w", err)
+	}
+	defer func() { _ = hostNS.Close() }()
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = spec.name
+	attrs.MTU = spec.mtu
+	attrs.HardwareAddr = spec.mac
+	veth := &netlink.Veth{
+		LinkAttrs:     attrs,
+		PeerName:      hostName,
+		PeerNamespace: netlink.NsFd(int(hostNS.Fd())),
+	}
+	err = podNS.Do(func(ns.NetNS) error { return netlink.LinkAdd(veth) })
+	switch {
+	case errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("create veth %s-%s: an interface %s already exists in netns %s", spec.name, hostName, spec.name, podNS.Path())
+	case err != nil:
+		return fmt.Errorf("create veth %s-%s in netns %s: %w", spec.name, hostName, podNS.Path(), err)
+	}
+	return nil
+}
+
+// setUpHostEnd brings the host end up and returns it.
+func setUpHostEnd(hostName string) (netlink.Link, error) {
+	link, err := linkByName(hostName)
+	if err != nil {
+		return nil, fmt.Errorf("look up the host end %s: %w", hostName, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return nil, fmt.Errorf("set the host end %s up: %w", hostName, err)
+	}
+	return link, nil
+}
+
+// deleteVeth deletes the pod's veth: the pod end in podNS (nil when the netns is gone,
+// and the veth with it), then the host end in the calling thread's namespace if it is
+// still around. Missing links are success.
+func deleteVeth(podNS ns.NetNS, hostName, podIfName string) error {
+	if podNS != nil {
+		err := podNS.Do(func(ns.NetNS) error { return deleteLinkByName(podIfName) })
+		if err != nil {
+			return fmt.Errorf("in netns %s: %w", podNS.Path(), err)
+		}
+	}
+	return deleteLinkByName(hostName)
+}
