@@ -1,0 +1,86 @@
+package ovs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// VswitchdConfig says how to reach ovs-vswitchd's unixctl server.
+type VswitchdConfig struct {
+	// Ctl is the ovs-appctl -t target: the unixctl socket path ovs-vswitchd
+	// was started with (--unixctl), or a daemon name. Default "ovs-vswitchd",
+	// which ovs-appctl resolves through the pidfile in RunDir.
+	Ctl string
+	// RunDir is ovs-vswitchd's OVS_RUNDIR; "" for the OVS default.
+	RunDir string
+	// AppctlPath defaults to "ovs-appctl".
+	AppctlPath string
+	// Exec runs the commands; default OSExec.
+	Exec Exec
+}
+
+// Vswitchd runs ovs-appctl commands against one ovs-vswitchd.
+type Vswitchd struct {
+	ctl    string
+	rundir string
+	appctl string
+	exec   Exec
+}
+
+// NewVswitchd returns a client of the ovs-vswitchd cfg names.
+func NewVswitchd(cfg VswitchdConfig) *Vswitchd {
+	v := &Vswitchd{
+		ctl:    orDefault(cfg.Ctl, "ovs-vswitchd"),
+		rundir: cfg.RunDir,
+		appctl: orDefault(cfg.AppctlPath, "ovs-appctl"),
+		exec:   cfg.Exec,
+	}
+	if v.exec == nil {
+		v.exec = OSExec{}
+	}
+	return v
+}
+
+// Trace runs `ofproto/trace <bridge> <flow> [extra...]` and returns the report:
+// the tables the packet went through, the actions, and the datapath actions.
+func (v *Vswitchd) Trace(ctx context.Context, bridge, flow string, extra ...string) (string, error) {
+	if bridge == "" || strings.TrimSpace(flow) == "" {
+		return "", errors.New("ofproto/trace: needs a bridge and a flow")
+	}
+	args := append([]string{"ofproto/trace", bridge, flow}, extra...)
+	out, err := v.run(ctx, args...)
+	if err != nil {
+		return "", fmt.Errorf("trace %q on bridge %s: %w", flow, bridge, err)
+	}
+	return out, nil
+}
+
+// TunnelNeighborSet seeds ovs-vswitchd's tunnel neighbour cache: the userspace
+// datapath resolves a tunnel's next hop itself, from ARP and ND replies it
+// sees on bridge, and drops what it sends before that. bridge is the bridge
+// that holds the tunnel endpoint address (the uplink bridge).
+func (v *Vswitchd) TunnelNeighborSet(ctx context.Context, bridge string, ip netip.Addr, mac net.HardwareAddr) error {
+	if bridge == "" || !ip.IsValid() || len(mac) != 6 {
+		return fmt.Errorf("tnl/neigh/set: needs a bridge, an IP and a MAC (got %q, %v, %v)", bridge, ip, mac)
+	}
+	if _, err := v.run(ctx, "tnl/neigh/set", bridge, ip.Unmap().String(), mac.String()); err != nil {
+		return fmt.Errorf("set tunnel neighbor %s at %s on bridge %s: %w", ip, mac, bridge, err)
+	}
+	return nil
+}
+
+// run runs ovs-appctl -t <ctl> args.
+func (v *Vswitchd) run(ctx context.Context, args ...string) (string, error) {
+	cmd := Command{Path: v.appctl, Args: append([]string{"-t", v.ctl}, args...)}
+	if v.rundir != "" {
+		cmd.Env = []string{"OVS_RUNDIR=" + v.rundir}
+	}
+	return run(ctx, v.exec, cmd)
+}
+
+// Ctl is the ovs-appctl -t target.
+func (v *Vswitchd) Ctl() string { return v.ctl }
