@@ -33,6 +33,7 @@ const (
 	prioNeighborDrop    = 90  // ND that must not reach conntrack
 
 	prioConntrack   = 100
+	prioCTHostInv   = 205 // the host's transit replies: see conntrackStateFlows
 	prioCTInvalid   = 200
 	prioCTEstab     = 190
 	prioCTRelated   = 180

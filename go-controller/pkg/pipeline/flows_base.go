@@ -46,7 +46,13 @@ func conntrackFlows(s *flowSet, proto Protocol) {
 
 // conntrackStateFlows drop invalid packets and let packets of established or related
 // connections skip both policy stages: NetworkPolicy is stateful.
+//
+// Invalid packets from the gateway port are the exception: the host routes, and a pod's
+// connection to another node's address returns through that node's gateway, whose OVS
+// never saw the SYN and finds the SYN-ACK invalid. The host's own conntrack keeps those
+// connections; OVS forwards them.
 func conntrackStateFlows(s *flowSet) {
+	s.add(ConntrackState, prioCTHostInv, MatchAll().CTState(CTInvalid|CTTracked, 0).Reg(PortClassGateway.Mark()), Goto(L3Forwarding))
 	s.add(ConntrackState, prioCTInvalid, MatchAll().CTState(CTInvalid|CTTracked, 0), Drop{})
 	s.add(ConntrackState, prioCTEstab, MatchAll().CTState(CTEstablished|CTTracked, CTNew), Goto(L3Forwarding))
 	s.add(ConntrackState, prioCTRelated, MatchAll().CTState(CTRelated|CTTracked, CTNew), Goto(L3Forwarding))
