@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"os"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/cni"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// Fixed OpenFlow port numbers of br-int.
+const (
+	tunnelOFPort  = 1
+	gatewayOFPort = 2
+)
+
+// Agent is kovs-agent on one node.
+type Agent struct {
+	cfg    Config
+	client kubernetes.Interface
+	store  ovs.Store
+	of     *ovs.OpenFlow
+
+	nodes    corelisters.NodeLister
+	pods     corelisters.PodLister
+	state    *NodeState
+	syncer   *FlowSyncer
+	netdev   bool
+	underlay netip.Addr
+	mtu      int
+	ready    readiness
+}
+
+// Run runs the agent until ctx ends.
+func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	a := &Agent{cfg: cfg, client: client}
+	a.ready.set(fmt.Errorf("starting"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}))
+	nodeInformer := factory.Core().V1().Nodes()
+	podInformer := podFactory.Core().V1().Pods()
+	a.nodes, a.pods = nodeInformer.Lister(), podInformer.Lister()
+	factory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
+		return fmt.Errorf("informers did not sync")
+	}
+	self, err := a.waitForSubnets(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.connectOVS(ctx); err != nil {
+		return err
+	}
+	defer a.store.Close()
+	round, err := nextRound(ctx, a.of)
+	if err != nil {
+		return err
+	}
+	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
+	a.syncer = NewFlowSyncer(ofSwitch{a.of}, a.state.Flows)
+	if err := a.setupNode(ctx, self); err != nil {
+		return err
+	}
+	return a.serve(ctx, nodeInformer.Informer())
+}
+
+// serve runs the steady state: flows, peers, the CNI server, readiness.
+func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInformer) error {
+	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
+		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, readiness: a.ready.get}
+	restored, err := handlers.restore(ctx)
+	if err != nil {
+		return fmt.Errorf("restore pod ports: %w", err)
+	}
+	a.updatePeers()
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(interface{}) { a.updatePeers() },
+		UpdateFunc: func(_, _ interface{}) { a.updatePeers() },
+		DeleteFunc: func(interface{}) { a.updatePeers() },
+	}); err != nil {
+		return err
+	}
+	go a.syncer.Run(ctx, a.cfg.ResyncPeriod)
+	if err := a.syncer.WaitFor(ctx, a.state.generationNow()); err != nil {
+		return fmt.Errorf("first flow sync: %w", err)
+	}
+	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("round", a.state.round).Info("br-int programmed")
+	server, err := cni.NewServer(a.cfg.CNISocket, handlers, log.WithField("component", "cni-server"))
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := server.Serve(ctx); err != nil {
+			log.WithError(err).Error("CNI server stopped")
+		}
+	}()
+	a.ready.set(nil)
+	if err := writeCNIConf(a.cfg.CNIConfDir, a.cfg.CNISocket); err != nil {
+		return fmt.Errorf("write CNI config: %w", err)
+	}
+	if err := a.markNetworkAvailable(ctx); err != nil {
+		log.WithError(err).Warn("could not set NetworkUnavailable=False")
+	}
+	go a.maintainTunnelNeighbors(ctx)
+	<-ctx.Done()
+	a.ready.set(fmt.Errorf("shutting down"))
+	if err := removeCNIConf(a.cfg.CNIConfDir); err != nil {
+		log.WithError(err).Warn("remove CNI config")
+	}
+	return nil
+}
+
+// waitForSubnets waits until kovs-controller recorded this node's subnets.
+func (a *Agent) waitForSubnets(ctx context.Context) (*corev1.Node, error) {
+	logged := time.Time{}
+	for {
+		node, err := a.nodes.Get(a.cfg.NodeName)
+		if err == nil {
+			if _, err = nodeSubnets(node); err == nil {
+				return node, nil
+			}
+		}
+		if time.Since(logged) > 10*time.Second {
+			log.WithField("node", a.cfg.NodeName).WithError(err).Info("waiting for the node's subnets from kovs-controller")
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (a *Agent) connectOVS(ctx context.Context) error {
+	store, err := ovs.NewOVSDB(ctx, a.cfg.OVSDB, ovs.WithLogger(log.WithField("component", "ovsdb")))
+	if err != nil {
+		return fmt.Errorf("connect to OVSDB %s: %w", a.cfg.OVSDB, err)
+	}
+	a.store = store
+	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: a.cfg.Bridge, RunDir: a.cfg.OVSRundir, VswitchdCtl: a.cfg.VswitchdCtl})
+	if err != nil {
+		return err
+	}
+	a.of = of
+	a.netdev = a.datapathType() == ovs.DatapathNetdev
+	return a.store.EnsureBridge(ctx, ovs.BridgeSpec{
+		Name: a.cfg.Bridge, DatapathType: a.datapathType(), FailMode: ovs.FailModeSecure,
+		Protocols: []string{"OpenFlow13", "OpenFlow14", "OpenFlow15"},
+		OtherConfig: map[string]string{
+			// A stable datapath ID: a restarted ovs-vswitchd must not change it.
+			"datapath-id":     datapathID(a.cfg.NodeName),
+			"disable-in-band": "true",
+		},
+		ExternalIDs: map[string]string{"kovs.io/owner": "kovs-agent"},
+	})
+}
+
+// datapathType resolves "auto": the kernel datapath when its module is loaded.
+func (a *Agent) datapathType() string {
+	switch a.cfg.DatapathType {
+	case ovs.DatapathSystem, ovs.DatapathNetdev:
+		return a.cfg.DatapathType
+	}
+	if _, err := os.Stat("/sys/module/openvswitch"); err == nil {
+		return ovs.DatapathSystem
+	}
+	return ovs.DatapathNetdev
+}
+
+func datapathID(node string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(node))
+	return fmt.Sprintf("%016x", h.Sum64()&0x0000ffffffffffff|0x00000a0000000000)
+}
+
+// setupNode creates the tunnel and gateway ports, configures the gateway in the node's
+// namespace and records the node's own configuration in the desired state.
+func (a *Agent) setupNode(ctx context.Context, self *corev1.Node) error {
+	blocks, _ := nodeSubnets(self)
+	ips := nodeInternalIPs(self)
+	if len(ips) == 0 {
+		return fmt.Errorf("node %s reports no InternalIP: the tunnel needs an endpoint", self.Name)
+	}
+	a.underlay = ips[0]
+	if err := a.resolveMTU(); err != nil {
+		return err
+	}
+	if _, err := a.store.EnsurePort(ctx, a.cfg.Bridge, ovs.PortSpec{Name: a.cfg.TunnelName, Type: ovs.PortTypeGeneve,
+		Options: map[string]string{"remote_ip": "flow", "key": "flow"}, OfportRequest: tunnelOFPort,
+		ExternalIDs: map[string]string{extOwner: "tunnel"}}); err != nil {
+		return fmt.Errorf("tunnel port: %w", err)
+	}
+	gw := Gateway{Name: a.cfg.GatewayName, MAC: gatewayMAC(blocks), ClusterCIDRs: a.cfg.ClusterCIDRs, MTU: a.mtu}
+	var gwIPs []netip.Addr
+	for _, b := range blocks {
+		gwIPs = append(gwIPs, gatewayOf(b))
+		gw.Addresses = append(gw.Addresses, netip.PrefixFrom(gatewayOf(b), b.Bits()))
+	}
+	if _, err := a.store.EnsurePort(ctx, a.cfg.Bridge, ovs.PortSpec{Name: a.cfg.GatewayName, Type: ovs.PortTypeInternal,
+		OfportRequest: gatewayOFPort, MTURequest: a.mtu, MAC: gw.MAC.String(),
+		ExternalIDs: map[string]string{extOwner: "gateway"}}); err != nil {
+		return fmt.Errorf("gateway port: %w", err)
+	}
+	if err := gw.Configure(30 * time.Second); err != nil {
+		return err
+	}
+	a.state.SetNode(pipeline.NodeConfig{Name: a.cfg.NodeName, GatewayMAC: gw.MAC, GatewayIPs: gwIPs, PodSubnets: blocks,
+		ClusterCIDRs: a.cfg.ClusterCIDRs, TunnelOFPort: tunnelOFPort, GatewayOFPort: gatewayOFPort, UnderlayIPs: ips})
+	log.WithField("node", a.cfg.NodeName).WithField("subnets", blocks).WithField("mtu", a.mtu).
+		WithField("datapath", a.datapathType()).WithField("tunnel-endpoint", a.underlay).Info("node set up")
+	return nil
+}
+
+// resolveMTU is the configured pod MTU, or the uplink's minus the tunnel overhead.
+func (a *Agent) resolveMTU() error {
+	if a.cfg.MTU > 0 {
+		a.mtu = a.cfg.MTU
+		return nil
+	}
+	uplinkMTU, uplink, err := UplinkMTU(a.underlay)
+	if err != nil {
+		return fmt.Errorf("detect MTU (set --mtu to skip): %w", err)
+	}
+	a.mtu = uplinkMTU - TunnelOverhead(a.underlay)
+	log.WithField("uplink", uplink).WithField("uplink-mtu", uplinkMTU).WithField("pod-mtu", a.mtu).Info("pod MTU detected")
+	return nil
+}
+
+// updatePeers recomputes the tunnel peers from all Nodes.
+func (a *Agent) updatePeers() {
+	nodes, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	var peers []pipeline.TunnelPeer
+	for _, n := range nodes {
+		if n.Name == a.cfg.NodeName {
+			continue
+		}
+		if p, ok := tunnelPeer(n, a.underlay.Is6()); ok {
+			peers = append(peers, p)
+		}
+	}
+	a.state.SetPeers(peers)
+}

@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// CNIConfFile is the name of the node's CNI config, in the directory kubelet (or the
+// container runtime) reads.
+const CNIConfFile = "10-kovs.conflist"
+
+// writeCNIConf writes the conflist atomically (runtimes poll the directory and must never
+// read half a file).
+func writeCNIConf(dir, socket string) error {
+	conf := map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       "kovs",
+		"plugins": []any{map[string]any{
+			"type":   "kovs-cni",
+			"socket": socket,
+		}},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("CNI config dir: %w", err)
+	}
+	tmp := filepath.Join(dir, "."+CNIConfFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, CNIConfFile))
+}
+
+// removeCNIConf removes the conflist: the node stops accepting pods while kovs is not
+// ready. Missing is fine.
+func removeCNIConf(dir string) error {
+	err := os.Remove(filepath.Join(dir, CNIConfFile))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,81 @@
+// Package agent is kovs-agent: it owns the node's br-int (its OVSDB records and its
+// OpenFlow pipeline), the Geneve tunnel to the other nodes, the host gateway port, and the
+// unix socket server the CNI plugin talks to.
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Config configures the agent of one node.
+type Config struct {
+	NodeName string
+	// OVSDB is the database endpoint, e.g. unix:/var/run/openvswitch/db.sock.
+	OVSDB string
+	// OVSRundir is ovs-vswitchd's run directory (its <bridge>.mgmt sockets and
+	// ovs-vswitchd.<pid>.ctl, or the ctl path given with --unixctl).
+	OVSRundir string
+	// VswitchdCtl is ovs-vswitchd's unixctl socket; empty: found in OVSRundir.
+	VswitchdCtl string
+	// DatapathType is system, netdev, or auto (netdev when the OVS kernel datapath is
+	// not available).
+	DatapathType string
+	// UplinkBridge is the OVS bridge holding the node's tunnel endpoint address, when the
+	// datapath is netdev (its tunnel neighbours are seeded on it).
+	UplinkBridge string
+	Bridge       string
+	GatewayName  string
+	TunnelName   string
+	ClusterCIDRs []netip.Prefix
+	// MTU of pod interfaces; 0: the uplink's MTU minus the tunnel overhead.
+	MTU          int
+	CNIConfDir   string
+	CNISocket    string
+	ResyncPeriod time.Duration
+	// PodNetworkWait bounds how long a CNI ADD waits for the controller's addresses.
+	PodNetworkWait time.Duration
+}
+
+// Defaults fills in what was left empty.
+func (c *Config) Defaults() {
+	if c.Bridge == "" {
+		c.Bridge = "br-int"
+	}
+	if c.GatewayName == "" {
+		c.GatewayName = "kovs-gw0"
+	}
+	if c.TunnelName == "" {
+		c.TunnelName = "kovs-tun0"
+	}
+	if c.DatapathType == "" {
+		c.DatapathType = "auto"
+	}
+	if c.ResyncPeriod == 0 {
+		c.ResyncPeriod = 30 * time.Second
+	}
+	if c.PodNetworkWait == 0 {
+		c.PodNetworkWait = 30 * time.Second
+	}
+}
+
+// Validate says what is wrong with the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.NodeName == "":
+		return fmt.Errorf("--node-name is required (the Kubernetes Node this agent runs on)")
+	case c.OVSDB == "":
+		return fmt.Errorf("--ovsdb is required (e.g. unix:/var/run/openvswitch/db.sock)")
+	case len(c.ClusterCIDRs) == 0:
+		return fmt.Errorf("--cluster-cidrs is required (the same as kovs-controller's)")
+	case c.CNISocket == "":
+		return fmt.Errorf("--cni-socket is required")
+	}
+	switch c.DatapathType {
+	case "auto", "system", "netdev":
+	default:
+		return fmt.Errorf("--datapath-type %q: use auto, system or netdev", c.DatapathType)
+	}
+	return nil
+}

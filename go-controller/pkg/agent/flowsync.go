@@ -1,0 +1,227 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// FlowSwitch is the OpenFlow side of br-int the flow syncer needs.
+type FlowSwitch interface {
+	// Apply deletes and adds flows in one atomic bundle (deletes first). Adds are flow
+	// texts as pipeline.Flow.String() renders them; deletes are "table=N,priority=P,match".
+	Apply(ctx context.Context, deletes, adds []string) error
+	// Flows returns the installed flows, rendered as `dump-flows --no-stats --no-names`.
+	Flows(ctx context.Context) ([]string, error)
+}
+
+// FlowSyncer keeps br-int's flows equal to the desired flows. Event handlers only bump
+// the desired state's generation and signal; one goroutine computes the difference and
+// applies it as one bundle. It tracks what it installed, so an incremental sync touches
+// only what changed; a full sync diffs against the switch's own dump, which repairs drift
+// (a restarted ovs-vswitchd, someone's del-flows) and removes the flows of older rounds
+// after an agent restart without ever leaving the switch without its flows.
+type FlowSyncer struct {
+	sw      FlowSwitch
+	desired func() (flows []pipeline.Flow, generation uint64, err error)
+	minGap  time.Duration
+
+	kick chan struct{}
+
+	mu        sync.Mutex
+	installed map[string]string // flow key -> full text
+	synced    uint64            // generation of the last successful sync
+	lastErr   error
+	waiters   []waiter
+}
+
+type waiter struct {
+	generation uint64
+	ch         chan struct{}
+}
+
+// NewFlowSyncer builds a syncer; desired returns the flows the node wants now and the
+// state generation they reflect.
+func NewFlowSyncer(sw FlowSwitch, desired func() ([]pipeline.Flow, uint64, error)) *FlowSyncer {
+	return &FlowSyncer{sw: sw, desired: desired, minGap: 20 * time.Millisecond,
+		kick: make(chan struct{}, 1), installed: map[string]string{}}
+}
+
+// Trigger asks for a sync soon; many triggers coalesce into one.
+func (s *FlowSyncer) Trigger() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run syncs on every trigger and a full resync every period, until ctx ends. The first
+// sync is a full one.
+func (s *FlowSyncer) Run(ctx context.Context, period time.Duration) {
+	full := time.NewTicker(period)
+	defer full.Stop()
+	s.sync(ctx, true)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+			s.sync(ctx, false)
+			time.Sleep(s.minGap) // bounded frequency: bursts of events become one bundle
+		case <-full.C:
+			s.sync(ctx, true)
+		}
+	}
+}
+
+// WaitFor blocks until a sync at or after generation succeeded.
+func (s *FlowSyncer) WaitFor(ctx context.Context, generation uint64) error {
+	s.mu.Lock()
+	if s.synced >= generation {
+		s.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	s.waiters = append(s.waiters, waiter{generation, ch})
+	lastErr := s.lastErr
+	s.mu.Unlock()
+	s.Trigger()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		if lastErr != nil {
+			return fmt.Errorf("flows not installed: %w", lastErr)
+		}
+		return fmt.Errorf("flows not installed: %w", ctx.Err())
+	}
+}
+
+// Synced returns the generation of the last successful sync and the last error.
+func (s *FlowSyncer) Synced() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced, s.lastErr
+}
+
+func (s *FlowSyncer) sync(ctx context.Context, full bool) {
+	start := time.Now()
+	flows, gen, err := s.desired()
+	var deletes, adds []string
+	if err == nil {
+		deletes, adds, err = s.plan(ctx, flows, full)
+	}
+	if err == nil && (len(deletes) > 0 || len(adds) > 0) {
+		err = s.sw.Apply(ctx, deletes, adds)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastErr = err
+	if err != nil {
+		log.WithError(err).WithField("full", full).Warn("flow sync failed")
+		return
+	}
+	s.installed = make(map[string]string, len(flows))
+	for _, f := range flows {
+		s.installed[flowKey(f)] = f.String()
+	}
+	s.synced = gen
+	s.release(gen)
+	if len(deletes) > 0 || len(adds) > 0 {
+		log.WithField("full", full).WithField("added", len(adds)).WithField("deleted", len(deletes)).
+			WithField("flows", len(flows)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
+	}
+}
+
+// release wakes the waiters the sync of gen satisfied. Called with mu held.
+func (s *FlowSyncer) release(gen uint64) {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.generation <= gen {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	s.waiters = kept
+}
+
+// plan returns the bundle that turns the installed flows into flows: against what this
+// syncer installed (incremental) or against the switch's dump (full).
+func (s *FlowSyncer) plan(ctx context.Context, flows []pipeline.Flow, full bool) (deletes, adds []string, err error) {
+	have := map[string]string{}
+	if full {
+		dump, err := s.sw.Flows(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, text := range dump {
+			if key, owned := dumpedFlowKey(text); owned {
+				have[key] = text
+			}
+		}
+	} else {
+		s.mu.Lock()
+		for k, v := range s.installed {
+			have[k] = v
+		}
+		s.mu.Unlock()
+	}
+	want := make(map[string]bool, len(flows))
+	for _, f := range flows {
+		key, text := flowKey(f), f.String()
+		want[key] = true
+		if have[key] != text {
+			adds = append(adds, text) // a flow add with the same match replaces the flow
+		}
+	}
+	for key := range have {
+		if !want[key] {
+			deletes = append(deletes, key)
+		}
+	}
+	return deletes, adds, nil
+}
+
+// flowKey identifies a flow by what OpenFlow identifies it by: table, priority, match.
+func flowKey(f pipeline.Flow) string {
+	return matchKey(fmt.Sprint(f.Table.ID), fmt.Sprint(f.Priority), f.Match.String())
+}
+
+func matchKey(table, priority, match string) string {
+	if match == "" {
+		return "table=" + table + ",priority=" + priority
+	}
+	return "table=" + table + ",priority=" + priority + "," + match
+}
+
+// dumpedFlowKey parses a dump-flows line into the same key, and reports whether kovs owns
+// the flow (a non-zero cookie category).
+func dumpedFlowKey(line string) (string, bool) {
+	line = strings.TrimSpace(line)
+	var cookie pipeline.Cookie
+	if rest, ok := strings.CutPrefix(line, "cookie="); ok {
+		v, after, _ := strings.Cut(rest, ", ")
+		var c uint64
+		if _, err := fmt.Sscanf(v, "0x%x", &c); err != nil {
+			return "", false
+		}
+		cookie, line = pipeline.Cookie(c), after
+	}
+	if !cookie.Owned() {
+		return "", false
+	}
+	head, _, _ := strings.Cut(line, " actions=")
+	table := "0"
+	if rest, ok := strings.CutPrefix(head, "table="); ok {
+		table, head, _ = strings.Cut(rest, ", ")
+	}
+	prio, match, _ := strings.Cut(strings.TrimPrefix(head, "priority="), ",")
+	return matchKey(table, prio, match), true
+}

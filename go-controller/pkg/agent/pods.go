@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/cni"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// External IDs of a pod's OVS port: the pod's identity (design brief) and what the agent
+// needs to program the pod's flows after a restart without asking the API.
+const (
+	extOwner     = "kovs.io/owner"
+	extNamespace = "kovs.io/pod-namespace"
+	extName      = "kovs.io/pod-name"
+	extUID       = "kovs.io/pod-uid"
+	extSandbox   = "kovs.io/sandbox"
+	extIfName    = "kovs.io/if-name"
+	extIPs       = "kovs.io/ip-addresses"
+	extMAC       = "kovs.io/mac"
+	extIfaceID   = "iface-id"
+	ownerPod     = "pod"
+)
+
+// validationOFPort stands in for a pod's port number while its flows are validated, before
+// OVS assigned the real one (any pod-range number will do).
+const validationOFPort = 65000
+
+// PodPorts is the agent's CNI handler: it answers the plugin's requests and keeps the pods'
+// OVS ports and flows.
+type PodPorts struct {
+	bridge    string
+	store     ovs.Store
+	state     *NodeState
+	syncer    *FlowSyncer
+	pods      corelisters.PodLister
+	mtu       int
+	netdev    bool
+	wait      time.Duration
+	readiness func() error
+}
+
+var _ cni.Handler = (*PodPorts)(nil)
+
+// PodNetwork returns the addresses kovs-controller allocated to the pod, waiting for them
+// for a bounded time.
+func (p *PodPorts) PodNetwork(ctx context.Context, ref cni.PodRef) (*cni.PodNetworkConfig, error) {
+	if err := p.readiness(); err != nil {
+		return nil, cni.Errorf(cni.CodeTryAgainLater, "kovs-agent is not ready: %v", err)
+	}
+	deadline := time.Now().Add(p.wait)
+	for {
+		network, err := p.podNetwork(ref)
+		if err == nil {
+			return p.configOf(network), nil
+		}
+		var permanent *cni.Error
+		if errors.As(err, &permanent) {
+			return nil, permanent
+		}
+		if time.Now().After(deadline) {
+			return nil, cni.Errorf(cni.CodeTryAgainLater,
+				"no address allocated yet for pod %s after %s: is kovs-controller running? (%v)", ref, p.wait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, cni.Errorf(cni.CodeTryAgainLater, "no address allocated yet for pod %s: %v", ref, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (p *PodPorts) podNetwork(ref cni.PodRef) (ipam.PodNetwork, error) {
+	pod, err := p.pods.Pods(ref.Namespace).Get(ref.Name)
+	if apierrors.IsNotFound(err) {
+		return ipam.PodNetwork{}, fmt.Errorf("pod %s not known to this node's agent yet", ref)
+	}
+	if err != nil {
+		return ipam.PodNetwork{}, err
+	}
+	if ref.UID != "" && string(pod.UID) != ref.UID {
+		return ipam.PodNetwork{}, cni.Errorf(cni.CodeInvalidConfig, "pod %s has UID %s, the runtime asked for %s (a deleted pod?)",
+			ref, pod.UID, ref.UID)
+	}
+	value, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]
+	if !ok {
+		return ipam.PodNetwork{}, fmt.Errorf("pod %s has no %s annotation", ref, ipam.PodNetworkAnnotationKey)
+	}
+	network, err := ipam.ParsePodNetwork(value)
+	if err != nil {
+		return ipam.PodNetwork{}, cni.Errorf(cni.CodeInvalidConfig, "pod %s: %v", ref, err)
+	}
+	return network, nil
+}
+
+func (p *PodPorts) configOf(n ipam.PodNetwork) *cni.PodNetworkConfig {
+	cfg := &cni.PodNetworkConfig{MAC: n.MAC.String(), MTU: p.mtu, DisableTxChecksumOffload: p.netdev}
+	for _, a := range n.Addresses {
+		cfg.IPs = append(cfg.IPs, cni.IPConfig{Address: a.Address.String(), Gateway: a.Gateway.String()})
+	}
+	return cfg
+}
+
+// Attach plugs the pod's host veth end into br-int, keyed by the pod's identity, and
+// returns once the pod's flows are installed.
+func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
+	port, err := podPort(req)
+	if err != nil {
+		return cni.Errorf(cni.CodeInvalidConfig, "attach %s: %v", req.Pod, err)
+	}
+	port.OFPort = validationOFPort // the real number comes from OVS below
+	if err := p.state.ValidatePod(port); err != nil {
+		return cni.Errorf(cni.CodeInvalidConfig, "pod %s cannot be attached to this node: %v", req.Pod, err)
+	}
+	ofport, err := p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	if err != nil {
+		return fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
+	}
+	port.OFPort = uint32(ofport)
+	gen := p.state.SetPod(req.HostIfName, port)
+	if err := p.syncer.WaitFor(ctx, gen); err != nil {
+		return fmt.Errorf("pod %s: %w", req.Pod, err)
+	}
+	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).Info("pod attached")
+	return nil
+}
+
+// Detach removes the sandbox's port and its flows. Missing is success.
+func (p *PodPorts) Detach(ctx context.Context, req cni.DetachRequest) error {
+	ports, err := p.store.FindPorts(ctx, p.bridge, extSandbox, req.ContainerID)
+	if err != nil {
+		return err
+	}
+	for _, port := range ports {
+		if port.ExternalIDs[extIfName] != "" && port.ExternalIDs[extIfName] != req.IfName {
+			continue
+		}
+		if err := p.removePort(ctx, port.Name); err != nil {
+			return err
+		}
+		log.WithField("pod", port.ExternalIDs[extNamespace]+"/"+port.ExternalIDs[extName]).WithField("port", port.Name).Info("pod detached")
+	}
+	return nil
+}
+
+// removePort deletes the pod's flows first (so no flow ever points at a reused ofport),
+// then the port.
+func (p *PodPorts) removePort(ctx context.Context, name string) error {
+	gen := p.state.DeletePod(name)
+	if err := p.syncer.WaitFor(ctx, gen); err != nil {
+		return err
+	}
+	return p.store.DeletePort(ctx, p.bridge, name)
+}
+
+// Check verifies that the pod's port is on br-int and its flows are installed.
+func (p *PodPorts) Check(ctx context.Context, req cni.AttachRequest) error {
+	ports, err := p.store.FindPorts(ctx, p.bridge, extSandbox, req.ContainerID)
+	if err != nil {
+		return err
+	}
+	for _, port := range ports {
+		if port.Name != req.HostIfName {
+			continue
+		}
+		if port.Ofport <= 0 {
+			return fmt.Errorf("port %s of pod %s has no OpenFlow port: %s", port.Name, req.Pod, port.Error)
+		}
+		if _, ok := p.state.Pods()[port.Name]; !ok {
+			return fmt.Errorf("pod %s has a port but no flows", req.Pod)
+		}
+		gen := p.state.generationNow()
+		return p.syncer.WaitFor(ctx, gen)
+	}
+	return fmt.Errorf("pod %s has no port %s on %s", req.Pod, req.HostIfName, p.bridge)
+}
+
+// GC removes the ports of sandboxes the runtime no longer has.
+func (p *PodPorts) GC(ctx context.Context, valid []cni.Attachment) error {
+	keep := map[cni.Attachment]bool{}
+	for _, a := range valid {
+		keep[a] = true
+	}
+	ports, err := p.store.FindPorts(ctx, p.bridge, extOwner, ownerPod)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, port := range ports {
+		a := cni.Attachment{ContainerID: port.ExternalIDs[extSandbox], IfName: port.ExternalIDs[extIfName]}
+		if keep[a] {
+			continue
+		}
+		if err := p.removePort(ctx, port.Name); err != nil {
+			errs = append(errs, err)
+		} else {
+			log.WithField("port", port.Name).WithField("sandbox", a.ContainerID).Info("garbage-collected stale pod port")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Status is nil once the node is programmed.
+func (p *PodPorts) Status(context.Context) error {
+	if err := p.readiness(); err != nil {
+		return cni.Errorf(cni.CodeNotAvailable, "kovs-agent is not ready: %v", err)
+	}
+	return nil
+}
+
+// restore loads the pod ports already on br-int (an agent restart) into the desired state,
+// so the first sync keeps their flows instead of dropping them.
+func (p *PodPorts) restore(ctx context.Context) (int, error) {
+	ports, err := p.store.FindPorts(ctx, p.bridge, extOwner, ownerPod)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, port := range ports {
+		pp, err := podPortFromIDs(port)
+		if err != nil || port.Ofport <= 0 {
+			log.WithField("port", port.Name).WithError(err).Warn("pod port not restored")
+			continue
+		}
+		p.state.SetPod(port.Name, pp)
+		n++
+	}
+	return n, nil
+}
+
+func portIDs(req cni.AttachRequest) map[string]string {
+	ips := make([]string, 0, len(req.IPs))
+	for _, ip := range req.IPs {
+		ips = append(ips, ip.Address)
+	}
+	return map[string]string{
+		extOwner: ownerPod, extNamespace: req.Pod.Namespace, extName: req.Pod.Name, extUID: req.Pod.UID,
+		extSandbox: req.ContainerID, extIfName: req.IfName, extIPs: strings.Join(ips, ","), extMAC: req.MAC,
+		extIfaceID: req.Pod.Namespace + "_" + req.Pod.Name,
+	}
+}
+
+func podPort(req cni.AttachRequest) (pipeline.PodPort, error) {
+	return podPortFromIDs(ovs.PortInfo{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+}
+
+func podPortFromIDs(port ovs.PortInfo) (pipeline.PodPort, error) {
+	ids := port.ExternalIDs
+	mac, err := net.ParseMAC(ids[extMAC])
+	if err != nil {
+		return pipeline.PodPort{}, fmt.Errorf("port %s: MAC: %w", port.Name, err)
+	}
+	pp := pipeline.PodPort{Namespace: ids[extNamespace], Name: ids[extName], OFPort: uint32(max(port.Ofport, 0)), MAC: mac}
+	for _, s := range strings.Split(ids[extIPs], ",") {
+		prefix, err := netip.ParsePrefix(s)
+		if err != nil {
+			return pipeline.PodPort{}, fmt.Errorf("port %s: address %q: %w", port.Name, s, err)
+		}
+		pp.IPs = append(pp.IPs, prefix.Addr())
+	}
+	return pp, nil
+}

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// NodeState is the desired state of this node's datapath: the node itself, its pods' ports
+// and its tunnel peers. Every change bumps the generation; the flow syncer reports which
+// generation it installed, so a CNI ADD can wait for the flows of its own pod.
+type NodeState struct {
+	mu         sync.Mutex
+	node       *pipeline.NodeConfig
+	round      pipeline.Round
+	pods       map[string]pipeline.PodPort    // by port name
+	peers      map[string]pipeline.TunnelPeer // by node name
+	generation uint64
+	onChange   func()
+}
+
+// NewNodeState returns an empty state; onChange is called after every change.
+func NewNodeState(round pipeline.Round, onChange func()) *NodeState {
+	return &NodeState{round: round, pods: map[string]pipeline.PodPort{}, peers: map[string]pipeline.TunnelPeer{},
+		onChange: onChange}
+}
+
+func (s *NodeState) change(f func()) uint64 {
+	s.mu.Lock()
+	f()
+	s.generation++
+	g := s.generation
+	s.mu.Unlock()
+	if s.onChange != nil {
+		s.onChange()
+	}
+	return g
+}
+
+// SetNode sets the node's own configuration.
+func (s *NodeState) SetNode(n pipeline.NodeConfig) uint64 {
+	return s.change(func() { s.node = &n })
+}
+
+// SetPod adds or updates a local pod's port; it returns the generation that includes it.
+func (s *NodeState) SetPod(port string, p pipeline.PodPort) uint64 {
+	return s.change(func() { s.pods[port] = p })
+}
+
+// DeletePod removes a local pod's port.
+func (s *NodeState) DeletePod(port string) uint64 {
+	return s.change(func() { delete(s.pods, port) })
+}
+
+// SetPeers replaces the tunnel peers (a no-op when they are unchanged: Node status
+// heartbeats must not cost a flow sync).
+func (s *NodeState) SetPeers(peers []pipeline.TunnelPeer) uint64 {
+	s.mu.Lock()
+	unchanged := reflect.DeepEqual(sortedPeers(s.peers), sortedPeersOf(peers))
+	gen := s.generation
+	s.mu.Unlock()
+	if unchanged {
+		return gen
+	}
+	return s.change(func() {
+		s.peers = map[string]pipeline.TunnelPeer{}
+		for _, p := range peers {
+			s.peers[p.NodeName] = p
+		}
+	})
+}
+
+// Pods returns the local pods' ports, by port name.
+func (s *NodeState) Pods() map[string]pipeline.PodPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.pods)
+}
+
+// Peers returns the tunnel peers sorted by node name.
+func (s *NodeState) Peers() []pipeline.TunnelPeer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedPeers(s.peers)
+}
+
+func sortedPeersOf(peers []pipeline.TunnelPeer) []pipeline.TunnelPeer {
+	m := map[string]pipeline.TunnelPeer{}
+	for _, p := range peers {
+		m[p.NodeName] = p
+	}
+	return sortedPeers(m)
+}
+
+func sortedPeers(m map[string]pipeline.TunnelPeer) []pipeline.TunnelPeer {
+	names := slices.Sorted(maps.Keys(m))
+	out := make([]pipeline.TunnelPeer, 0, len(names))
+	for _, n := range names {
+		out = append(out, m[n])
+	}
+	return out
+}
+
+// Flows compiles the desired flows and returns the generation they reflect. Before the
+// node's own configuration is known there is nothing to install.
+func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
+	s.mu.Lock()
+	node, gen := s.node, s.generation
+	pods := make([]pipeline.PodPort, 0, len(s.pods))
+	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
+		pods = append(pods, s.pods[name])
+	}
+	peers := sortedPeers(s.peers)
+	s.mu.Unlock()
+	if node == nil {
+		return nil, gen, errNodeNotConfigured
+	}
+	b, err := pipeline.NewBuilder(*node, s.round)
+	if err != nil {
+		return nil, gen, err
+	}
+	flows, err := b.NodeFlows(pods, peers)
+	return flows, gen, err
+}
+
+// generationNow is the current generation.
+func (s *NodeState) generationNow() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.generation
+}
+
+// ValidatePod checks that the pod's flows compile for this node, so one bad pod can never
+// keep the node's other flows from being installed.
+func (s *NodeState) ValidatePod(p pipeline.PodPort) error {
+	s.mu.Lock()
+	node, round := s.node, s.round
+	s.mu.Unlock()
+	if node == nil {
+		return errNodeNotConfigured
+	}
+	b, err := pipeline.NewBuilder(*node, round)
+	if err != nil {
+		return err
+	}
+	_, err = b.PodFlows(p)
+	return err
+}
