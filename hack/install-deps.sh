@@ -13,6 +13,7 @@ declare -A need=(
   [jq]=jq
   [nsenter]=util-linux
   [conntrack]=conntrack
+  [ping]=iputils-ping
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -17,6 +17,7 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 )
 
 const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
@@ -29,6 +30,9 @@ commands:
   exec NS/POD -- CMD...             run CMD in the pod's network namespace
   probe [--timeout D] NS/POD HOST:PORT/PROTO
                                     connect from inside the pod (tcp, udp, sctp)
+  restart PROCESS                   stop and start a process (e.g. node1-kovs-agent)
+  matrix [--port 80/tcp] [--timeout D] [NAMESPACE...]
+                                    probe every ordered pair of running pods
 
 NAME defaults to $KOVS_SANDBOX_NAME or "kovs"; state lives in ROOT/NAME (` + sandbox.DefaultRoot + `).
 `
@@ -52,7 +56,7 @@ func main() {
 	defer stop()
 	cmds := map[string]func(context.Context, sandbox.Layout, []string) error{
 		"up": cmdUp, "down": cmdDown, "status": cmdStatus, "kubeconfig": cmdKubeconfig,
-		"exec": cmdExec, "probe": cmdProbe, "node-emulator": cmdNodeEmulator,
+		"exec": cmdExec, "probe": cmdProbe, "matrix": cmdMatrix, "restart": cmdRestart, "node-emulator": cmdNodeEmulator,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -146,6 +150,36 @@ func cmdProbe(ctx context.Context, l sandbox.Layout, args []string) error {
 		fmt.Printf("not connected %s: %s\n", fs.Arg(1), res.Error)
 		os.Exit(1)
 	}
+	return nil
+}
+
+func cmdMatrix(ctx context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("matrix", flag.ExitOnError)
+	portFlag := fs.String("port", "80/tcp", "port and protocol to probe")
+	timeout := fs.Duration("timeout", 2*time.Second, "how long each probe waits")
+	_ = fs.Parse(args)
+	port, err := responder.ParsePort(*portFlag)
+	if err != nil {
+		return err
+	}
+	pods, err := l.MatrixPods(ctx, fs.Args()...)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("connectivity on %s (cell: source address the destination saw, per destination address)\n", port)
+	sandbox.ProbeMatrix(ctx, pods, port, *timeout).Print(os.Stdout)
+	return nil
+}
+
+func cmdRestart(_ context.Context, l sandbox.Layout, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: kovs-sandbox restart PROCESS (names: kovs-sandbox status)")
+	}
+	pid, err := l.Restart(args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Printf("restarted %s (pid %d)\n", args[0], pid)
 	return nil
 }
 

@@ -72,8 +72,10 @@ func (u *upRun) agentArgs(n Node) []string {
 		"--kubeconfig", l.NodeKubeconfig(n.Name),
 		"--ovsdb", "unix:" + l.OVSDBSocket(n.Name),
 		"--ovs-rundir", l.OVSDir(n.Name),
+		"--vswitchd-ctl", OVSVswitchdCtl(l, n.Name),
 		"--datapath-type", "netdev",
 		"--uplink-bridge", UplinkBridge,
+		"--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
 		"--cni-conf-dir", l.CNIConfDir(n.Name),
 		"--cni-socket", filepath.Join(l.NodeDir(n.Name), "kovs-cni.sock"),
 	}

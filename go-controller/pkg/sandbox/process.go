@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,8 +26,16 @@ type Process struct {
 }
 
 // start launches p in its own session so it outlives the command that started it, and
-// records its pid at once, so Down can stop it even if Up dies right after.
+// records its pid at once, so Down can stop it even if Up dies right after. The spec is
+// kept next to the pid file so Restart can start it again the same way.
 func (l Layout) start(p Process) (int, error) {
+	spec, err := json.Marshal(p)
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(l.PidDir(), p.Name+".json"), spec, 0o644); err != nil {
+		return 0, err
+	}
 	logf, err := os.OpenFile(filepath.Join(l.LogDir(), p.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, err
@@ -51,6 +60,23 @@ func (l Layout) start(p Process) (int, error) {
 	// Reap it if it exits while we are still around; nobody waits for it otherwise.
 	go func() { _ = cmd.Wait() }()
 	return pid, nil
+}
+
+// Restart stops the named process and starts it again with the same command line, as a
+// service manager would (a DaemonSet pod's container restarting). It returns the new pid.
+func (l Layout) Restart(name string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(l.PidDir(), name+".json"))
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %q has no process %q (see `kovs-sandbox status`): %w", l.Name, name, err)
+	}
+	var p Process
+	if err := json.Unmarshal(b, &p); err != nil {
+		return 0, err
+	}
+	if err := l.stop(name, 10*time.Second); err != nil {
+		return 0, err
+	}
+	return l.start(p)
 }
 
 func (l Layout) pidFile(name string) string { return filepath.Join(l.PidDir(), name+".pid") }

@@ -121,8 +121,7 @@ func (e *Emulator) startSandbox(ctx context.Context, pod *corev1.Pod) (*podSandb
 	}()
 	result, err := e.network.add(ctx, list, att)
 	if err != nil {
-		e.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox",
-			"Failed to create pod sandbox: plugin type=%q failed (add): %v", list.Plugins[0].Network.Type, err)
+		e.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 		return nil, fmt.Errorf("CNI ADD: %w", err)
 	}
 	ips, err := resultIPs(result)

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"time"
 )
 
-// tcpLinger bounds how long an answered connection stays open to drain what
-// the client sent, so that closing it sends a FIN rather than a RST (which
-// could discard the line before the client reads it).
-const tcpLinger = 2 * time.Second
+// tcpIdle bounds how long an answered connection may stay silent. Until then the
+// responder echoes whatever the client sends: a long-lived connection whose every
+// round trip proves the path still works (restart tests hold such connections open).
+const tcpIdle = 10 * time.Minute
 
 // wildcard returns the "any" address of a family with a port, as a string
 // for net.Listen and a network name ("tcp4", "udp6", ...).
@@ -56,22 +55,32 @@ func (r *Responder) serveTCP(ln *net.TCPListener, p Port) {
 	}
 }
 
-// answerTCP writes the line to one connection, half-closes it, and drains
-// what the client sends until it closes, tcpLinger passes or the responder
-// closes.
+// answerTCP writes the line to one connection, then echoes what the client
+// sends until the client closes, tcpIdle passes without data, or the responder
+// closes. A client that only wants the line reads it and closes (so the
+// responder's close is a FIN, never a RST that could discard the line).
 func (r *Responder) answerTCP(conn *net.TCPConn, p Port) {
 	defer r.wg.Done()
 	defer conn.Close()
 	stop := context.AfterFunc(r.done, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	conn.SetDeadline(time.Now().Add(tcpLinger))
+	conn.SetDeadline(time.Now().Add(tcpIdle))
 	if _, err := conn.Write(r.line(p, conn.RemoteAddr()).Marshal()); err != nil {
 		return
 	}
-	if err := conn.CloseWrite(); err != nil {
-		return
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		if n > 0 {
+			if _, werr := conn.Write(buf[:n]); werr != nil {
+				return
+			}
+			conn.SetDeadline(time.Now().Add(tcpIdle))
+		}
+		if err != nil {
+			return
+		}
 	}
-	io.Copy(io.Discard, conn)
 }
 
 // addrPort converts a TCP or UDP address to a netip.AddrPort, with IPv4
