@@ -1,0 +1,41 @@
+// End-to-end tests of kovs pod networking in real sandboxes (3 nodes, each with its own
+// OVS and kovs-agent, a real kube-apiserver and kovs-controller): the four guarantees of
+// the Kubernetes network model on IPv4, IPv6 and dual-stack, MTU, spoofing, churn, and
+// restarts of kovs-agent and ovs-vswitchd. Needs root; runs under `make e2e`.
+package podnetwork_test
+
+import (
+	"testing"
+
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+func TestPodNetworkIPv4(t *testing.T) {
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--nodes", "3", "--ip-family", "ipv4")
+	waitNodesReady(t, s)
+	c := newCluster(t, s)
+	t.Run("four guarantees", c.checkGuarantees)
+	t.Run("MTU", c.checkMTU)
+	t.Run("spoofing gets nothing through", c.checkSpoofing)
+	t.Run("kovs-agent restart keeps connections", c.checkAgentRestart)
+	t.Run("ovs-vswitchd restart is repaired", c.checkVswitchdRestart)
+	t.Run("churn", c.checkChurn)
+}
+
+func TestPodNetworkIPv6(t *testing.T) {
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--nodes", "3", "--ip-family", "ipv6")
+	waitNodesReady(t, s)
+	c := newCluster(t, s)
+	t.Run("four guarantees", c.checkGuarantees)
+	t.Run("MTU", c.checkMTU)
+}
+
+func TestPodNetworkDualStack(t *testing.T) {
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--nodes", "3", "--ip-family", "dual")
+	waitNodesReady(t, s)
+	c := newCluster(t, s)
+	t.Run("four guarantees", c.checkGuarantees)
+}

@@ -1,0 +1,171 @@
+package podnetwork_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+// checkSpoofing: a pod that forges its source IP, its MAC, or sends gratuitous ARP for
+// another pod's address gets nothing through. Attacker a (node1), target c (node2),
+// victims d (node3, for its IP) and b (node1, for its MAC and for ARP).
+func (c *cluster) checkSpoofing(t *testing.T) {
+	attacker, target, victim, neighbour := c.pods["a"], c.pods["c"], c.pods["d"], c.pods["b"]
+	targetIP, victimIP := framework.PodIPs(target)[0], framework.PodIPs(victim)[0]
+	if !targetIP.Is4() {
+		t.Skip("the spoofing cases use IPv4 and ARP")
+	}
+	gateway := c.gateway(t, "node1", targetIP)
+	mustConnect := func(why string) {
+		t.Helper()
+		if r := c.s.Probe(attacker, targetIP, "80/udp", probeTimeout); !r.Connected {
+			t.Fatalf("%s: the attacker cannot reach the target honestly: %s", why, framework.Describe(r))
+		}
+	}
+	mustConnect("before")
+
+	t.Run("forged source IP", func(t *testing.T) {
+		c.execOK(t, attacker, "ip", "addr", "add", victimIP.String()+"/32", "dev", "eth0")
+		c.execOK(t, attacker, "ip", "route", "replace", targetIP.String()+"/32", "via", gateway.String(), "dev", "eth0", "src", victimIP.String())
+		defer func() {
+			c.execOK(t, attacker, "ip", "route", "del", targetIP.String()+"/32")
+			c.execOK(t, attacker, "ip", "addr", "del", victimIP.String()+"/32", "dev", "eth0")
+		}()
+		// Port 82 is served by nobody and probed by no other test: any conntrack entry for
+		// it from the victim's address can only be the forged datagram.
+		r := c.s.Probe(attacker, targetIP, "82/udp", 2*time.Second)
+		if r.Connected || r.Refused {
+			t.Errorf("a datagram from forged source %s got an answer: %s", victimIP, framework.Describe(r))
+		}
+		for _, node := range []string{"node1", "node2"} {
+			if entries := c.conntrack(t, node, victimIP, targetIP, 82); entries != "" {
+				t.Errorf("node %s tracked a connection from the forged source:\n%s", node, entries)
+			}
+		}
+	})
+	mustConnect("after forging an IP")
+
+	t.Run("forged MAC", func(t *testing.T) {
+		orig := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
+		forged := strings.TrimSpace(c.execOK(t, neighbour, "cat", "/sys/class/net/eth0/address"))
+		c.execOK(t, attacker, "ip", "link", "set", "eth0", "address", forged)
+		c.execOK(t, attacker, "ip", "neigh", "flush", "all")
+		defer func() {
+			c.execOK(t, attacker, "ip", "link", "set", "eth0", "address", orig)
+			c.execOK(t, attacker, "ip", "neigh", "flush", "all")
+		}()
+		if r := c.s.Probe(attacker, targetIP, "80/udp", 2*time.Second); r.Connected {
+			t.Errorf("with the neighbour's MAC %s the attacker got an answer: %s", forged, framework.Describe(r))
+		}
+	})
+	mustConnect("after forging a MAC")
+
+	t.Run("gratuitous ARP for another pod's address", func(t *testing.T) {
+		host := c.hosts["node1"]
+		neighbourIP := framework.PodIPs(neighbour)[0]
+		// The node now has a neighbour entry for b.
+		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
+			t.Fatalf("node1 -> b before the attack: %s", framework.Describe(r))
+		}
+		attackerMAC := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
+		if err := sendGratuitousARP(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, 5); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
+		if strings.Contains(string(out), attackerMAC) {
+			t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
+		}
+		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
+			t.Errorf("node1 -> b after the attack reached %s", framework.Describe(r))
+		}
+	})
+}
+
+func (c *cluster) execOK(t *testing.T, p *corev1.Pod, cmd ...string) string {
+	t.Helper()
+	out, err := c.s.Exec(p, cmd...)
+	if err != nil {
+		t.Fatalf("%s: %s: %v\n%s", p.Name, strings.Join(cmd, " "), err, out)
+	}
+	return out
+}
+
+// conntrack returns the node's OVS conntrack entries from src to dst:dport.
+func (c *cluster) conntrack(t *testing.T, node string, src, dst netip.Addr, dport int) string {
+	out, err := exec.Command("ovs-appctl", "-t", c.s.Layout.OVSDir(node)+"/ovs-vswitchd.ctl", "dpctl/dump-conntrack").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dump-conntrack on %s: %v: %s", node, err, out)
+	}
+	var hits []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "src="+src.String()+",") && strings.Contains(line, "dst="+dst.String()+",") &&
+			strings.Contains(line, fmt.Sprintf("dport=%d)", dport)) {
+			hits = append(hits, line)
+		}
+	}
+	return strings.Join(hits, "\n")
+}
+
+// sendGratuitousARP broadcasts ARP announcements (requests and replies) that claim ip is
+// at mac, from inside a network namespace.
+func sendGratuitousARP(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return err
+	}
+	return ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		iface, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		addr := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index, Halen: 6}
+		copy(addr.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		for i := 0; i < count; i++ {
+			for _, op := range []uint16{1, 2} {
+				if err := unix.Sendto(fd, arpFrame(hw, ip, op), 0, addr); err != nil {
+					return fmt.Errorf("send gratuitous ARP: %w", err)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
+	})
+}
+
+func arpFrame(mac net.HardwareAddr, ip netip.Addr, op uint16) []byte {
+	f := make([]byte, 42)
+	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(f[6:12], mac)
+	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_ARP)
+	binary.BigEndian.PutUint16(f[14:], 1)      // Ethernet
+	binary.BigEndian.PutUint16(f[16:], 0x0800) // IPv4
+	f[18], f[19] = 6, 4
+	binary.BigEndian.PutUint16(f[20:], op)
+	ip4 := ip.As4()
+	copy(f[22:28], mac)
+	copy(f[28:32], ip4[:])
+	copy(f[38:42], ip4[:]) // target protocol address = sender's: gratuitous
+	if op == 2 {
+		copy(f[32:38], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	}
+	return f
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
