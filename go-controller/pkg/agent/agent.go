@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
@@ -217,8 +218,8 @@ func (a *Agent) setupNode(ctx context.Context, self *corev1.Node) error {
 	gw := Gateway{Name: a.cfg.GatewayName, MAC: gatewayMAC(blocks), ClusterCIDRs: a.cfg.ClusterCIDRs, MTU: a.mtu}
 	var gwIPs []netip.Addr
 	for _, b := range blocks {
-		gwIPs = append(gwIPs, gatewayOf(b))
-		gw.Addresses = append(gw.Addresses, netip.PrefixFrom(gatewayOf(b), b.Bits()))
+		gwIPs = append(gwIPs, ipam.BlockGateway(b))
+		gw.Addresses = append(gw.Addresses, netip.PrefixFrom(ipam.BlockGateway(b), b.Bits()))
 	}
 	if _, err := a.store.EnsurePort(ctx, a.cfg.Bridge, ovs.PortSpec{Name: a.cfg.GatewayName, Type: ovs.PortTypeInternal,
 		OfportRequest: gatewayOFPort, MTURequest: a.mtu, MAC: gw.MAC.String(),

@@ -49,17 +49,8 @@ func tunnelEndpoint(n *corev1.Node, family6 bool) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// gatewayOf is the gateway address of a pod block: its first address after the network
-// address, as the controller's pools reserve it.
-func gatewayOf(block netip.Prefix) netip.Addr { return block.Masked().Addr().Next() }
-
-// gatewayMAC is the gateway MAC of a node with these blocks.
 func gatewayMAC(blocks []netip.Prefix) net.HardwareAddr {
-	ips := make([]netip.Addr, 0, len(blocks))
-	for _, b := range blocks {
-		ips = append(ips, gatewayOf(b))
-	}
-	mac := ipam.DeriveMAC(ips...)
+	mac := ipam.NodeGatewayMAC(blocks)
 	return net.HardwareAddr(mac[:])
 }
 

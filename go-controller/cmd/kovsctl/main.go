@@ -1,0 +1,134 @@
+// Command kovsctl is the operator's tool for kovs: trace a packet, show flows and pods.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
+)
+
+const usage = `usage: kovsctl [--kubeconfig F] [--ovs-dir DIR] COMMAND
+
+commands:
+  trace SRC DST [--port P] [--proto tcp|udp|sctp|icmp] [--raw]
+        SRC a pod (ns/name); DST a pod, a node or an IP
+  flows --node NODE [--table NAME] [--pod ns/name]
+  pods --node NODE
+
+--ovs-dir is a node's OVS run directory; "{node}" in it stands for the node name
+(in a sandbox: /run/kovs-sandbox/<name>/nodes/{node}/ovs). Default ` + kovsctl.DefaultOVSDir + `.
+`
+
+func main() {
+	global := flag.NewFlagSet("kovsctl", flag.ExitOnError)
+	global.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	kubeconfig := global.String("kubeconfig", "", "kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+	ovsDir := global.String("ovs-dir", kovsctl.DefaultOVSDir, "OVS run directory of a node ({node} = node name)")
+	_ = global.Parse(os.Args[1:])
+	if global.NArg() == 0 {
+		global.Usage()
+		os.Exit(2)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fatal(err)
+	}
+	access := kovsctl.Access{Client: client, OVSDir: kovsctl.DirTemplate(*ovsDir)}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	args := global.Args()
+	switch args[0] {
+	case "trace":
+		err = trace(ctx, access, args[1:])
+	case "flows":
+		err = flows(ctx, access, args[1:])
+	case "pods":
+		err = pods(ctx, access, args[1:])
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s", args[0], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fatal(err)
+	}
+}
+
+func trace(ctx context.Context, a kovsctl.Access, args []string) error {
+	fs := flag.NewFlagSet("trace", flag.ExitOnError)
+	var req kovsctl.TraceRequest
+	fs.IntVar(&req.Port, "port", 80, "destination port")
+	fs.StringVar(&req.Proto, "proto", "tcp", "tcp, udp, sctp or icmp")
+	fs.BoolVar(&req.Raw, "raw", false, "also print the untouched ofproto/trace output")
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 2 {
+		return fmt.Errorf("usage: kovsctl trace SRC DST [--port P] [--proto tcp|udp|sctp|icmp] [--raw]")
+	}
+	req.Src, req.Dst = positional[0], positional[1]
+	res, err := a.Trace(ctx, req)
+	if err != nil {
+		return err
+	}
+	res.Print(os.Stdout)
+	return nil
+}
+
+func flows(ctx context.Context, a kovsctl.Access, args []string) error {
+	fs := flag.NewFlagSet("flows", flag.ExitOnError)
+	var req kovsctl.FlowsRequest
+	fs.StringVar(&req.Node, "node", "", "node")
+	fs.StringVar(&req.Table, "table", "", "only this table (name or number)")
+	fs.StringVar(&req.Pod, "pod", "", "only this pod's flows (ns/name)")
+	_ = fs.Parse(args)
+	if req.Node == "" {
+		return fmt.Errorf("flows: --node is required")
+	}
+	return a.Flows(ctx, req, os.Stdout)
+}
+
+func pods(ctx context.Context, a kovsctl.Access, args []string) error {
+	fs := flag.NewFlagSet("pods", flag.ExitOnError)
+	node := fs.String("node", "", "node")
+	_ = fs.Parse(args)
+	if *node == "" {
+		return fmt.Errorf("pods: --node is required")
+	}
+	return a.Pods(ctx, *node, os.Stdout)
+}
+
+// parseInterspersed parses flags that may come after positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			positional = append(positional, args[0])
+			args = args[1:]
+		}
+	}
+	return positional, nil
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "kovsctl:", err)
+	os.Exit(1)
+}

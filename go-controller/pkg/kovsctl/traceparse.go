@@ -1,0 +1,132 @@
+package kovsctl
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// TraceStep is one flow an ofproto/trace went through.
+type TraceStep struct {
+	Table    uint8
+	Match    string
+	Priority int
+	Cookie   pipeline.Cookie
+	Actions  []string // the actions, as the trace lists them
+	Notes    []string // the trace's "-> ..." explanations
+}
+
+// TableName names the step's table from the pipeline declaration.
+func (s TraceStep) TableName() string {
+	if t, ok := pipeline.TableByID(s.Table); ok {
+		return t.Name
+	}
+	return fmt.Sprintf("table%d", s.Table)
+}
+
+// ParsedTrace is what one ofproto/trace on one bridge showed.
+type ParsedTrace struct {
+	Steps           []TraceStep
+	DatapathActions string // the last "Datapath actions:" line
+	// OutputPorts lists the OpenFlow ports the packet was output to, in order.
+	OutputPorts []int
+	// TunnelDst is the outer destination when the packet left through the tunnel.
+	TunnelDst string
+}
+
+var (
+	stepLine   = regexp.MustCompile(`^\s*(\d+)\.\s+(.*?),?\s*priority (\d+)(?:, cookie (0x[0-9a-f]+))?\s*$`)
+	outputPort = regexp.MustCompile(`-> output port is (\d+)`)
+	tunnelTo   = regexp.MustCompile(`-> tunneling to (\S+) via`)
+	outputAct  = regexp.MustCompile(`^output:(\d+)$`)
+)
+
+// ParseTrace reads the text ovs-appctl ofproto/trace prints.
+//
+// Only the steps on br-int are kept: after a tunnel push the trace goes on through the
+// uplink bridge, which is not kovs's. The trace prints a ct() action's nested actions on
+// the lines after it ("drop" when there are none); they are folded into the ct() action.
+func ParseTrace(text string) ParsedTrace {
+	var t ParsedTrace
+	var cur *TraceStep
+	onBrInt := true
+	for _, raw := range strings.Split(text, "\n") {
+		line := strings.TrimSpace(raw)
+		switch {
+		case strings.HasPrefix(line, "bridge(\""):
+			onBrInt = strings.HasPrefix(line, "bridge(\""+Bridge+"\")")
+			cur = nil
+		case !onBrInt:
+		case stepLine.MatchString(raw):
+			m := stepLine.FindStringSubmatch(raw)
+			table, _ := strconv.Atoi(m[1])
+			prio, _ := strconv.Atoi(m[3])
+			var cookie uint64
+			if m[4] != "" {
+				cookie, _ = strconv.ParseUint(strings.TrimPrefix(m[4], "0x"), 16, 64)
+			}
+			t.Steps = append(t.Steps, TraceStep{Table: uint8(table), Match: m[2], Priority: prio, Cookie: pipeline.Cookie(cookie)})
+			cur = &t.Steps[len(t.Steps)-1]
+		case strings.HasPrefix(line, "Datapath actions:"):
+			t.DatapathActions = strings.TrimSpace(strings.TrimPrefix(line, "Datapath actions:"))
+			cur = nil
+		case strings.HasPrefix(line, "Final flow:") || strings.HasPrefix(line, "Megaflow:") || strings.HasPrefix(line, "----"):
+			cur = nil
+		case cur != nil && strings.HasPrefix(line, "->"):
+			cur.Notes = append(cur.Notes, strings.TrimSpace(strings.TrimPrefix(line, "->")))
+			if m := outputPort.FindStringSubmatch(line); m != nil {
+				p, _ := strconv.Atoi(m[1])
+				t.OutputPorts = append(t.OutputPorts, p)
+			}
+			if m := tunnelTo.FindStringSubmatch(line); m != nil {
+				t.TunnelDst = m[1]
+			}
+		case cur != nil && line != "" && isNestedCTAction(cur, line):
+		case cur != nil && line != "":
+			cur.Actions = append(cur.Actions, line)
+			if m := outputAct.FindStringSubmatch(line); m != nil {
+				p, _ := strconv.Atoi(m[1])
+				t.OutputPorts = append(t.OutputPorts, p)
+			}
+		}
+	}
+	return t
+}
+
+// Dropped reports whether the packet went nowhere.
+func (t ParsedTrace) Dropped() bool {
+	return len(t.OutputPorts) == 0 && !strings.Contains(t.DatapathActions, "userspace")
+}
+
+// ReturnedToSender reports whether the bridge answered the packet on its own ingress
+// port (an ARP or ND reply built in OVS).
+func (t ParsedTrace) ReturnedToSender() bool {
+	for _, s := range t.Steps {
+		for _, a := range s.Actions {
+			if a == "IN_PORT" || a == "in_port" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// LastStep is the final flow the packet matched.
+func (t ParsedTrace) LastStep() (TraceStep, bool) {
+	if len(t.Steps) == 0 {
+		return TraceStep{}, false
+	}
+	return t.Steps[len(t.Steps)-1], true
+}
+
+// isNestedCTAction reports whether line is what the trace prints for the nested actions
+// of the ct() action just before it.
+func isNestedCTAction(s *TraceStep, line string) bool {
+	if len(s.Actions) == 0 || !strings.HasPrefix(s.Actions[len(s.Actions)-1], "ct(") {
+		return false
+	}
+	return line == "drop" || line == "nat"
+}
