@@ -45,6 +45,8 @@ type Agent struct {
 	underlay netip.Addr
 	mtu      int
 	ready    readiness
+	// peersChanged wakes the tunnel neighbour seeding.
+	peersChanged chan struct{}
 }
 
 // Run runs the agent until ctx ends.
@@ -53,7 +55,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a := &Agent{cfg: cfg, client: client}
+	a := &Agent{cfg: cfg, client: client, peersChanged: make(chan struct{}, 1)}
 	a.ready.set(fmt.Errorf("starting"))
 	factory := informers.NewSharedInformerFactory(client, 0)
 	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(
@@ -109,6 +111,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		return fmt.Errorf("first flow sync: %w", err)
 	}
 	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("round", a.state.round).Info("br-int programmed")
+	a.seedTunnelNeighbors(ctx)
 	server, err := cni.NewServer(a.cfg.CNISocket, handlers, log.WithField("component", "cni-server"))
 	if err != nil {
 		return err
@@ -266,5 +269,11 @@ func (a *Agent) updatePeers() {
 			peers = append(peers, p)
 		}
 	}
-	a.state.SetPeers(peers)
+	before := a.state.generationNow()
+	if a.state.SetPeers(peers) != before {
+		select {
+		case a.peersChanged <- struct{}{}:
+		default:
+		}
+	}
 }

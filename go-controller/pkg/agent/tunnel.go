@@ -14,23 +14,29 @@ import (
 // maintainTunnelNeighbors keeps ovs-vswitchd's tunnel neighbour cache filled for every
 // peer, on the userspace datapath. vswitchd resolves outer next hops itself and drops the
 // first packet to a peer it has not resolved; the agent makes the kernel resolve each peer
-// and seeds vswitchd with the answer (tnl/neigh/set), again every period, since a
-// restarted vswitchd forgets them.
+// and seeds vswitchd with the answer (tnl/neigh/set): before the node takes pods, when
+// peers change, and again every period, since a restarted vswitchd forgets them.
 func (a *Agent) maintainTunnelNeighbors(ctx context.Context) {
-	if !a.netdev || a.cfg.UplinkBridge == "" {
-		return
-	}
 	tick := time.NewTicker(15 * time.Second)
 	defer tick.Stop()
 	for {
-		for _, p := range a.state.Peers() {
-			a.seedNeighbor(ctx, p.UnderlayIP)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-a.peersChanged:
 		}
+		a.seedTunnelNeighbors(ctx)
+	}
+}
+
+// seedTunnelNeighbors seeds every current peer once (userspace datapath only).
+func (a *Agent) seedTunnelNeighbors(ctx context.Context) {
+	if !a.netdev || a.cfg.UplinkBridge == "" {
+		return
+	}
+	for _, p := range a.state.Peers() {
+		a.seedNeighbor(ctx, p.UnderlayIP)
 	}
 }
 
