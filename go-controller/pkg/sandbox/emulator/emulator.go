@@ -52,7 +52,7 @@ type Config struct {
 type Emulator struct {
 	cfg      Config
 	client   kubernetes.Interface
-	network  *cniNetwork
+	network  *Runtime
 	pods     corelisters.PodLister
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
@@ -70,7 +70,7 @@ func New(cfg Config, client kubernetes.Interface) *Emulator {
 	return &Emulator{
 		cfg:     cfg,
 		client:  client,
-		network: newCNINetwork(cfg.CNIConfDir, cfg.CNIBinDir, cfg.CNICacheDir, cfg.NodeNetNSPath),
+		network: NewRuntime(cfg.CNIConfDir, cfg.CNIBinDir, cfg.CNICacheDir, cfg.NodeNetNSPath),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),

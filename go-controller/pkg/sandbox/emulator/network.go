@@ -21,9 +21,12 @@ const (
 	noCNIConfigMessage    = "cni plugin not initialized"
 )
 
-// cniNetwork is the node's network plugin as a container runtime sees it: the first
-// conflist in the CNI config directory, invoked through libcni from the node namespace.
-type cniNetwork struct {
+// Runtime is the node's network plugin as a container runtime sees it: the first conflist
+// in the CNI config directory, invoked through libcni from the node namespace with the
+// node's CNI directories. The emulator runs every pod's network through one; a test that
+// acts as the runtime for a pod itself (see RuntimeAnnotation) makes its own with the same
+// directories, and so calls the plugin exactly as the emulator would.
+type Runtime struct {
 	confDir string
 	cni     *libcni.CNIConfig
 
@@ -32,18 +35,29 @@ type cniNetwork struct {
 	err  error // why the network is not ready; nil when ready
 }
 
-func newCNINetwork(confDir, binDir, cacheDir, nodeNetNS string) *cniNetwork {
-	exec := &nodeNetNSExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, netnsPath: nodeNetNS}
-	return &cniNetwork{
+// NewRuntime returns the runtime of a node whose CNI config, plugin binaries and result
+// cache are in confDir, binDir and cacheDir, and whose network namespace (where the
+// plugins run) is nodeNetNSPath. It is not ready until Ready succeeds.
+func NewRuntime(confDir, binDir, cacheDir, nodeNetNSPath string) *Runtime {
+	exec := &nodeNetNSExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, netnsPath: nodeNetNSPath}
+	return &Runtime{
 		confDir: confDir,
 		cni:     libcni.NewCNIConfigWithCacheDir([]string{binDir}, cacheDir, exec),
 		err:     errors.New(noCNIConfigMessage),
 	}
 }
 
+// Ready reloads the network config and asks the plugin for its STATUS; nil means pods
+// can be attached.
+func (c *Runtime) Ready(ctx context.Context) error {
+	c.refresh(ctx)
+	_, err := c.ready()
+	return err
+}
+
 // refresh reloads the config (the lexically first file, as containerd and CRI-O pick it)
 // and asks the plugin for its STATUS (CNI 1.1). It returns whether readiness changed.
-func (c *cniNetwork) refresh(ctx context.Context) bool {
+func (c *Runtime) refresh(ctx context.Context) bool {
 	list, err := loadConfList(c.confDir)
 	if err == nil {
 		if serr := c.cni.GetStatusNetworkList(ctx, list); serr != nil {
@@ -58,7 +72,7 @@ func (c *cniNetwork) refresh(ctx context.Context) bool {
 }
 
 // ready returns the config list to use, or the reason the network is not ready.
-func (c *cniNetwork) ready() (*libcni.NetworkConfigList, error) {
+func (c *Runtime) ready() (*libcni.NetworkConfigList, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -92,49 +106,59 @@ func loadConfList(dir string) (*libcni.NetworkConfigList, error) {
 	return libcni.ConfListFromConf(conf)
 }
 
-// attachment identifies one pod's network attachment, as a runtime passes it to CNI.
-type attachment struct {
-	containerID string
-	netnsPath   string
-	namespace   string
-	name        string
-	uid         string
+// Attachment identifies one pod's network attachment, as a runtime passes it to CNI.
+type Attachment struct {
+	ContainerID string
+	NetNSPath   string
+	Namespace   string
+	Name        string
+	UID         string
 }
 
 const podInterface = "eth0"
 
-func (a attachment) runtimeConf() *libcni.RuntimeConf {
+func (a Attachment) runtimeConf() *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{
-		ContainerID: a.containerID,
-		NetNS:       a.netnsPath,
+		ContainerID: a.ContainerID,
+		NetNS:       a.NetNSPath,
 		IfName:      podInterface,
 		Args: [][2]string{
 			{"IgnoreUnknown", "1"},
-			{"K8S_POD_NAMESPACE", a.namespace},
-			{"K8S_POD_NAME", a.name},
-			{"K8S_POD_INFRA_CONTAINER_ID", a.containerID},
-			{"K8S_POD_UID", a.uid},
+			{"K8S_POD_NAMESPACE", a.Namespace},
+			{"K8S_POD_NAME", a.Name},
+			{"K8S_POD_INFRA_CONTAINER_ID", a.ContainerID},
+			{"K8S_POD_UID", a.UID},
 		},
 	}
 }
 
-func (c *cniNetwork) add(ctx context.Context, list *libcni.NetworkConfigList, a attachment) (types.Result, error) {
+// Add calls CNI ADD for a with the network config Ready last loaded.
+func (c *Runtime) Add(ctx context.Context, a Attachment) (types.Result, error) {
+	list, err := c.ready()
+	if err != nil {
+		return nil, err
+	}
 	return c.cni.AddNetworkList(ctx, list, a.runtimeConf())
 }
 
-func (c *cniNetwork) del(ctx context.Context, list *libcni.NetworkConfigList, a attachment) error {
+// Del calls CNI DEL for a with the network config Ready last loaded.
+func (c *Runtime) Del(ctx context.Context, a Attachment) error {
+	list, err := c.ready()
+	if err != nil {
+		return err
+	}
 	return c.cni.DelNetworkList(ctx, list, a.runtimeConf())
 }
 
 // gc asks the plugin to remove every attachment but the valid ones (CNI 1.1 GC).
-func (c *cniNetwork) gc(ctx context.Context, valid []attachment) error {
+func (c *Runtime) gc(ctx context.Context, valid []Attachment) error {
 	list, err := c.ready()
 	if err != nil {
 		return nil
 	}
 	args := &libcni.GCArgs{}
 	for _, a := range valid {
-		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: a.containerID, IfName: podInterface})
+		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: a.ContainerID, IfName: podInterface})
 	}
 	return c.cni.GCNetworkList(ctx, list, args)
 }

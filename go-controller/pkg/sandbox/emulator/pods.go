@@ -19,11 +19,26 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// RuntimeAnnotation on a Pod names who runs its sandbox. Set to RuntimeExternal, the
+// emulator leaves the pod entirely to another runtime (a benchmark that must timestamp CNI
+// ADD itself, for instance): no network namespace, no CNI call, no status, no deletion
+// handling. Its CNI attachment is still valid in the emulator's CNI GC, under the container
+// ID PodAttachment gives, so the other runtime must use PodAttachment too.
+const (
+	RuntimeAnnotation = "sandbox.kovs.io/runtime"
+	RuntimeExternal   = "external"
+)
+
+// ExternalRuntime reports whether another runtime than the emulator runs pod.
+func ExternalRuntime(pod *corev1.Pod) bool {
+	return pod.Annotations[RuntimeAnnotation] == RuntimeExternal
+}
+
 // podSandbox is what the emulator runs for one pod: its network attachment (none for
 // hostNetwork pods), its IPs and its responder.
 type podSandbox struct {
 	uid        string
-	attachment *attachment
+	attachment *Attachment
 	ips        []string
 	responder  io.Closer
 }
@@ -41,6 +56,9 @@ func (e *Emulator) reconcile(ctx context.Context, key string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if ExternalRuntime(pod) {
+		return nil
 	}
 	if sb := e.sandbox(key); sb != nil && sb.uid != string(pod.UID) {
 		if err := e.teardown(ctx, key); err != nil {
@@ -97,29 +115,28 @@ func (e *Emulator) startSandbox(ctx context.Context, pod *corev1.Pod) (*podSandb
 		}
 		return e.remember(key, &podSandbox{uid: string(pod.UID), ips: e.cfg.NodeIPs, responder: r}), nil
 	}
-	list, err := e.network.ready()
-	if err != nil {
+	if _, err := e.network.ready(); err != nil {
 		return nil, e.reportNetworkNotReady(ctx, pod, err)
 	}
-	att := e.attachmentFor(pod)
-	if netnsExists(att.netnsPath) {
+	att := PodAttachment(pod, netnsPath(e.cfg.PodNetNS(string(pod.UID))))
+	if netnsExists(att.NetNSPath) {
 		// A sandbox from before an emulator restart: recreate it, as kubelet recreates a
 		// sandbox it lost track of.
-		if err := e.network.del(ctx, list, att); err != nil {
+		if err := e.network.Del(ctx, att); err != nil {
 			return nil, fmt.Errorf("CNI DEL of the previous sandbox: %w", err)
 		}
 	}
-	if err := createNetNS(att.netnsPath); err != nil {
+	if err := createNetNS(att.NetNSPath); err != nil {
 		return nil, err
 	}
 	success := false
 	defer func() {
 		if !success {
-			_ = e.network.del(context.WithoutCancel(ctx), list, att)
-			_ = deleteNetNS(att.netnsPath)
+			_ = e.network.Del(context.WithoutCancel(ctx), att)
+			_ = deleteNetNS(att.NetNSPath)
 		}
 	}()
-	result, err := e.network.add(ctx, list, att)
+	result, err := e.network.Add(ctx, att)
 	if err != nil {
 		e.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
 		return nil, fmt.Errorf("CNI ADD: %w", err)
@@ -128,7 +145,7 @@ func (e *Emulator) startSandbox(ctx context.Context, pod *corev1.Pod) (*podSandb
 	if err != nil {
 		return nil, err
 	}
-	r, err := e.serve(att.netnsPath, ports, key)
+	r, err := e.serve(att.NetNSPath, ports, key)
 	if err != nil {
 		return nil, err
 	}
@@ -155,13 +172,12 @@ func (e *Emulator) teardown(ctx context.Context, key string) error {
 		sb.responder = nil
 	}
 	if a := sb.attachment; a != nil {
-		list, err := e.network.ready()
-		if err == nil {
-			if err := e.network.del(ctx, list, *a); err != nil {
+		if _, err := e.network.ready(); err == nil {
+			if err := e.network.Del(ctx, *a); err != nil {
 				return fmt.Errorf("CNI DEL of %s: %w", key, err)
 			}
 		}
-		if err := deleteNetNS(a.netnsPath); err != nil {
+		if err := deleteNetNS(a.NetNSPath); err != nil {
 			return err
 		}
 	}
@@ -172,13 +188,15 @@ func (e *Emulator) teardown(ctx context.Context, key string) error {
 	return nil
 }
 
-func (e *Emulator) attachmentFor(pod *corev1.Pod) attachment {
-	return attachment{
-		containerID: containerID(pod.UID),
-		netnsPath:   netnsPath(e.cfg.PodNetNS(string(pod.UID))),
-		namespace:   pod.Namespace,
-		name:        pod.Name,
-		uid:         string(pod.UID),
+// PodAttachment is the attachment of pod's sandbox in the network namespace at netnsPath,
+// as the emulator makes it: the container ID is derived from the pod UID.
+func PodAttachment(pod *corev1.Pod, netnsPath string) Attachment {
+	return Attachment{
+		ContainerID: containerID(pod.UID),
+		NetNSPath:   netnsPath,
+		Namespace:   pod.Namespace,
+		Name:        pod.Name,
+		UID:         string(pod.UID),
 	}
 }
 

@@ -50,18 +50,25 @@ func (e *Emulator) closeResponders() {
 }
 
 // garbageCollect removes what no live pod owns: CNI attachments (CNI GC with the valid
-// list) and pod namespaces of this node whose pod is gone.
+// list) and pod namespaces of this node whose pod is gone. The attachments of pods another
+// runtime runs are valid while their Pod exists: they are that runtime's to remove.
 func (e *Emulator) garbageCollect(ctx context.Context) {
 	e.mu.Lock()
-	valid := make([]attachment, 0, len(e.sandboxes))
+	valid := make([]Attachment, 0, len(e.sandboxes))
 	owned := map[string]bool{}
 	for _, sb := range e.sandboxes {
 		if sb.attachment != nil {
 			valid = append(valid, *sb.attachment)
-			owned[sb.attachment.netnsPath] = true
+			owned[sb.attachment.NetNSPath] = true
 		}
 	}
 	e.mu.Unlock()
+	pods, _ := e.pods.List(labels.Everything())
+	for _, p := range pods {
+		if ExternalRuntime(p) {
+			valid = append(valid, PodAttachment(p, ""))
+		}
+	}
 	if err := e.network.gc(ctx, valid); err != nil {
 		e.log.WithError(err).Warn("CNI GC")
 	}
