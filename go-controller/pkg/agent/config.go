@@ -53,7 +53,7 @@ func (c *Config) Defaults() {
 		c.DatapathType = "auto"
 	}
 	if c.ResyncPeriod == 0 {
-		c.ResyncPeriod = 30 * time.Second
+		c.ResyncPeriod = 10 * time.Second
 	}
 	if c.PodNetworkWait == 0 {
 		c.PodNetworkWait = 30 * time.Second
