@@ -1,0 +1,173 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// ErrGeneration is returned by Delta.Apply when the delta does not follow the share's
+// generation: the receiver missed something and needs a new snapshot.
+var ErrGeneration = errors.New("delta does not follow the share's generation")
+
+// AddressSetPatch changes the addresses of an address set the receiver already has.
+type AddressSetPatch struct {
+	ID      string         `json:"id"`
+	Added   []netip.Prefix `json:"added,omitempty"`
+	Removed []netip.Prefix `json:"removed,omitempty"`
+}
+
+// Delta turns a node's share at FromGeneration into its share at Generation.
+//
+// Apply order: removals first, then additions, then updates. An ID may appear both in a
+// Removed list and in the matching Added list (an address set that left the node and
+// came back with other addresses); no other combination repeats an ID.
+type Delta struct {
+	Node           string `json:"node"`
+	FromGeneration uint64 `json:"fromGeneration"`
+	Generation     uint64 `json:"generation"`
+
+	AddedAddressSets   []AddressSet      `json:"addedAddressSets,omitempty"`
+	UpdatedAddressSets []AddressSetPatch `json:"updatedAddressSets,omitempty"`
+	RemovedAddressSets []string          `json:"removedAddressSets,omitempty"`
+
+	AddedAppliedToSets   []AppliedToSet `json:"addedAppliedToSets,omitempty"`
+	UpdatedAppliedToSets []AppliedToSet `json:"updatedAppliedToSets,omitempty"`
+	RemovedAppliedToSets []string       `json:"removedAppliedToSets,omitempty"`
+
+	AddedRules   []Rule   `json:"addedRules,omitempty"`
+	UpdatedRules []Rule   `json:"updatedRules,omitempty"`
+	RemovedRules []string `json:"removedRules,omitempty"`
+
+	// Isolation, when set, is the node's new isolation, replacing the old one whole.
+	Isolation *Isolation `json:"isolation,omitempty"`
+}
+
+// IsEmpty reports whether the delta changes nothing.
+func (d Delta) IsEmpty() bool {
+	return len(d.AddedAddressSets)+len(d.UpdatedAddressSets)+len(d.RemovedAddressSets)+
+		len(d.AddedAppliedToSets)+len(d.UpdatedAppliedToSets)+len(d.RemovedAppliedToSets)+
+		len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules) == 0 && d.Isolation == nil
+}
+
+// Apply applies the delta to share, which must be the same node's share at
+// FromGeneration. It checks the whole delta before changing anything: on error the share
+// is unchanged (and the receiver should ask for a new snapshot).
+func (d Delta) Apply(share *NodeShare) error {
+	if d.Node != share.Node {
+		return fmt.Errorf("delta for node %s applied to the share of node %s", d.Node, share.Node)
+	}
+	if d.FromGeneration != share.Generation || d.Generation < d.FromGeneration {
+		return fmt.Errorf("delta %d->%d on share at %d: %w", d.FromGeneration, d.Generation, share.Generation, ErrGeneration)
+	}
+	if err := d.check(share); err != nil {
+		return fmt.Errorf("delta %d->%d for node %s: %w", d.FromGeneration, d.Generation, d.Node, err)
+	}
+	if share.AddressSets == nil {
+		share.AddressSets = map[string]AddressSet{}
+	}
+	if share.AppliedToSets == nil {
+		share.AppliedToSets = map[string]AppliedToSet{}
+	}
+	if share.Rules == nil {
+		share.Rules = map[string]Rule{}
+	}
+	d.apply(share)
+	share.Generation = d.Generation
+	return nil
+}
+
+func (d Delta) apply(share *NodeShare) {
+	for _, id := range d.RemovedAddressSets {
+		delete(share.AddressSets, id)
+	}
+	for _, id := range d.RemovedAppliedToSets {
+		delete(share.AppliedToSets, id)
+	}
+	for _, id := range d.RemovedRules {
+		delete(share.Rules, id)
+	}
+	for _, s := range d.AddedAddressSets {
+		share.AddressSets[s.ID] = s
+	}
+	for _, s := range d.AddedAppliedToSets {
+		share.AppliedToSets[s.ID] = s
+	}
+	for _, r := range d.AddedRules {
+		share.Rules[r.ID] = r
+	}
+	for _, p := range d.UpdatedAddressSets {
+		old := share.AddressSets[p.ID]
+		share.AddressSets[p.ID] = AddressSet{ID: p.ID, Addresses: PatchPrefixes(old.Addresses, p.Added, p.Removed)}
+	}
+	for _, s := range d.UpdatedAppliedToSets {
+		share.AppliedToSets[s.ID] = s
+	}
+	for _, r := range d.UpdatedRules {
+		share.Rules[r.ID] = r
+	}
+	if d.Isolation != nil {
+		share.Isolation = *d.Isolation
+	}
+}
+
+// check verifies that every removal and update names something the share has and every
+// addition something it will not have after the removals.
+func (d Delta) check(share *NodeShare) error {
+	if err := checkKind("address set", share.AddressSets, d.RemovedAddressSets, ids(d.AddedAddressSets, func(s AddressSet) string { return s.ID }),
+		ids(d.UpdatedAddressSets, func(p AddressSetPatch) string { return p.ID })); err != nil {
+		return err
+	}
+	if err := checkKind("applied-to set", share.AppliedToSets, d.RemovedAppliedToSets, ids(d.AddedAppliedToSets, func(s AppliedToSet) string { return s.ID }),
+		ids(d.UpdatedAppliedToSets, func(s AppliedToSet) string { return s.ID })); err != nil {
+		return err
+	}
+	return checkKind("rule", share.Rules, d.RemovedRules, ids(d.AddedRules, func(r Rule) string { return r.ID }),
+		ids(d.UpdatedRules, func(r Rule) string { return r.ID }))
+}
+
+func checkKind[V any](kind string, have map[string]V, removed, added, updated []string) error {
+	// present records, for the IDs the delta names, whether they exist at each step.
+	present := make(map[string]bool, len(removed)+len(added)+len(updated))
+	has := func(id string) bool {
+		if p, ok := present[id]; ok {
+			return p
+		}
+		_, ok := have[id]
+		return ok
+	}
+	for _, id := range removed {
+		if !has(id) {
+			return fmt.Errorf("remove %s %s: not present", kind, id)
+		}
+		present[id] = false
+	}
+	addedNow := make(map[string]bool, len(added))
+	for _, id := range added {
+		if has(id) {
+			return fmt.Errorf("add %s %s: already present", kind, id)
+		}
+		present[id], addedNow[id] = true, true
+	}
+	updatedNow := make(map[string]bool, len(updated))
+	for _, id := range updated {
+		switch {
+		case !has(id):
+			return fmt.Errorf("update %s %s: not present", kind, id)
+		case addedNow[id]:
+			return fmt.Errorf("update %s %s: also added", kind, id)
+		case updatedNow[id]:
+			return fmt.Errorf("update %s %s: updated twice", kind, id)
+		}
+		updatedNow[id] = true
+	}
+	return nil
+}
+
+func ids[T any](items []T, id func(T) string) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = id(it)
+	}
+	return out
+}
