@@ -18,7 +18,7 @@ E2E_TIMEOUT ?= 25m
 
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build tools deps k8s test unit e2e demo sandbox-up sandbox-down bench bench-sandbox lint clean
+.PHONY: all build tools deps k8s test unit e2e demo sandbox-up sandbox-down bench lint clean images
 
 all: build
 
@@ -67,3 +67,10 @@ lint:
 
 clean:
 	rm -rf _output
+
+## images: container images, where a container engine runs
+images:
+	@if ! docker info >/dev/null 2>&1; then echo "no container engine reachable (docker info failed): skipping images"; exit 0; fi; \
+	docker build -f images/Dockerfile.controller -t kovs/controller . && \
+	docker build -f images/Dockerfile.agent --target agent -t kovs/agent . && \
+	docker build -f images/Dockerfile.agent --target ovs -t kovs/ovs .
