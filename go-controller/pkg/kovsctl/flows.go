@@ -54,11 +54,7 @@ func (a Access) Flows(ctx context.Context, req FlowsRequest, w io.Writer) error 
 			fmt.Fprintf(w, "\n# table %d %s\n", f.Table, name)
 			last = f.Table
 		}
-		match := fmt.Sprintf("priority=%d", f.Priority)
-		if f.Match != "" {
-			match += "," + f.Match
-		}
-		fmt.Fprintf(w, "  n_packets=%-8d %s actions=%s\n", f.Packets, match, f.Actions)
+		fmt.Fprintf(w, "  n_packets=%-8d %s\n", f.Packets, f.String())
 	}
 	return nil
 }
