@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // ErrGeneration is returned by Delta.Apply when the delta does not follow the share's
@@ -41,13 +42,19 @@ type Delta struct {
 
 	// Isolation, when set, is the node's new isolation, replacing the old one whole.
 	Isolation *Isolation `json:"isolation,omitempty"`
+
+	// AddedPods and RemovedPods change the share's Pods, the node's evaluated pods; each
+	// list is sorted. A pod that comes with a new UID is one removed and one added.
+	AddedPods   []PodKey `json:"addedPods,omitempty"`
+	RemovedPods []PodKey `json:"removedPods,omitempty"`
 }
 
 // IsEmpty reports whether the delta changes nothing.
 func (d Delta) IsEmpty() bool {
 	return len(d.AddedAddressSets)+len(d.UpdatedAddressSets)+len(d.RemovedAddressSets)+
 		len(d.AddedAppliedToSets)+len(d.UpdatedAppliedToSets)+len(d.RemovedAppliedToSets)+
-		len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules) == 0 && d.Isolation == nil
+		len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules)+
+		len(d.AddedPods)+len(d.RemovedPods) == 0 && d.Isolation == nil
 }
 
 // Apply applies the delta to share, which must be the same node's share at
@@ -109,6 +116,23 @@ func (d Delta) apply(share *NodeShare) {
 	if d.Isolation != nil {
 		share.Isolation = *d.Isolation
 	}
+	if len(d.AddedPods)+len(d.RemovedPods) > 0 {
+		share.Pods = patchPods(share.Pods, d.AddedPods, d.RemovedPods)
+	}
+}
+
+// patchPods returns the sorted list of pods minus removed plus added, in a new slice:
+// holders of the old share keep their list.
+func patchPods(pods, added, removed []PodKey) []PodKey {
+	out := make([]PodKey, 0, len(pods)+len(added))
+	for _, k := range pods {
+		if _, gone := slices.BinarySearchFunc(removed, k, PodKey.Compare); !gone {
+			out = append(out, k)
+		}
+	}
+	out = append(out, added...)
+	slices.SortFunc(out, PodKey.Compare)
+	return out
 }
 
 // check verifies that every removal and update names something the share has and every
@@ -122,8 +146,41 @@ func (d Delta) check(share *NodeShare) error {
 		ids(d.UpdatedAppliedToSets, func(s AppliedToSet) string { return s.ID })); err != nil {
 		return err
 	}
-	return checkKind("rule", share.Rules, d.RemovedRules, ids(d.AddedRules, func(r Rule) string { return r.ID }),
-		ids(d.UpdatedRules, func(r Rule) string { return r.ID }))
+	if err := checkKind("rule", share.Rules, d.RemovedRules, ids(d.AddedRules, func(r Rule) string { return r.ID }),
+		ids(d.UpdatedRules, func(r Rule) string { return r.ID })); err != nil {
+		return err
+	}
+	return d.checkPods(share)
+}
+
+// checkPods verifies that the pod lists are sorted, that removed pods are in the share and
+// that added ones are not (once the removed ones are gone).
+func (d Delta) checkPods(share *NodeShare) error {
+	if !isSortedUnique(d.AddedPods) || !isSortedUnique(d.RemovedPods) {
+		return fmt.Errorf("added or removed pods not sorted and unique")
+	}
+	for _, k := range d.RemovedPods {
+		if _, ok := slices.BinarySearchFunc(share.Pods, k, PodKey.Compare); !ok {
+			return fmt.Errorf("remove pod %s/%s (%s): not present", k.Namespace, k.Name, k.UID)
+		}
+	}
+	for _, k := range d.AddedPods {
+		_, present := slices.BinarySearchFunc(share.Pods, k, PodKey.Compare)
+		_, removed := slices.BinarySearchFunc(d.RemovedPods, k, PodKey.Compare)
+		if present && !removed {
+			return fmt.Errorf("add pod %s/%s (%s): already present", k.Namespace, k.Name, k.UID)
+		}
+	}
+	return nil
+}
+
+func isSortedUnique(keys []PodKey) bool {
+	for i := 1; i < len(keys); i++ {
+		if keys[i-1].Compare(keys[i]) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func checkKind[V any](kind string, have map[string]V, removed, added, updated []string) error {

@@ -25,6 +25,7 @@ func sampleShare(t *testing.T) NodeShare {
 		Direction: Egress, AppliedTo: "s-web", Peers: []string{"b-world"}, Action: ActionAllow}
 	s.Isolation = Isolation{Ingress: []PodKey{{Namespace: "x", Name: "a", UID: "u-a"}, {Namespace: "x", Name: "b", UID: "u-b"}},
 		Egress: []PodKey{{Namespace: "x", Name: "a", UID: "u-a"}}}
+	s.Pods = []PodKey{{Namespace: "x", Name: "a", UID: "u-a"}, {Namespace: "x", Name: "b", UID: "u-b"}, {Namespace: "x", Name: "c", UID: "u-c"}}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +93,12 @@ func TestDeltaApplyRejects(t *testing.T) {
 		{"update removed", Delta{Node: "node-1", FromGeneration: 4, Generation: 5, RemovedAddressSets: []string{"s-peers"},
 			UpdatedAddressSets: []AddressSetPatch{{ID: "s-peers"}}}},
 		{"add twice", Delta{Node: "node-1", FromGeneration: 4, Generation: 5, AddedRules: []Rule{{ID: "r"}, {ID: "r"}}}},
+		{"remove missing pod", Delta{Node: "node-1", FromGeneration: 4, Generation: 5,
+			RemovedPods: []PodKey{{Namespace: "x", Name: "a", UID: "u-old"}}}},
+		{"add present pod", Delta{Node: "node-1", FromGeneration: 4, Generation: 5,
+			AddedPods: []PodKey{{Namespace: "x", Name: "c", UID: "u-c"}}}},
+		{"pods not sorted", Delta{Node: "node-1", FromGeneration: 4, Generation: 5,
+			AddedPods: []PodKey{{Namespace: "y", Name: "b"}, {Namespace: "y", Name: "a"}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -170,5 +177,44 @@ func TestPortMatches(t *testing.T) {
 		if got := c.p.Matches(c.proto, c.port); got != c.want {
 			t.Errorf("%+v.Matches(%s, %d) = %v, want %v", c.p, c.proto, c.port, got, c.want)
 		}
+	}
+}
+
+func TestDeltaPods(t *testing.T) {
+	s := sampleShare(t)
+	old := s.Clone()
+	c := PodKey{Namespace: "x", Name: "c", UID: "u-c"}
+	c2 := PodKey{Namespace: "x", Name: "c", UID: "u-c2"}
+	d := Delta{Node: "node-1", FromGeneration: 4, Generation: 5,
+		AddedPods: []PodKey{{Namespace: "w", Name: "z", UID: "u-z"}, c2}, RemovedPods: []PodKey{c}}
+	if err := d.Apply(&s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := []PodKey{{Namespace: "w", Name: "z", UID: "u-z"}, {Namespace: "x", Name: "a", UID: "u-a"},
+		{Namespace: "x", Name: "b", UID: "u-b"}, c2}
+	if !reflect.DeepEqual(s.Pods, want) {
+		t.Errorf("pods after delta = %v, want %v", s.Pods, want)
+	}
+	if s.HasPod(c) || !s.HasPod(c2) || !s.HasPod(PodKey{Namespace: "x", Name: "c"}) || s.HasPod(PodKey{Namespace: "x", Name: "d"}) {
+		t.Error("HasPod does not follow the delta (by UID, or by name when the UID is empty)")
+	}
+	if !old.HasPod(c) || len(old.Pods) != 3 {
+		t.Errorf("the delta changed a clone taken before it: %v", old.Pods)
+	}
+}
+
+func TestCloneIsIndependent(t *testing.T) {
+	s := sampleShare(t)
+	c := s.Clone()
+	d := Delta{Node: "node-1", FromGeneration: 4, Generation: 5, RemovedRules: []string{"x/web/egress/0"},
+		UpdatedAddressSets: []AddressSetPatch{{ID: "s-peers", Added: prefixes(t, "10.0.1.6/32")}}}
+	if err := d.Apply(&c); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Rules) != 2 || len(s.AddressSets["s-peers"].Addresses) != 2 {
+		t.Errorf("applying a delta to a clone changed the original: %+v", s)
 	}
 }

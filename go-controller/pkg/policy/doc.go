@@ -36,7 +36,9 @@
 //
 // A [NodeShare] is everything one node needs: the rules whose applied-to set has pods on
 // the node, those sets restricted to the node's pods, the address sets the rules
-// reference, and the node's [Isolation]. The controller sends a snapshot on connect and
+// reference, the node's [Isolation], and the node's pods the controller has evaluated
+// (all of them, selected or not: an agent keeps a new pod closed until its share lists
+// it). The controller sends a snapshot on connect and
 // then [Delta]s, each from the generation of the previous one; [Delta.Apply] checks that
 // a delta fits before changing anything, so a receiver that missed one asks for a new
 // snapshot instead of drifting. Address sets change by patches (added and removed

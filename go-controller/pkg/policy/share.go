@@ -7,8 +7,8 @@ import (
 )
 
 // Validate checks that the share is self-contained: every rule's applied-to and peer
-// sets are present, every set is sorted and without duplicates, and the isolation lists
-// are sorted.
+// sets are present, every set is sorted and without duplicates, the isolation lists are
+// sorted and the pods sorted and unique.
 func (s NodeShare) Validate() error {
 	for id, r := range s.Rules {
 		if r.ID != id {
@@ -41,6 +41,9 @@ func (s NodeShare) Validate() error {
 	}
 	if !slices.IsSortedFunc(s.Isolation.Ingress, PodKey.Compare) || !slices.IsSortedFunc(s.Isolation.Egress, PodKey.Compare) {
 		return fmt.Errorf("isolation lists not sorted")
+	}
+	if !isSortedUnique(s.Pods) {
+		return fmt.Errorf("pods not sorted and unique")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"cmp"
+	"maps"
 	"net/netip"
 	"slices"
 )
@@ -197,6 +198,11 @@ type NodeShare struct {
 	AppliedToSets map[string]AppliedToSet `json:"appliedToSets,omitempty"`
 	Rules         map[string]Rule         `json:"rules,omitempty"`
 	Isolation     Isolation               `json:"isolation"`
+	// Pods are the node's pods the controller has evaluated, sorted: every scheduled pod
+	// that is neither host-network nor terminated, whether a policy selects it or not. A
+	// share that lists a pod (with its UID) holds everything NetworkPolicy says about it,
+	// so an agent keeps a new pod closed until its share lists the pod.
+	Pods []PodKey `json:"pods,omitempty"`
 }
 
 // NewNodeShare returns an empty share of node at generation 0.
@@ -207,4 +213,25 @@ func NewNodeShare(node string) NodeShare {
 		AppliedToSets: map[string]AppliedToSet{},
 		Rules:         map[string]Rule{},
 	}
+}
+
+// HasPod reports whether the controller has evaluated the pod: Pods lists it with its UID
+// (with any UID when k.UID is empty).
+func (s NodeShare) HasPod(k PodKey) bool {
+	i, found := slices.BinarySearchFunc(s.Pods, k, PodKey.Compare)
+	if found || k.UID != "" {
+		return found
+	}
+	return i < len(s.Pods) && s.Pods[i].Namespace == k.Namespace && s.Pods[i].Name == k.Name
+}
+
+// Clone returns a copy of the share whose maps and pod list can be changed (by
+// Delta.Apply) without changing s. The sets and rules inside are shared: nothing in this
+// package modifies them in place.
+func (s NodeShare) Clone() NodeShare {
+	s.AddressSets = maps.Clone(s.AddressSets)
+	s.AppliedToSets = maps.Clone(s.AppliedToSets)
+	s.Rules = maps.Clone(s.Rules)
+	s.Pods = slices.Clone(s.Pods)
+	return s
 }

@@ -34,7 +34,11 @@
 // A node's share is never copied: a node holds references to the groups with rules that
 // have members on it, and counts the address sets those rules reference. A thousand
 // policies over the same pods are one group with a thousand rules, and each node refers
-// to the group once. Snapshots are built from these references on demand.
+// to the group once. Snapshots are built from these references on demand. A share also
+// lists every selectable pod scheduled on the node (with its UID), selected or not: a pod
+// joins the list in the same batch, hence the same delta, as the rules and isolation that
+// concern it, so an agent that waits for a new pod to be listed never enforces less than
+// its policy.
 //
 // Every change is an exact transition of some node's share (a rule, set or isolation
 // that appears, changes or disappears there). Transitions are recorded only for nodes

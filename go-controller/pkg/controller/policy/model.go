@@ -156,6 +156,7 @@ func (m *model) addPod(key types.NamespacedName, obj *corev1.Pod, n *node, ips [
 	p.ns.pods[p] = struct{}{}
 	if n != nil {
 		n.pods[p] = struct{}{}
+		m.emitPod(n, p.apiKey(), opAdd)
 	}
 	m.eachCandidate(p.ns, func(g *group) {
 		if g.matchesPod(p) {
@@ -174,6 +175,7 @@ func (m *model) removePod(p *pod) {
 	m.forgetNamespace(p.ns)
 	if p.node != nil {
 		delete(p.node.pods, p)
+		m.emitPod(p.node, p.apiKey(), opRemove)
 		m.forgetNode(p.node)
 	}
 }

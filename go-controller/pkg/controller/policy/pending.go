@@ -2,6 +2,8 @@ package policy
 
 import (
 	"net/netip"
+
+	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // op is what happened to an object of a node's share since the subscriber's last delta.
@@ -97,6 +99,8 @@ type pending struct {
 	rules     map[string]pendingRule
 	appliedTo map[string]pendingGroup
 	addrs     map[string]*addrPending
+	// pods are the node's evaluated pods that joined (opAdd) or left (opRemove).
+	pods      map[api.PodKey]op
 	isolation bool
 }
 
@@ -111,11 +115,21 @@ type pendingGroup struct {
 }
 
 func newPending() pending {
-	return pending{rules: map[string]pendingRule{}, appliedTo: map[string]pendingGroup{}, addrs: map[string]*addrPending{}}
+	return pending{rules: map[string]pendingRule{}, appliedTo: map[string]pendingGroup{}, addrs: map[string]*addrPending{},
+		pods: map[api.PodKey]op{}}
 }
 
 func (p *pending) empty() bool {
-	return len(p.rules) == 0 && len(p.appliedTo) == 0 && len(p.addrs) == 0 && !p.isolation
+	return len(p.rules) == 0 && len(p.appliedTo) == 0 && len(p.addrs) == 0 && len(p.pods) == 0 && !p.isolation
+}
+
+// pod folds a pod joining or leaving the node into the pending change.
+func (p *pending) pod(k api.PodKey, next op) {
+	if o := merge(p.pods[k], next); o == opNone || o == opUpdate {
+		delete(p.pods, k) // gone and back with the same UID: nothing changed
+	} else {
+		p.pods[k] = o
+	}
 }
 
 func (p *pending) rule(r *rule, next op) {

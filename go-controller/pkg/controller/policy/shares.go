@@ -75,6 +75,14 @@ func (m *model) emitPatch(n *node, a *addrSet, added, removed []netip.Prefix) {
 	}
 }
 
+// emitPod records that the node's evaluated pods gained or lost a pod.
+func (m *model) emitPod(n *node, k api.PodKey, o op) {
+	for _, s := range n.subs {
+		s.pending.pod(k, o)
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
 func (m *model) emitIsolation(n *node) {
 	for _, s := range n.subs {
 		s.pending.isolation = true
@@ -97,7 +105,21 @@ func (m *model) snapshot(n *node) api.NodeShare {
 		share.AddressSets[a.id] = api.AddressSet{ID: a.id, Addresses: a.addrs}
 	}
 	share.Isolation = isolationOf(n)
+	share.Pods = podsOf(n)
 	return share
+}
+
+// podsOf returns the node's evaluated pods, sorted.
+func podsOf(n *node) []api.PodKey {
+	if len(n.pods) == 0 {
+		return nil
+	}
+	keys := make([]api.PodKey, 0, len(n.pods))
+	for p := range n.pods {
+		keys = append(keys, p.apiKey())
+	}
+	slices.SortFunc(keys, api.PodKey.Compare)
+	return keys
 }
 
 // appliedToOn returns g's applied-to set restricted to the pods of n.
@@ -138,6 +160,7 @@ func (m *model) delta(s *subscriber) (api.Delta, bool) {
 	ruleChanges(&d, p.rules)
 	appliedToChanges(&d, s.node, p.appliedTo)
 	addrChanges(&d, p.addrs)
+	podChanges(&d, p.pods)
 	if p.isolation {
 		iso := isolationOf(s.node)
 		d.Isolation = &iso
@@ -191,6 +214,21 @@ func addrChanges(d *api.Delta, pend map[string]*addrPending) {
 			}
 		}
 	}
+}
+
+// podChanges lists the pods that joined or left the node; a pod that left and came back
+// (same UID) did not change for the receiver.
+func podChanges(d *api.Delta, pend map[api.PodKey]op) {
+	for k, o := range pend {
+		switch o {
+		case opAdd:
+			d.AddedPods = append(d.AddedPods, k)
+		case opRemove:
+			d.RemovedPods = append(d.RemovedPods, k)
+		}
+	}
+	slices.SortFunc(d.AddedPods, api.PodKey.Compare)
+	slices.SortFunc(d.RemovedPods, api.PodKey.Compare)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
