@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -134,3 +135,18 @@ func (a CT) String() string {
 type Drop struct{}
 
 func (Drop) String() string { return "drop" }
+
+// Conjunction makes its flow clause Clause of the NClauses clauses of conjunctive match
+// ID: when a packet matches one flow of every clause, OVS looks the table up again with
+// conj_id=ID. A flow with conjunction actions has no other action.
+type Conjunction struct {
+	ID       uint32
+	Clause   uint8
+	NClauses uint8
+}
+
+func (a Conjunction) String() string {
+	// Without fmt: a clause flow shared by a thousand rules renders a thousand of these.
+	return "conjunction(" + strconv.FormatUint(uint64(a.ID), 10) + "," + strconv.Itoa(int(a.Clause)) + "/" +
+		strconv.Itoa(int(a.NClauses)) + ")"
+}

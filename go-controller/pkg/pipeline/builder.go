@@ -40,6 +40,12 @@ const (
 	prioPolicyEstab = 210
 	prioPolicyRel   = 200
 
+	// NetworkPolicy, in EgressPolicy and IngressPolicy (see flows_policy.go).
+	prioPolicyFromGateway = 190 // the node reaches its own pods (IngressPolicy only)
+	prioPolicyAllowAll    = 150 // rules with neither peers nor ports: one clause
+	prioPolicyConj        = 100 // conjunction clauses and conj_id flows
+	prioPolicyDeny        = 50  // default deny of isolated and pending pods
+
 	prioL3Multicast  = 300
 	prioL3Local      = 200 // local pods, the gateway, node addresses
 	prioL3NoTransit  = 190 // tunnel traffic not for a local endpoint

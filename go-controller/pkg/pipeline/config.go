@@ -28,9 +28,12 @@ type NodeConfig struct {
 type PodPort struct {
 	Namespace string
 	Name      string
-	OFPort    uint32
-	MAC       net.HardwareAddr
-	IPs       []netip.Addr // at most one per family, inside the node's pod subnets
+	// UID tells the pod from an earlier one of the same name: NetworkPolicy flows apply
+	// a share's rules to the port only when the UIDs agree (or either is empty).
+	UID    string
+	OFPort uint32
+	MAC    net.HardwareAddr
+	IPs    []netip.Addr // at most one per family, inside the node's pod subnets
 }
 
 func (p PodPort) String() string { return p.Namespace + "/" + p.Name }

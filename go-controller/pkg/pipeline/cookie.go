@@ -9,8 +9,9 @@ import (
 //
 //	bits 63..48  Round     agent incarnation that installed the flow
 //	bits 47..40  Category  kind of owner: pipeline base, gateway, pod, tunnel peer, ...
-//	bits 39..32  reserved  zero
-//	bits 31..0   Object    owner within the category: a pod's ofport, a peer's name hash
+//	bits 39..32  Kind      what a NetworkPolicy flow is (PolicyKind); zero otherwise
+//	bits 31..0   Object    owner within the category: a pod's ofport, a peer's name hash,
+//	                       a policy rule's ID hash
 //
 // A flow with category 0 is not kovs's: the agent never deletes it by cookie.
 type Cookie uint64
@@ -28,15 +29,17 @@ const (
 	CategoryGateway    Category = 2 // the gateway port, node addresses, off-cluster routing
 	CategoryPod        Category = 3 // one local pod (object: ofport)
 	CategoryTunnelPeer Category = 4 // one remote node (object: FNV-1a of its name)
-	CategoryPolicy     Category = 5 // reserved: NetworkPolicy
+	CategoryPolicy     Category = 5 // NetworkPolicy (kind: PolicyKind; object: rule hash or ofport)
 	CategoryService    Category = 6 // reserved: Service load balancing
 )
 
 const (
 	roundShift    = 48
 	categoryShift = 40
+	kindShift     = 32
 	roundMask     = Cookie(0xffff) << roundShift
 	categoryMask  = Cookie(0xff) << categoryShift
+	kindMask      = Cookie(0xff) << kindShift
 	objectMask    = Cookie(0xffffffff)
 )
 
@@ -95,6 +98,61 @@ func CategoryFilter(cat Category) CookieFilter {
 func ObjectFilter(cat Category, obj uint32) CookieFilter {
 	return CookieFilter{Value: NewCookie(0, cat, obj), Mask: categoryMask | objectMask}
 }
+
+// PolicyKind is what a NetworkPolicy flow (CategoryPolicy) does, in the cookie's bits
+// 39..32. The object is a rule's PolicyRuleObjectID for rule and clause flows, and a
+// pod's ofport for default-deny flows.
+type PolicyKind uint8
+
+// Kinds of NetworkPolicy flows.
+const (
+	// PolicyKindRule: a rule's allow flow (its conj_id flow, or its only clause).
+	PolicyKindRule PolicyKind = 1
+	// PolicyKindClause: a conjunction clause, shared by every rule with the same clause;
+	// the object names the first of them (lowest rule ID).
+	PolicyKindClause PolicyKind = 2
+	// PolicyKindIngressDeny, PolicyKindEgressDeny: the default deny of a pod isolated
+	// for that direction.
+	PolicyKindIngressDeny PolicyKind = 3
+	PolicyKindEgressDeny  PolicyKind = 4
+	// PolicyKindPending: the default deny, both directions, of a pod kovs-controller has
+	// not evaluated yet (its NetworkPolicy has not arrived).
+	PolicyKindPending PolicyKind = 5
+)
+
+func (k PolicyKind) String() string {
+	switch k {
+	case PolicyKindRule:
+		return "rule"
+	case PolicyKindClause:
+		return "clause"
+	case PolicyKindIngressDeny:
+		return "ingress default deny"
+	case PolicyKindEgressDeny:
+		return "egress default deny"
+	case PolicyKindPending:
+		return "default deny pending policy"
+	}
+	return fmt.Sprintf("policy kind %d", uint8(k))
+}
+
+// NewPolicyCookie builds the cookie of a NetworkPolicy flow of kind k owned by obj.
+func NewPolicyCookie(r Round, k PolicyKind, obj uint32) Cookie {
+	return NewCookie(r, CategoryPolicy, obj) | Cookie(k)<<kindShift
+}
+
+// PolicyKind is what a NetworkPolicy flow does; zero for other categories.
+func (c Cookie) PolicyKind() PolicyKind {
+	if c.Category() != CategoryPolicy {
+		return 0
+	}
+	return PolicyKind((c & kindMask) >> kindShift)
+}
+
+// PolicyRuleObjectID is the cookie object of a NetworkPolicy rule's flows: FNV-1a of its
+// ID (policy.Rule.ID, "<namespace>/<policy>/<ingress|egress>/<index>[/<proto>-<port>]"),
+// so that tools can name the rule from the API objects alone.
+func PolicyRuleObjectID(ruleID string) uint32 { return PeerObjectID(ruleID) }
 
 // PeerObjectID is the cookie object of a tunnel peer: FNV-1a of its node name. Two peers
 // may collide; the cookie then still names the category and round, and reconcilers delete

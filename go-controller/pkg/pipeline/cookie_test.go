@@ -65,3 +65,20 @@ func TestPeerObjectIDStable(t *testing.T) {
 		t.Error("peer object ids must be a stable function of the node name")
 	}
 }
+
+func TestPolicyCookies(t *testing.T) {
+	deny := NewPolicyCookie(1, PolicyKindIngressDeny, 3)
+	if deny != 0x1050300000003 || deny.Category() != CategoryPolicy || deny.PolicyKind() != PolicyKindIngressDeny || deny.Object() != 3 {
+		t.Errorf("ingress deny of port 3 = %s (kind %s, object %d)", deny, deny.PolicyKind(), deny.Object())
+	}
+	rule := NewPolicyCookie(2, PolicyKindRule, PolicyRuleObjectID("x/web/ingress/0"))
+	if rule.Object() != PolicyRuleObjectID("x/web/ingress/0") || rule.Round() != 2 || !ObjectFilter(CategoryPolicy, rule.Object()).Matches(rule) {
+		t.Errorf("rule cookie %s does not decode to its rule", rule)
+	}
+	if NewCookie(1, CategoryPod, 3).PolicyKind() != 0 {
+		t.Error("only policy cookies have a policy kind")
+	}
+	if PolicyRuleObjectID("x/web/ingress/0") == PolicyRuleObjectID("x/web/ingress/1") {
+		t.Error("rule object IDs of neighbouring rules collide")
+	}
+}

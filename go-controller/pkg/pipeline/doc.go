@@ -17,6 +17,13 @@
 // them, if it forwards them at all). Pod to remote pod is therefore two hops, as it would
 // be through two routers.
 //
+// NetworkPolicy is enforced in EgressPolicy (on the source pod's node) and IngressPolicy
+// (on the destination pod's node) with OpenFlow conjunctions: PolicyFlows compiles a
+// node's share of the normalized policy (package policy) and its pod ports into clause
+// flows whose number grows with the sum of protected pods, peer addresses and ports, one
+// conj_id flow per rule, and default-deny flows for isolated pods and for pods whose
+// policy has not arrived. The tracer models conjunctive lookups as OVS does.
+//
 // ovs-flows/README.md documents the tables, registers, cookies and golden files; the
 // golden files in ovs-flows/golden are FormatByTable of the reference scenarios.
 package pipeline

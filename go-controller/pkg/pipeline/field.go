@@ -44,6 +44,8 @@ const (
 	FieldReg1
 	FieldReg2
 	FieldReg3
+	FieldConjID
+	FieldTpDst
 )
 
 // valueFormat is how ovs-ofctl prints a field's value.
@@ -56,6 +58,7 @@ const (
 	formatIPv4
 	formatIPv6
 	formatCTState
+	formatPort // decimal when exact, hex value/mask when masked
 )
 
 // fieldSpec describes one field to the renderer and the tracer.
@@ -71,6 +74,7 @@ type fieldSpec struct {
 // Canonical match order as `ovs-ofctl dump-flows` prints it (OVS 3.1): conntrack fields,
 // the protocol shorthand, registers, tunnel metadata, in_port, L2, L3, L4, then ND.
 const (
+	rankConjID   = 5
 	rankCT       = 10
 	rankProtocol = 20
 	rankReg      = 30
@@ -130,6 +134,10 @@ func (f Field) spec() fieldSpec {
 		return fieldSpec{"tun_ipv6_dst", "", "NXM_NX_TUN_IPV6_DST", 16, formatIPv6, 44}
 	case FieldCTState:
 		return fieldSpec{"ct_state", "", "NXM_NX_CT_STATE", 4, formatCTState, rankCT}
+	case FieldConjID:
+		return fieldSpec{"conj_id", "", "NXM_NX_CONJ_ID", 4, formatDecimal, rankConjID}
+	case FieldTpDst:
+		return fieldSpec{"tp_dst", "", "NXM_OF_TCP_DST", 2, formatPort, 89}
 	case FieldReg0, FieldReg1, FieldReg2, FieldReg3:
 		n := int(f - FieldReg0)
 		return fieldSpec{fmt.Sprintf("reg%d", n), "", fmt.Sprintf("NXM_NX_REG%d", n), 4, formatHex, rankReg + n}
@@ -170,6 +178,11 @@ func (f Field) formatValue(value, mask []byte) string {
 	case formatHex:
 		if isAllOnes(mask) {
 			return fmt.Sprintf("%#x", beUint(value))
+		}
+		return fmt.Sprintf("%#x/%#x", beUint(value), beUint(mask))
+	case formatPort:
+		if isAllOnes(mask) {
+			return fmt.Sprintf("%d", beUint(value))
 		}
 		return fmt.Sprintf("%#x/%#x", beUint(value), beUint(mask))
 	default:

@@ -4,7 +4,8 @@ import "net/netip"
 
 // GatewayFlows are the flows of the gateway port: its classification and spoof guard, the
 // ARP and ND answers for the gateway addresses (towards pods only), delivery of neighbour
-// replies addressed to the host, and routing of node and off-cluster addresses to it.
+// replies addressed to the host, routing of node and off-cluster addresses to it, and the
+// bypass of ingress policy for what the node sends to its pods.
 func (b *Builder) GatewayFlows() []Flow {
 	n := b.node
 	s := b.owner(CategoryGateway, n.GatewayOFPort)
@@ -24,6 +25,9 @@ func (b *Builder) GatewayFlows() []Flow {
 		fromPod := MatchProtocol(proto).Reg(PortClassPod.Mark())
 		s.add(L3Forwarding, prioL3OffCluster, fromPod, b.toGateway()...)
 	}
+	// The node reaches its own pods whatever NetworkPolicy says (kubelet probes, node
+	// daemons): what the host sends through the gateway port skips ingress policy.
+	s.add(IngressPolicy, prioPolicyFromGateway, MatchAll().Reg(PortClassGateway.Mark()), Goto(ConntrackCommit))
 	return s.flows
 }
 

@@ -19,6 +19,12 @@ const (
 	ProtoIPv4
 	ProtoIPv6
 	ProtoICMPv6
+	ProtoTCP
+	ProtoTCP6
+	ProtoUDP
+	ProtoUDP6
+	ProtoSCTP
+	ProtoSCTP6
 )
 
 func (p Protocol) String() string {
@@ -31,8 +37,44 @@ func (p Protocol) String() string {
 		return "ipv6"
 	case ProtoICMPv6:
 		return "icmp6"
+	case ProtoTCP:
+		return "tcp"
+	case ProtoTCP6:
+		return "tcp6"
+	case ProtoUDP:
+		return "udp"
+	case ProtoUDP6:
+		return "udp6"
+	case ProtoSCTP:
+		return "sctp"
+	case ProtoSCTP6:
+		return "sctp6"
 	}
 	return ""
+}
+
+// TransportProtocol is the shorthand for IP protocol ipProto (TCP, UDP or SCTP) over
+// IPv4 or IPv6, e.g. tcp6; ok is false for other protocols.
+func TransportProtocol(ipProto uint8, ipv6 bool) (Protocol, bool) {
+	for _, p := range []Protocol{ProtoTCP, ProtoTCP6, ProtoUDP, ProtoUDP6, ProtoSCTP, ProtoSCTP6} {
+		if v6, n, _ := p.transport(); n == ipProto && v6 == ipv6 {
+			return p, true
+		}
+	}
+	return ProtoAny, false
+}
+
+// transport is the family and IP protocol of a transport shorthand (tcp, udp6, ...).
+func (p Protocol) transport() (ipv6 bool, ipProto uint8, ok bool) {
+	switch p {
+	case ProtoTCP, ProtoTCP6:
+		return p == ProtoTCP6, IPProtoTCP, true
+	case ProtoUDP, ProtoUDP6:
+		return p == ProtoUDP6, IPProtoUDP, true
+	case ProtoSCTP, ProtoSCTP6:
+		return p == ProtoSCTP6, IPProtoSCTP, true
+	}
+	return false, 0, false
 }
 
 // EtherType and IP protocol numbers the pipeline and the tracer use.
@@ -44,6 +86,7 @@ const (
 	IPProtoTCP   uint8  = 6
 	IPProtoUDP   uint8  = 17
 	IPProtoICMP6 uint8  = 58
+	IPProtoSCTP  uint8  = 132
 )
 
 // Match is what a flow matches: a protocol and typed fields with optional masks. Methods
@@ -71,6 +114,11 @@ func (m Match) WithProtocol(p Protocol) Match {
 	return m
 }
 
+// matchesField reports whether the match constrains field f.
+func (m Match) matchesField(f Field) bool {
+	return slices.ContainsFunc(m.fields, func(fm fieldMatch) bool { return fm.field == f })
+}
+
 // Protocol is the match's protocol shorthand.
 func (m Match) Protocol() Protocol { return m.proto }
 
@@ -83,12 +131,17 @@ func (m Match) with(f Field, value, mask []byte) Match {
 
 func (m Match) exact(f Field, value []byte) Match { return m.with(f, value, allOnes(len(value))) }
 
+// prefix matches field v4 or v6 against p. A /0 prefix matches every address, which
+// OVS writes as no match on the field at all.
 func (m Match) prefix(v4, v6 Field, p netip.Prefix) Match {
 	f, width := v4, 4
 	if p.Addr().Is6() {
 		f, width = v6, 16
 	}
 	masked := p.Masked()
+	if masked.Bits() == 0 {
+		return m
+	}
 	return m.with(f, addrValue(masked.Addr()), prefixMask(masked.Bits(), width))
 }
 
@@ -151,6 +204,19 @@ func (m Match) CTState(set, unset CTFlags) Match {
 func (m Match) Reg(mark RegMark) Match {
 	value, mask := mark.bits()
 	return m.with(mark.Field.field(), uintValue(uint64(value), 4), uintValue(uint64(mask), 4))
+}
+
+// ConjID matches the conjunction a conjunctive match completed (conj_id).
+func (m Match) ConjID(id uint32) Match { return m.exact(FieldConjID, uintValue(uint64(id), 4)) }
+
+// TpDst matches the TCP, UDP or SCTP destination port under mask; the match's protocol
+// must be a transport shorthand (tcp, udp6, ...). Mask 0 matches every port: no match on
+// the field, as OVS writes it.
+func (m Match) TpDst(port, mask uint16) Match {
+	if mask == 0 {
+		return m
+	}
+	return m.with(FieldTpDst, uintValue(uint64(port&mask), 2), uintValue(uint64(mask), 2))
 }
 
 // TunID matches the tunnel key (the Geneve VNI).

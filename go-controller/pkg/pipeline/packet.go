@@ -19,7 +19,7 @@ type Packet struct {
 	IPDst    netip.Addr
 	IPProto  uint8
 	TTL      uint8
-	SrcPort  uint16 // TCP/UDP
+	SrcPort  uint16 // TCP, UDP, SCTP
 	DstPort  uint16
 	ICMPType uint8
 	ICMPCode uint8
@@ -53,6 +53,13 @@ func (p *Packet) matches(proto Protocol) bool {
 	case ProtoICMPv6:
 		return p.EthType == EthTypeIPv6 && p.IPProto == IPProtoICMP6
 	}
+	if ipv6, ipProto, ok := proto.transport(); ok {
+		ethType := EthTypeIPv4
+		if ipv6 {
+			ethType = EthTypeIPv6
+		}
+		return p.EthType == ethType && p.IPProto == ipProto
+	}
 	return true
 }
 
@@ -81,6 +88,8 @@ func (p *Packet) get(f Field) []byte {
 		return []byte{p.NDOptionsType}
 	case FieldTunID:
 		return uintValue(p.TunID, width)
+	case FieldTpDst:
+		return uintValue(uint64(p.DstPort), width)
 	}
 	panic(fmt.Sprintf("pipeline: packet has no field %s", f.Name()))
 }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // scenario is one node's view of a reference cluster.
@@ -14,6 +16,8 @@ type scenario struct {
 	node  NodeConfig
 	pods  []PodPort
 	peers []TunnelPeer
+	// policy, when set, is the node's NetworkPolicy share: its flows are compiled too.
+	policy *policy.NodeShare
 }
 
 const (
@@ -119,7 +123,7 @@ func threeNodesDualStack(n int) scenario {
 }
 
 func goldenScenarios() []scenario {
-	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1)}
+	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario()}
 }
 
 func (sc scenario) flows(t *testing.T) []Flow {
@@ -131,6 +135,10 @@ func (sc scenario) flows(t *testing.T) []Flow {
 	flows, err := b.NodeFlows(sc.pods, sc.peers)
 	if err != nil {
 		t.Fatalf("NodeFlows(%s): %v", sc.name, err)
+	}
+	if sc.policy != nil {
+		flows = append(flows, b.PolicyFlows(*sc.policy, sc.pods)...)
+		SortFlows(flows)
 	}
 	return flows
 }

@@ -36,7 +36,8 @@ func TestTablesDeclaredInPipelineOrder(t *testing.T) {
 // terminal actions come last, cookies name an owner of the right round, each table has one
 // miss flow, and no two flows of a table overlap at the same priority with the same match.
 func TestFlowInvariants(t *testing.T) {
-	scenarios := []scenario{oneNodeTwoPods(), threeNodesDualStack(1), threeNodesDualStack(2), threeNodesDualStack(3)}
+	scenarios := []scenario{oneNodeTwoPods(), threeNodesDualStack(1), threeNodesDualStack(2), threeNodesDualStack(3),
+		policyScenario()}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			flows := sc.flows(t)

@@ -38,11 +38,15 @@ type Result struct {
 	End     string     // why processing stopped
 }
 
-// Step is one table lookup and the flow that won it.
+// Step is one table lookup and the flow that won it. When the flow was found through a
+// conjunctive match, Conjunctions lists every conjunction that completed at the winning
+// priority (OVS follows one of them; the tracer the lowest ID) and Flow is the conj_id
+// flow of the one followed.
 type Step struct {
-	Table   Table
-	Flow    Flow
-	Matched bool
+	Table        Table
+	Flow         Flow
+	Matched      bool
+	Conjunctions []uint32
 }
 
 // Delivery is a packet leaving br-int through Port.
@@ -68,11 +72,14 @@ func (r Result) TableNames() []string {
 func (r Result) String() string {
 	var b strings.Builder
 	for _, s := range r.Steps {
-		if !s.Matched {
+		switch {
+		case !s.Matched:
 			fmt.Fprintf(&b, "%3d %-16s (no flow matched)\n", s.Table.ID, s.Table.Name)
-			continue
+		case len(s.Conjunctions) > 0:
+			fmt.Fprintf(&b, "%3d %-16s %s   (conjunctions %v)\n", s.Table.ID, s.Table.Name, s.Flow, s.Conjunctions)
+		default:
+			fmt.Fprintf(&b, "%3d %-16s %s\n", s.Table.ID, s.Table.Name, s.Flow)
 		}
-		fmt.Fprintf(&b, "%3d %-16s %s\n", s.Table.ID, s.Table.Name, s.Flow)
 	}
 	for _, d := range r.Outputs {
 		fmt.Fprintf(&b, "    => output:%d %s\n", d.Port, d.Packet)
@@ -90,6 +97,7 @@ type traceState struct {
 	regs   [4]uint32
 	ct     CTFlags // 0 until a ct() action recirculates the packet
 	ctNext CTFlags
+	conjID uint32 // set only while a lookup looks for a conj_id flow
 }
 
 // Trace runs pkt through the pipeline from Classifier. ctNext is the ct_state conntrack
@@ -103,11 +111,11 @@ func (t *Tracer) Trace(pkt Packet, ctNext CTFlags) (Result, error) {
 		if len(r.Steps) == maxTraceSteps {
 			return r, fmt.Errorf("trace of %s: more than %d tables", pkt, maxTraceSteps)
 		}
-		flow, found, err := t.lookup(table, st)
+		flow, conj, found, err := t.lookup(table, st)
 		if err != nil {
 			return r, fmt.Errorf("trace of %s: %w", pkt, err)
 		}
-		r.Steps = append(r.Steps, Step{Table: table, Flow: flow, Matched: found})
+		r.Steps = append(r.Steps, Step{Table: table, Flow: flow, Matched: found, Conjunctions: conj})
 		if !found {
 			r.End = "table miss with no flow: drop"
 			return r, nil
@@ -119,26 +127,6 @@ func (t *Tracer) Trace(pkt Packet, ctNext CTFlags) (Result, error) {
 		table, more = next, cont
 	}
 	return r, nil
-}
-
-// lookup finds the highest-priority flow of table matching the packet. Two matching flows
-// at that priority are an error: OVS would pick either.
-func (t *Tracer) lookup(table Table, st *traceState) (Flow, bool, error) {
-	var best Flow
-	found := false
-	for _, f := range t.tables[table.ID] {
-		if found && f.Priority < best.Priority {
-			break
-		}
-		if !st.matches(f.Match) {
-			continue
-		}
-		if found {
-			return Flow{}, false, fmt.Errorf("ambiguous match in %s:\n  %s\n  %s", table.Name, best, f)
-		}
-		best, found = f, true
-	}
-	return best, found, nil
 }
 
 func (st *traceState) matches(m Match) bool {
@@ -192,6 +180,8 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 		case Drop:
 			r.End = "drop"
 			return Table{}, false, nil
+		case Conjunction:
+			return Table{}, false, fmt.Errorf("%s executed: clause flows only take part in lookups", a)
 		default:
 			return Table{}, false, fmt.Errorf("tracer cannot execute %s", a)
 		}
@@ -230,6 +220,8 @@ func (st *traceState) get(f Field) []byte {
 		return uintValue(uint64(st.regs[f-FieldReg0]), 4)
 	case f == FieldCTState:
 		return uintValue(uint64(st.ct), 4)
+	case f == FieldConjID:
+		return uintValue(uint64(st.conjID), 4)
 	}
 	return st.pkt.get(f)
 }
