@@ -41,6 +41,7 @@ type Agent struct {
 	pods     corelisters.PodLister
 	state    *NodeState
 	syncer   *FlowSyncer
+	policy   *NodePolicy // nil: NetworkPolicy disabled
 	netdev   bool
 	underlay netip.Addr
 	mtu      int
@@ -84,6 +85,12 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
 	a.syncer = NewFlowSyncer(ofSwitch{a.of}, a.state.Flows)
+	if cfg.PolicyFeed != nil {
+		// Pods stay closed until their policy arrives, restored ones included.
+		a.state.EnablePolicy(cfg.NodeName)
+		a.policy = NewNodePolicy(cfg.NodeName, a.state, a.syncer.installedGeneration)
+		a.syncer.OnSynced(a.policy.flowsInstalled)
+	}
 	if err := a.setupNode(ctx, self); err != nil {
 		return err
 	}
@@ -93,7 +100,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 // serve runs the steady state: flows, peers, the CNI server, readiness.
 func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
-		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, readiness: a.ready.get}
+		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, policyWait: a.cfg.PolicyWait, readiness: a.ready.get}
 	restored, err := handlers.restore(ctx)
 	if err != nil {
 		return fmt.Errorf("restore pod ports: %w", err)
@@ -105,6 +112,10 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		DeleteFunc: func(interface{}) { a.updatePeers() },
 	}); err != nil {
 		return err
+	}
+	if a.policy != nil {
+		go runPolicyFeed(ctx, a.cfg.PolicyFeed, a.policy, a.cfg.NodeName)
+		a.awaitFirstPolicy(ctx)
 	}
 	go a.syncer.Run(ctx, a.cfg.ResyncPeriod)
 	if err := a.syncer.WaitFor(ctx, a.state.generationNow()); err != nil {
@@ -135,6 +146,21 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		log.WithError(err).Warn("remove CNI config")
 	}
 	return nil
+}
+
+// awaitFirstPolicy holds the first flow sync until the controller's first snapshot has
+// arrived (bounded by PolicyWait). Until that sync the switch keeps the previous agent's
+// flows, its policy flows included, so an agent restart never closes running pods to new
+// connections. If no snapshot comes in time, the sync goes ahead with every pod pending
+// (closed): fail closed, never open.
+func (a *Agent) awaitFirstPolicy(ctx context.Context) {
+	select {
+	case <-a.policy.Received():
+	case <-ctx.Done():
+	case <-time.After(a.cfg.PolicyWait):
+		log.WithField("node", a.cfg.NodeName).WithField("waited", a.cfg.PolicyWait).
+			Warn("no NetworkPolicy snapshot from kovs-controller yet: local pods stay closed until it arrives")
+	}
 }
 
 // waitForSubnets waits until kovs-controller recorded this node's subnets.

@@ -36,6 +36,12 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// PodNetworkWait bounds how long a CNI ADD waits for the controller's addresses.
 	PodNetworkWait time.Duration
+	// PolicyFeed delivers the node's NetworkPolicy share from kovs-controller, once the
+	// node is programmed. Nil disables NetworkPolicy: no policy flows, no isolation.
+	PolicyFeed PolicyFeed
+	// PolicyWait bounds how long a CNI ADD waits for the new pod's NetworkPolicy to
+	// arrive and be installed (with a PolicyFeed).
+	PolicyWait time.Duration
 }
 
 // Defaults fills in what was left empty.
@@ -57,6 +63,9 @@ func (c *Config) Defaults() {
 	}
 	if c.PodNetworkWait == 0 {
 		c.PodNetworkWait = 30 * time.Second
+	}
+	if c.PolicyWait == 0 {
+		c.PolicyWait = 30 * time.Second
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,7 @@ type FlowSyncer struct {
 	synced    uint64            // generation of the last successful sync
 	lastErr   error
 	waiters   []waiter
+	onSynced  []func(generation uint64)
 }
 
 type waiter struct {
@@ -103,6 +105,12 @@ func (s *FlowSyncer) WaitFor(ctx context.Context, generation uint64) error {
 	}
 }
 
+// installedGeneration is the generation of the last successful sync.
+func (s *FlowSyncer) installedGeneration() uint64 {
+	gen, _ := s.Synced()
+	return gen
+}
+
 // Synced returns the generation of the last successful sync and the last error.
 func (s *FlowSyncer) Synced() (uint64, error) {
 	s.mu.Lock()
@@ -120,12 +128,29 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 	if err == nil && (len(deletes) > 0 || len(adds) > 0) {
 		err = s.sw.Apply(ctx, deletes, adds)
 	}
+	if !s.record(flows, gen, err) {
+		log.WithError(err).WithField("full", full).Warn("flow sync failed")
+		return
+	}
+	if len(deletes) > 0 || len(adds) > 0 {
+		log.WithField("full", full).WithField("added", len(adds)).WithField("deleted", len(deletes)).
+			WithField("flows", len(flows)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
+	}
+	s.mu.Lock()
+	hooks := slices.Clone(s.onSynced)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h(gen)
+	}
+}
+
+// record notes the outcome of a sync of generation gen and reports whether it succeeded.
+func (s *FlowSyncer) record(flows []pipeline.Flow, gen uint64, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
 	if err != nil {
-		log.WithError(err).WithField("full", full).Warn("flow sync failed")
-		return
+		return false
 	}
 	s.installed = make(map[string]string, len(flows))
 	for _, f := range flows {
@@ -133,10 +158,15 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 	}
 	s.synced = gen
 	s.release(gen)
-	if len(deletes) > 0 || len(adds) > 0 {
-		log.WithField("full", full).WithField("added", len(adds)).WithField("deleted", len(deletes)).
-			WithField("flows", len(flows)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
-	}
+	return true
+}
+
+// OnSynced registers f to be called, outside the syncer's lock, with the generation of
+// every successful sync.
+func (s *FlowSyncer) OnSynced(f func(generation uint64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onSynced = append(s.onSynced, f)
 }
 
 // release wakes the waiters the sync of gen satisfied. Called with mu held.

@@ -41,15 +41,17 @@ const validationOFPort = 65000
 // PodPorts is the agent's CNI handler: it answers the plugin's requests and keeps the pods'
 // OVS ports and flows.
 type PodPorts struct {
-	bridge    string
-	store     ovs.Store
-	state     *NodeState
-	syncer    *FlowSyncer
-	pods      corelisters.PodLister
-	mtu       int
-	netdev    bool
-	wait      time.Duration
-	readiness func() error
+	bridge string
+	store  ovs.Store
+	state  *NodeState
+	syncer *FlowSyncer
+	pods   corelisters.PodLister
+	mtu    int
+	netdev bool
+	wait   time.Duration
+	// policyWait bounds the wait for a new pod's NetworkPolicy (when enabled).
+	policyWait time.Duration
+	readiness  func() error
 }
 
 var _ cni.Handler = (*PodPorts)(nil)
@@ -114,7 +116,8 @@ func (p *PodPorts) configOf(n ipam.PodNetwork) *cni.PodNetworkConfig {
 }
 
 // Attach plugs the pod's host veth end into br-int, keyed by the pod's identity, and
-// returns once the pod's flows are installed.
+// returns once the pod's flows are installed and, with NetworkPolicy, once the policy that
+// selects the pod is: until then the pod's port is closed (see waitForPolicy).
 func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	port, err := podPort(req)
 	if err != nil {
@@ -132,6 +135,9 @@ func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	gen := p.state.SetPod(req.HostIfName, port)
 	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return fmt.Errorf("pod %s: %w", req.Pod, err)
+	}
+	if err := p.waitForPolicy(ctx, req.Pod); err != nil {
+		return err
 	}
 	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).Info("pod attached")
 	return nil
@@ -262,7 +268,8 @@ func podPortFromIDs(port ovs.PortInfo) (pipeline.PodPort, error) {
 	if err != nil {
 		return pipeline.PodPort{}, fmt.Errorf("port %s: MAC: %w", port.Name, err)
 	}
-	pp := pipeline.PodPort{Namespace: ids[extNamespace], Name: ids[extName], OFPort: uint32(max(port.Ofport, 0)), MAC: mac}
+	pp := pipeline.PodPort{Namespace: ids[extNamespace], Name: ids[extName], UID: ids[extUID],
+		OFPort: uint32(max(port.Ofport, 0)), MAC: mac}
 	for _, s := range strings.Split(ids[extIPs], ",") {
 		prefix, err := netip.ParsePrefix(s)
 		if err != nil {

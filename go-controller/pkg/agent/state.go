@@ -7,11 +7,13 @@ import (
 	"sync"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
-// NodeState is the desired state of this node's datapath: the node itself, its pods' ports
-// and its tunnel peers. Every change bumps the generation; the flow syncer reports which
-// generation it installed, so a CNI ADD can wait for the flows of its own pod.
+// NodeState is the desired state of this node's datapath: the node itself, its pods' ports,
+// its tunnel peers and, when NetworkPolicy is enabled, the node's share of it. Every change
+// bumps the generation; the flow syncer reports which generation it installed, so a CNI
+// ADD can wait for the flows of its own pod.
 type NodeState struct {
 	mu         sync.Mutex
 	node       *pipeline.NodeConfig
@@ -20,12 +22,17 @@ type NodeState struct {
 	peers      map[string]pipeline.TunnelPeer // by node name
 	generation uint64
 	onChange   func()
+	// policy is the node's NetworkPolicy share (nil: NetworkPolicy disabled). It is never
+	// modified in place: SetPolicy replaces it.
+	policy *policy.NodeShare
+	// policyChanged is closed, and replaced, whenever policy changes.
+	policyChanged chan struct{}
 }
 
 // NewNodeState returns an empty state; onChange is called after every change.
 func NewNodeState(round pipeline.Round, onChange func()) *NodeState {
 	return &NodeState{round: round, pods: map[string]pipeline.PodPort{}, peers: map[string]pipeline.TunnelPeer{},
-		onChange: onChange}
+		onChange: onChange, policyChanged: make(chan struct{})}
 }
 
 func (s *NodeState) change(f func()) uint64 {
@@ -114,6 +121,7 @@ func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
 		pods = append(pods, s.pods[name])
 	}
 	peers := sortedPeers(s.peers)
+	share := s.policy
 	s.mu.Unlock()
 	if node == nil {
 		return nil, gen, errNodeNotConfigured
@@ -123,7 +131,10 @@ func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
 		return nil, gen, err
 	}
 	flows, err := b.NodeFlows(pods, peers)
-	return flows, gen, err
+	if err != nil || share == nil {
+		return flows, gen, err
+	}
+	return append(flows, b.PolicyFlows(*share, pods)...), gen, nil
 }
 
 // generationNow is the current generation.
