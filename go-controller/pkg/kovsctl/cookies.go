@@ -2,6 +2,7 @@ package kovsctl
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
@@ -9,10 +10,15 @@ import (
 // cookieOwners names the owner a flow's cookie encodes.
 type cookieOwners struct {
 	nodes map[string]nodeInfo
+	// rules names NetworkPolicy rules by cookie object; nil when they could not be listed.
+	rules policyRules
 }
 
+// describe names the owner of a flow; ports maps the node's ofports to what they are.
 func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 	switch c.Category() {
+	case pipeline.CategoryPolicy:
+		return o.describePolicy(c, ports)
 	case pipeline.CategoryBase:
 		return "pipeline"
 	case pipeline.CategoryGateway:
@@ -33,4 +39,39 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 		return "not a kovs flow"
 	}
 	return fmt.Sprintf("cookie %s", c)
+}
+
+// describePolicy names a NetworkPolicy flow: the rule that allows, or the pod whose
+// default deny drops.
+func (o cookieOwners) describePolicy(c pipeline.Cookie, ports map[int]string) string {
+	pod := strings.TrimPrefix(describePort(ports, c.Object()), "pod ")
+	switch c.PolicyKind() {
+	case pipeline.PolicyKindRule:
+		return "NetworkPolicy " + o.ruleName(c.Object())
+	case pipeline.PolicyKindClause:
+		return "a clause of NetworkPolicy " + o.ruleName(c.Object()) + " (and of the other rules with that clause)"
+	case pipeline.PolicyKindIngressDeny:
+		return "default deny of " + pod + " (isolated for ingress)"
+	case pipeline.PolicyKindEgressDeny:
+		return "default deny of " + pod + " (isolated for egress)"
+	case pipeline.PolicyKindPending:
+		return "default deny of " + pod + " (its NetworkPolicy has not arrived from kovs-controller yet)"
+	}
+	return fmt.Sprintf("NetworkPolicy flow %s", c)
+}
+
+// ruleName is the rule a cookie object stands for, or a note that it is none of the
+// current NetworkPolicies' rules.
+func (o cookieOwners) ruleName(obj uint32) string {
+	if name, ok := o.rules.name(obj); ok {
+		return name
+	}
+	return fmt.Sprintf("rule %#x (no current NetworkPolicy rule has this ID hash)", obj)
+}
+
+func describePort(ports map[int]string, ofport uint32) string {
+	if name, ok := ports[int(ofport)]; ok {
+		return name
+	}
+	return fmt.Sprintf("the pod on port %d", ofport)
 }

@@ -48,7 +48,9 @@ func (p packet) Spec() string {
 	case p.Proto == "icmp":
 		fields = append(fields, "icmp_type=8", "icmp_code=0")
 	default:
-		fields = append(fields, fmt.Sprintf("tp_src=%d", p.SrcPort), fmt.Sprintf("tp_dst=%d", p.DstPort))
+		// ofproto/trace takes tp_src/tp_dst for TCP only: UDP and SCTP ports have their
+		// own names there (flows may say tp_dst for all three).
+		fields = append(fields, fmt.Sprintf("%s_src=%d", p.Proto, p.SrcPort), fmt.Sprintf("%s_dst=%d", p.Proto, p.DstPort))
 	}
 	return strings.Join(fields, ",")
 }

@@ -34,7 +34,9 @@ type TraceResult struct {
 	Request TraceRequest
 	Hops    []Hop
 	Verdict string
-	owners  cookieOwners
+	// Note says what the trace could not find out (the NetworkPolicy rules' names).
+	Note   string
+	owners cookieOwners
 }
 
 // Trace builds the packet, traces it on the source node's br-int and, when it leaves
@@ -60,6 +62,9 @@ func (a Access) Trace(ctx context.Context, req TraceRequest) (*TraceResult, erro
 		return nil, err
 	}
 	res := &TraceResult{Request: req, owners: cookieOwners{nodes: nodes}}
+	if res.owners.rules, err = a.listPolicyRules(ctx, req.Proto, req.Port); err != nil {
+		res.Note = err.Error()
+	}
 	hop, err := a.traceOn(ctx, src.Node, pkt)
 	if err != nil {
 		return nil, err
@@ -204,7 +209,25 @@ func (r *TraceResult) verdict() string {
 	for _, p := range last.Parsed.OutputPorts {
 		outs = append(outs, last.describePort(p))
 	}
-	return "delivered on " + last.Node + " to " + strings.Join(outs, ", ")
+	verdict := "delivered on " + last.Node + " to " + strings.Join(outs, ", ")
+	if allowed := r.policyAllowances(); len(allowed) > 0 {
+		verdict += "; allowed by " + strings.Join(allowed, ", ")
+	}
+	return verdict
+}
+
+// policyAllowances names the NetworkPolicy rules that let the packet through, with the
+// node where each did.
+func (r *TraceResult) policyAllowances() []string {
+	var out []string
+	for _, h := range r.Hops {
+		for _, s := range h.Parsed.Steps {
+			if s.Cookie.PolicyKind() == pipeline.PolicyKindRule {
+				out = append(out, r.owners.describe(s.Cookie, h.ports)+" on "+h.Node)
+			}
+		}
+	}
+	return out
 }
 
 func (h Hop) describePort(p int) string {
@@ -230,6 +253,9 @@ func (r *TraceResult) Print(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "verdict: %s\n", r.Verdict)
+	if r.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", r.Note)
+	}
 }
 
 // stepSummary is one line per table: the match, then what it did and who owns the flow.
