@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/agent"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
 func main() {
@@ -33,6 +34,11 @@ func main() {
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the node's CNI config is written")
 	flag.StringVar(&cfg.CNISocket, "cni-socket", "/var/run/kovs/cni.sock", "the CNI server's unix socket")
 	flag.DurationVar(&cfg.ResyncPeriod, "resync-period", 10*time.Second, "full flow resync period (repairs drift)")
+	var pf policyFlags
+	flag.StringVar(&pf.address, "controller-address", "", "kovs-controller's policy stream (host:port); empty: NetworkPolicy is not enforced")
+	flag.StringVar(&pf.tokenFile, "controller-token-file", "", "ServiceAccount token for the controller (audience "+stream.TokenAudience+", bound to this node or the agent's pod); read again on every reconnect")
+	flag.StringVar(&pf.caConfig, "controller-ca-configmap", "kube-system/kovs-ca", "namespace/name of the ConfigMap holding the controller's CA")
+	flag.StringVar(&pf.serverName, "controller-server-name", stream.DefaultServerName, "name the controller's certificate is verified for")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -52,6 +58,13 @@ func main() {
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		log.WithError(err).Fatal("kubernetes client")
+	}
+	feed, err := policyFeed(pf, client, cfg.NodeName)
+	if err != nil {
+		log.WithError(err).Fatal("policy stream")
+	}
+	if feed != nil { // a nil *stream.Client would make a non-nil interface
+		cfg.PolicyFeed = feed
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

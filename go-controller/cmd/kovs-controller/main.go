@@ -1,11 +1,12 @@
-// Command kovs-controller is kovs's central controller: node subnets, pod addresses and
-// (later) NetworkPolicy compiled per node.
+// Command kovs-controller is kovs's central controller: node subnets, pod addresses, and
+// NetworkPolicy compiled per node and streamed to the agents.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
 func main() {
@@ -30,6 +32,10 @@ func main() {
 	leaderElect := flag.Bool("leader-elect", true, "run leader election so several replicas can run safely")
 	leaseNS := flag.String("lease-namespace", "kube-system", "namespace of the leader election Lease")
 	workers := flag.Int("workers", 4, "pod address workers")
+	policyListen := flag.String("policy-listen", fmt.Sprintf(":%d", stream.DefaultPort), "where agents stream their NetworkPolicy from (HTTPS); empty: no stream")
+	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
+	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
+	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -51,12 +57,19 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	agentNS, agentName, ok := strings.Cut(*agentSA, "/")
+	if !ok || agentNS == "" || agentName == "" {
+		fatal(fmt.Errorf("--agent-service-account %q: use namespace/name", *agentSA))
+	}
+	names, ips := splitSANs(*tlsSANs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err = controller.Run(ctx, controller.Config{
 		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
 			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
+		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
+			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips)},
 	}, client)
 	if err != nil {
 		fatal(err)
@@ -81,6 +94,21 @@ func clusterCIDRs(list string, v4Block, v6Block int) ([]ipam.ClusterCIDR, error)
 		plan = append(plan, cc)
 	}
 	return plan, nil
+}
+
+// splitSANs sorts a comma-separated list into DNS names and IP addresses.
+func splitSANs(list string) (names []string, ips []net.IP) {
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, s)
+		}
+	}
+	return names, ips
 }
 
 func fatal(err error) {

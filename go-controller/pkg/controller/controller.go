@@ -1,9 +1,12 @@
 // Package controller is kovs-controller: one active replica (leader election on a Lease)
-// that turns Nodes and Pods into node subnets and pod addresses.
+// that turns Nodes and Pods into node subnets and pod addresses, compiles NetworkPolicy
+// into per-node shares, streams each share to its node's agent and records on every
+// policy how far it is enforced.
 package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -38,6 +41,7 @@ type Config struct {
 	// 10 s, 2 s, as kube-controller-manager's).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Workers                                   int
+	Policy                                    PolicyConfig
 }
 
 func (c *Config) electionDefaults() {
@@ -85,6 +89,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 }
 
 func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	alloc, err := addresses.NewAllocator(cfg.Addresses)
 	if err != nil {
 		return err
@@ -105,6 +111,10 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder,
 		OnNodeReady: func(node string) { enqueuePodsOf(podInformer.Informer().GetIndexer(), podCtl, node) }}
 	nodeCtl := reconcile.New(reconcile.Options{Name: "node-subnets", Workers: 1}, nodes, nodeInformer.Informer().HasSynced)
+	policies, err := newPolicyControllers(factory, client, recorder, cfg.Policy)
+	if err != nil {
+		return err
+	}
 
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
@@ -120,13 +130,39 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if _, err := podInformer.Informer().AddEventHandler(podCtl.Handler()); err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- nodeCtl.Run(ctx) }()
-	go func() { errc <- podCtl.Run(ctx) }()
-	<-ctx.Done()
-	<-errc
-	<-errc
-	return nil
+	return runAll(ctx, cancel, map[string]func(context.Context) error{
+		"node subnets":  nodeCtl.Run,
+		"pod addresses": podCtl.Run,
+		"network policy": func(ctx context.Context) error {
+			return policies.run(ctx, client, nodeInformer.Informer())
+		},
+	})
+}
+
+// runAll runs every part until ctx ends or one of them fails, which stops the others;
+// it returns the first failure.
+func runAll(ctx context.Context, cancel context.CancelFunc, parts map[string]func(context.Context) error) error {
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(parts))
+	for name, run := range parts {
+		go func() { results <- result{name, run(ctx)} }()
+	}
+	var first error
+	for range parts {
+		r := <-results
+		if r.err == nil && ctx.Err() == nil {
+			r.err = errors.New("stopped on its own")
+		}
+		if r.err != nil && first == nil && ctx.Err() == nil {
+			first = fmt.Errorf("%s: %w", r.name, r.err)
+			log.WithError(r.err).WithField("part", r.name).Error("controller part failed, stopping")
+		}
+		cancel()
+	}
+	return first
 }
 
 func podNodeIndex(obj interface{}) ([]string, error) {

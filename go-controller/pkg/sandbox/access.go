@@ -42,10 +42,21 @@ func RunNodeEmulator(ctx context.Context, l Layout, node string) error {
 		CNIConfDir:     l.CNIConfDir(n.Name),
 		CNIBinDir:      l.CNIBinDir(n.Name),
 		CNICacheDir:    l.CNICacheDir(n.Name),
-		APIServer:      net.JoinHostPort("127.0.0.1", strconv.Itoa(s.APIServerPort)),
-		ForwardListen:  net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeAPIServerPort)),
+		Forwards:       nodeForwards(s),
 	}
 	return emulator.New(cfg, client).Run(ctx)
+}
+
+// nodeForwards are the servers of the root namespace's loopback a node reaches on its own
+// loopback: kube-apiserver on NodeAPIServerPort and kovs-controller's policy stream on
+// NodeControllerPort.
+func nodeForwards(s *State) []emulator.Forward {
+	loopback := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+	fwds := []emulator.Forward{{Name: "kube-apiserver", Listen: loopback(NodeAPIServerPort), Target: loopback(s.APIServerPort)}}
+	if s.ControllerPort != 0 {
+		fwds = append(fwds, emulator.Forward{Name: "kovs-controller", Listen: loopback(NodeControllerPort), Target: loopback(s.ControllerPort)})
+	}
+	return fwds
 }
 
 // PodNetNS returns the network namespace a pod runs in: its own, or its node's for a

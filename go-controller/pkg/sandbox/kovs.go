@@ -1,11 +1,22 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
 // The kovs binaries the sandbox runs, and where each node's agent serves the CNI plugin.
@@ -13,6 +24,19 @@ const (
 	kovsController = "kovs-controller"
 	kovsAgent      = "kovs-agent"
 	kovsCNI        = "kovs-cni"
+)
+
+// NodeControllerPort is where each node reaches kovs-controller's policy stream on its own
+// loopback (forwarded to State.ControllerPort by the node emulator).
+const NodeControllerPort = stream.DefaultPort
+
+// The agents' ServiceAccount, whose node-bound tokens kovs-controller lets stream.
+const (
+	agentNamespace      = "kube-system"
+	agentServiceAccount = "kovs-agent"
+	// agentTokenLifetime outlives any sandbox; the agent reads its token file again on
+	// every reconnect, so a refresher could be added without touching the agent.
+	agentTokenLifetime = 365 * 24 * 3600
 )
 
 // clusterCIDRs are the pod address plans per family (the controller's defaults).
@@ -48,8 +72,12 @@ func (u *upRun) kovs() error {
 	l := u.layout
 	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: []string{
 		"--kubeconfig", l.Kubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
+		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
 	}}); err != nil {
 		return err
+	}
+	if err := u.agentTokens(); err != nil {
+		return fmt.Errorf("agent tokens: %w", err)
 	}
 	for _, n := range u.state.Nodes {
 		if err := copyFile(filepath.Join(dir, kovsCNI), filepath.Join(l.CNIBinDir(n.Name), kovsCNI)); err != nil {
@@ -78,7 +106,54 @@ func (u *upRun) agentArgs(n Node) []string {
 		"--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
 		"--cni-conf-dir", l.CNIConfDir(n.Name),
 		"--cni-socket", filepath.Join(l.NodeDir(n.Name), "kovs-cni.sock"),
+		"--controller-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeControllerPort)),
+		"--controller-token-file", l.ControllerTokenFile(n.Name),
 	}
+}
+
+// agentTokens creates the agents' ServiceAccount and gives each node's agent a token of
+// it bound to the node's Node object (TokenRequest, audience kovs-controller), as a
+// DaemonSet's projected token bound to the agent's Pod would be: kube-apiserver then names
+// the node in the token's user info, which kovs-controller checks against the share asked
+// for.
+func (u *upRun) agentTokens() error {
+	client, err := u.layout.Client()
+	if err != nil {
+		return err
+	}
+	ctx := u.ctx
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: agentServiceAccount}}
+	if _, err := client.CoreV1().ServiceAccounts(agentNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ServiceAccount %s/%s: %w", agentNamespace, agentServiceAccount, err)
+	}
+	for _, n := range u.state.Nodes {
+		token, err := NodeBoundToken(ctx, client, agentNamespace, agentServiceAccount, n.Name)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(u.layout.ControllerTokenFile(n.Name), []byte(token), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NodeBoundToken requests a token of a ServiceAccount for kovs-controller, bound to a Node.
+func NodeBoundToken(ctx context.Context, client kubernetes.Interface, namespace, serviceAccount, node string) (string, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("node %s: %w", node, err)
+	}
+	lifetime := int64(agentTokenLifetime)
+	tr, err := client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences:         []string{stream.TokenAudience},
+		ExpirationSeconds: &lifetime,
+		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of %s/%s bound to node %s: %w", namespace, serviceAccount, node, err)
+	}
+	return tr.Status.Token, nil
 }
 
 func copyFile(src, dst string) error {

@@ -94,6 +94,11 @@ func (l Layout) NodeKubeconfig(node string) string {
 	return filepath.Join(l.NodeDir(node), "kubeconfig")
 }
 
+// ControllerTokenFile is the node agent's token for kovs-controller's policy stream.
+func (l Layout) ControllerTokenFile(node string) string {
+	return filepath.Join(l.NodeDir(node), "controller-token")
+}
+
 // NodeName is the Kubernetes name of node i (1-based).
 func (l Layout) NodeName(i int) string { return fmt.Sprintf("node%d", i) }
 

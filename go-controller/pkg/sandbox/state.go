@@ -58,8 +58,11 @@ type State struct {
 	EtcdPort      int      `json:"etcdPort"`
 	EtcdPeerPort  int      `json:"etcdPeerPort"`
 	APIServerPort int      `json:"apiServerPort"`
-	ServiceCIDRs  []string `json:"serviceCIDRs"`
-	Nodes         []Node   `json:"nodes"`
+	// ControllerPort is where kovs-controller serves the policy stream (root namespace
+	// loopback); nodes reach it on NodeControllerPort.
+	ControllerPort int      `json:"controllerPort,omitempty"`
+	ServiceCIDRs   []string `json:"serviceCIDRs"`
+	Nodes          []Node   `json:"nodes"`
 	// KovsBinDir is where kovs binaries were taken from ("" if kovs was not started).
 	KovsBinDir string `json:"kovsBinDir,omitempty"`
 }

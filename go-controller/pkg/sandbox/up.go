@@ -96,8 +96,9 @@ func (u *upRun) run() error {
 		{"underlay", u.underlay},
 		{"control plane", func() error { return u.controlPlane(u.ctx) }},
 		{"nodes", u.nodes},
-		{"kovs", u.kovs},
+		// kovs after the Nodes exist: each agent's token is bound to its Node.
 		{"node registration", u.waitNodesRegistered},
+		{"kovs", u.kovs},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -112,7 +113,7 @@ func (u *upRun) run() error {
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
 		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family)}
-	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort} {
+	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort} {
 		port, err := freePort()
 		if err != nil {
 			return nil, err

@@ -41,11 +41,10 @@ type Config struct {
 	CNIConfDir     string
 	CNIBinDir      string
 	CNICacheDir    string
-	// APIServer is kube-apiserver's address in the root namespace (host:port); it is
-	// forwarded to ForwardListen inside the node namespace.
-	APIServer     string
-	ForwardListen string
-	Workers       int
+	// Forwards make kube-apiserver and kovs-controller, which listen on the root
+	// namespace's loopback, reachable on the node's loopback.
+	Forwards []Forward
+	Workers  int
 }
 
 // Emulator is one node's kubelet and container runtime.
@@ -86,9 +85,10 @@ func (e *Emulator) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	e.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: e.cfg.NodeName})
 
-	fwd := apiForwarder{listenAddr: e.cfg.ForwardListen, target: e.cfg.APIServer}
-	fwdErr := make(chan error, 1)
-	go func() { fwdErr <- fwd.run(ctx, e.cfg.NodeNetNSPath) }()
+	fwdErr := make(chan error, len(e.cfg.Forwards))
+	for _, fwd := range e.cfg.Forwards {
+		go func() { fwdErr <- fwd.run(ctx, e.cfg.NodeNetNSPath) }()
+	}
 
 	e.network.refresh(ctx)
 	if err := e.register(ctx); err != nil {

@@ -11,24 +11,27 @@ import (
 	log "github.com/sirupsen/logrus"
 )
 
-// apiForwarder gives processes inside the node namespace (kovs-agent, kubectl run there) a
-// kube-apiserver address on the node's own loopback: it listens inside the node namespace
-// and dials the real kube-apiserver on the root namespace's loopback. A listening socket
-// keeps the namespace it was created in, so only the listen happens inside the namespace.
-type apiForwarder struct {
-	listenAddr string
-	target     string
+// Forward makes a server on the root namespace's loopback (kube-apiserver,
+// kovs-controller's policy stream) reachable on the node's own loopback, for the processes
+// inside the node namespace (kovs-agent, kubectl run there): it listens inside the node
+// namespace and dials Target from the root namespace. A listening socket keeps the
+// namespace it was created in, so only the listen happens inside the namespace.
+type Forward struct {
+	// Name says what is forwarded, for logs.
+	Name   string
+	Listen string
+	Target string
 }
 
-func (f apiForwarder) run(ctx context.Context, netnsPath string) error {
+func (f Forward) run(ctx context.Context, netnsPath string) error {
 	var ln net.Listener
 	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
 		var err error
-		ln, err = net.Listen("tcp", f.listenAddr)
+		ln, err = net.Listen("tcp", f.Listen)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("listen on %s in %s: %w", f.listenAddr, netnsPath, err)
+		return fmt.Errorf("forward %s: listen on %s in %s: %w", f.Name, f.Listen, netnsPath, err)
 	}
 	go func() {
 		<-ctx.Done()
@@ -40,17 +43,17 @@ func (f apiForwarder) run(ctx context.Context, netnsPath string) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("accept on %s: %w", f.listenAddr, err)
+			return fmt.Errorf("forward %s: accept on %s: %w", f.Name, f.Listen, err)
 		}
 		go f.relay(c)
 	}
 }
 
-func (f apiForwarder) relay(in net.Conn) {
+func (f Forward) relay(in net.Conn) {
 	defer in.Close()
-	out, err := net.Dial("tcp", f.target)
+	out, err := net.Dial("tcp", f.Target)
 	if err != nil {
-		log.WithError(err).WithField("target", f.target).Warn("forwarder cannot reach kube-apiserver")
+		log.WithError(err).WithField("target", f.Target).Warn("forwarder cannot reach " + f.Name)
 		return
 	}
 	defer out.Close()

@@ -1,0 +1,123 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/servingcert"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
+)
+
+// PolicyConfig configures NetworkPolicy: the compiler, the stream to the agents and its
+// credentials.
+type PolicyConfig struct {
+	// Listen is the stream server's address (host:port); empty: no server (the compiler
+	// and the realization status still run).
+	Listen string
+	// MinSyncInterval is the compiler's least time between two batches.
+	MinSyncInterval time.Duration
+	// AgentNamespace and AgentServiceAccount name the agents' ServiceAccount: only its
+	// node-bound tokens are let in (defaults kube-system, kovs-agent).
+	AgentNamespace, AgentServiceAccount string
+	// TLS is where the serving certificate and its CA live, and the names it is valid
+	// for (see DefaultPolicyTLS).
+	TLS servingcert.Config
+	// KeepaliveInterval of the streams (default 15 s).
+	KeepaliveInterval time.Duration
+}
+
+// DefaultPolicyTLS is the certificate configuration kovs ships with: the Secret
+// kube-system/kovs-controller-tls, the CA in the ConfigMap kube-system/kovs-ca, valid for
+// the Service kube-system/kovs-controller (stream.DefaultServerName), localhost and the
+// loopback addresses, plus extra names and addresses.
+func DefaultPolicyTLS(extraNames []string, extraIPs []net.IP) servingcert.Config {
+	names := append(servingcert.ServiceDNSNames("kube-system", "kovs-controller"), "localhost")
+	return servingcert.Config{Namespace: "kube-system", SecretName: "kovs-controller-tls", ConfigMap: "kovs-ca",
+		DNSNames:    append(names, extraNames...),
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, extraIPs...)}
+}
+
+func (c *PolicyConfig) defaults() {
+	if c.AgentNamespace == "" {
+		c.AgentNamespace = "kube-system"
+	}
+	if c.AgentServiceAccount == "" {
+		c.AgentServiceAccount = "kovs-agent"
+	}
+	if c.TLS.SecretName == "" {
+		c.TLS = DefaultPolicyTLS(nil, nil)
+	}
+}
+
+// policyControllers are the NetworkPolicy parts of the controller.
+type policyControllers struct {
+	cfg         PolicyConfig
+	compiler    *compiler.Compiler
+	realization *realization.Controller
+}
+
+// newPolicyControllers builds the compiler and the realization status on the factory's
+// informers (before it starts).
+func newPolicyControllers(factory informers.SharedInformerFactory, client kubernetes.Interface, recorder record.EventRecorder,
+	cfg PolicyConfig) (*policyControllers, error) {
+	cfg.defaults()
+	comp, err := compiler.New(factory, compiler.Options{MinSyncInterval: cfg.MinSyncInterval})
+	if err != nil {
+		return nil, err
+	}
+	status, err := realization.New(factory, client, recorder, realization.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &policyControllers{cfg: cfg, compiler: comp, realization: status}, nil
+}
+
+// run compiles, follows realization and serves the stream until ctx ends. Generations
+// are rebased on the time this replica started leading, so that agents see them grow
+// across restarts and leader changes (see stream.Rebase).
+func (p *policyControllers) run(ctx context.Context, client kubernetes.Interface, nodes cache.SharedIndexInformer) error {
+	src := stream.Rebase(p.compiler, uint64(time.Now().UnixMicro()))
+	ctx, cancel := context.WithCancel(ctx)
+	parts := map[string]func(context.Context) error{
+		"compiler":    p.compiler.Run,
+		"realization": func(ctx context.Context) error { return p.realization.Run(ctx, src, nodes) },
+	}
+	if p.cfg.Listen != "" {
+		parts["stream server"] = func(ctx context.Context) error { return p.serve(ctx, client, src) }
+	} else {
+		log.Warn("no --policy-listen: agents get no NetworkPolicy from this controller")
+	}
+	return runAll(ctx, cancel, parts)
+}
+
+// serve runs the policy stream server.
+func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interface, src stream.Source) error {
+	cert, err := servingcert.Start(ctx, client, p.cfg.TLS, 12*time.Hour)
+	if err != nil {
+		return fmt.Errorf("policy stream certificate: %w", err)
+	}
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("policy stream: %w", err)
+	}
+	server := stream.NewServer(stream.ServerConfig{
+		Source:            src,
+		Authenticator:     stream.NewTokenReviewer(client.AuthenticationV1().TokenReviews()),
+		Authorizer:        stream.AgentAuthorizer{User: stream.ServiceAccountUser(p.cfg.AgentNamespace, p.cfg.AgentServiceAccount)},
+		Reports:           p.realization.Reports(),
+		KeepaliveInterval: p.cfg.KeepaliveInterval,
+	})
+	log.WithField("address", ln.Addr().String()).WithField("agents", p.cfg.AgentNamespace+"/"+p.cfg.AgentServiceAccount).
+		Info("serving NetworkPolicy to the agents")
+	return server.Serve(ctx, ln, cert.TLSConfig())
+}

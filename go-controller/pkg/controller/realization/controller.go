@@ -1,0 +1,289 @@
+package realization
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
+	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
+)
+
+// Options tune a Controller.
+type Options struct {
+	// MinWriteInterval spaces the writes of an incomplete status of one policy (default
+	// 1 s); a complete status is written at once.
+	MinWriteInterval time.Duration
+	// Settle delays the look at a policy after a share change (default 50 ms), so that
+	// the deltas of one compiler batch have reached every node's record: a node whose
+	// delta is still on its way would count as realized at the previous version.
+	Settle time.Duration
+	// StartupGrace is how long after start an incomplete status does not replace a
+	// complete annotation (default 15 s): the agents, which kept enforcing, reconnect and
+	// report meanwhile, and a restart is not shown as a loss of enforcement.
+	StartupGrace time.Duration
+	Workers      int
+}
+
+// Controller keeps the realization status of every NetworkPolicy.
+type Controller struct {
+	opts     Options
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	policies networkinglisters.NetworkPolicyLister
+	pods     corelisters.PodLister
+	tracker  *Tracker
+	ctl      *reconcile.Controller
+
+	started time.Time
+
+	mu       sync.Mutex
+	statuses map[types.NamespacedName]Status
+	written  map[types.NamespacedName]time.Time
+	// incomplete are the policies this controller saw not realized: their completion is
+	// news (an Event).
+	incomplete map[types.NamespacedName]bool
+}
+
+// New builds the controller on the factory's NetworkPolicy and Pod informers; call it
+// before starting the factory.
+func New(factory informers.SharedInformerFactory, client kubernetes.Interface, recorder record.EventRecorder, opts Options) (*Controller, error) {
+	if opts.MinWriteInterval <= 0 {
+		opts.MinWriteInterval = time.Second
+	}
+	if opts.Settle <= 0 {
+		opts.Settle = 50 * time.Millisecond
+	}
+	if opts.StartupGrace <= 0 {
+		opts.StartupGrace = 15 * time.Second
+	}
+	policies, pods := factory.Networking().V1().NetworkPolicies(), factory.Core().V1().Pods()
+	c := &Controller{opts: opts, client: client, recorder: recorder, policies: policies.Lister(), pods: pods.Lister(),
+		started: time.Now(), statuses: map[types.NamespacedName]Status{}, written: map[types.NamespacedName]time.Time{},
+		incomplete: map[types.NamespacedName]bool{}}
+	c.tracker = NewTracker(c.shareChanged)
+	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers}, c,
+		policies.Informer().HasSynced, pods.Informer().HasSynced)
+	if _, err := policies.Informer().AddEventHandler(c.ctl.Handler()); err != nil {
+		return nil, err
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) { c.podChanged(nil, obj) },
+		UpdateFunc: func(old, obj interface{}) {
+			if o, n := asPod(old), asPod(obj); o == nil || n == nil || podMoved(o, n) {
+				c.podChanged(old, obj)
+			}
+		},
+		DeleteFunc: func(obj interface{}) { c.podChanged(nil, obj) },
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Reports is where the policy stream server hands the agents' realized generations.
+func (c *Controller) Reports() stream.Reports { return c.tracker }
+
+// Run follows every node's share from src and keeps the statuses until ctx ends.
+func (c *Controller) Run(ctx context.Context, src stream.Source, nodes cache.SharedIndexInformer) error {
+	errc := make(chan error, 1)
+	go func() { errc <- c.tracker.Run(ctx, src, nodes) }()
+	err := c.ctl.Run(ctx)
+	if terr := <-errc; err == nil {
+		err = terr
+	}
+	return err
+}
+
+// Summary returns every policy's status, for metrics.
+func (c *Controller) Summary() Summary {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Summary{Policies: make(map[string]Status, len(c.statuses))}
+	for key, st := range c.statuses {
+		s.Policies[key.String()] = st
+		if st.Complete() {
+			s.Complete++
+		} else {
+			s.Incomplete++
+		}
+	}
+	return s
+}
+
+// Reconcile computes a policy's status and records it on the policy.
+func (c *Controller) Reconcile(ctx context.Context, k string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(k)
+	if err != nil {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	np, err := c.policies.NetworkPolicies(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.tracker.forgetPolicy(key)
+		c.mu.Lock()
+		delete(c.statuses, key)
+		delete(c.written, key)
+		delete(c.incomplete, key)
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := c.status(np)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.statuses[key] = st
+	c.mu.Unlock()
+	old, oldErr := ParseStatus(np.Annotations[AnnotationKey])
+	if !st.Complete() && oldErr == nil && old.Complete() {
+		if wait := c.opts.StartupGrace - time.Since(c.started); wait > 0 {
+			c.ctl.EnqueueAfter(k, wait)
+			return nil
+		}
+	}
+	c.mu.Lock()
+	last := c.written[key]
+	if !st.Complete() {
+		c.incomplete[key] = true
+	}
+	news := oldErr != nil || !old.Complete() || c.incomplete[key]
+	c.mu.Unlock()
+	if oldErr == nil && old == st {
+		return nil
+	}
+	if wait := c.opts.MinWriteInterval - time.Since(last); !st.Complete() && wait > 0 {
+		c.ctl.EnqueueAfter(k, wait)
+		return nil
+	}
+	if err := c.annotate(ctx, np, st); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.written[key] = time.Now()
+	if st.Complete() {
+		delete(c.incomplete, key)
+	}
+	c.mu.Unlock()
+	if st.Complete() && st.Concerned > 0 && news {
+		c.recorder.Eventf(np, corev1.EventTypeNormal, ReasonRealized, "enforced on %d/%d nodes at generation %d",
+			st.Realized, st.Concerned, st.Generation)
+		log.WithField("policy", k).WithField("nodes", st.Concerned).WithField("generation", st.Generation).Info("policy realized")
+	}
+	return nil
+}
+
+// status asks the tracker about every node the policy concerns.
+func (c *Controller) status(np *networkingv1.NetworkPolicy) (Status, error) {
+	exp, err := expectations(np, c.pods)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Concerned: len(exp)}
+	for node, on := range exp {
+		done, need := c.tracker.verdict(node, *on)
+		if done {
+			st.Realized++
+		}
+		st.Generation = max(st.Generation, need)
+	}
+	return st, nil
+}
+
+func (c *Controller) annotate(ctx context.Context, np *networkingv1.NetworkPolicy, st Status) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationKey: st.String()}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.NetworkingV1().NetworkPolicies(np.Namespace).Patch(ctx, np.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("annotate NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+	}
+	return nil
+}
+
+// shareChanged enqueues the policies a change of a node's share, or a report, concerns.
+// After a share change they wait for the other nodes' deltas to settle (a report is the
+// last step of a realization: it is not delayed).
+func (c *Controller) shareChanged(keys []types.NamespacedName, pods []policy.PodKey, fromShare bool) {
+	enqueue := c.ctl.Enqueue
+	if fromShare {
+		enqueue = func(k string) { c.ctl.EnqueueAfter(k, c.opts.Settle) }
+	}
+	for _, k := range keys {
+		enqueue(k.String())
+	}
+	for _, p := range pods {
+		pod, err := c.pods.Pods(p.Namespace).Get(p.Name)
+		if err != nil {
+			continue // gone: its deletion enqueued the policies that selected it
+		}
+		for _, k := range c.selecting(pod.Namespace, pod.Labels) {
+			enqueue(k)
+		}
+	}
+}
+
+// podChanged enqueues the policies that select the pod before or after a change.
+func (c *Controller) podChanged(old, obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	for _, o := range []interface{}{old, obj} {
+		if p := asPod(o); p != nil {
+			c.enqueueSelecting(p.Namespace, p.Labels)
+		}
+	}
+}
+
+func (c *Controller) enqueueSelecting(namespace string, podLabels map[string]string) {
+	for _, k := range c.selecting(namespace, podLabels) {
+		c.ctl.Enqueue(k)
+	}
+}
+
+// selecting returns the keys of the policies of the namespace that select such pods.
+func (c *Controller) selecting(namespace string, podLabels map[string]string) []string {
+	nps, err := c.policies.NetworkPolicies(namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for _, np := range nps {
+		if selects(np, podLabels) {
+			keys = append(keys, np.Namespace+"/"+np.Name)
+		}
+	}
+	return keys
+}
+
+func asPod(obj interface{}) *corev1.Pod {
+	p, _ := obj.(*corev1.Pod)
+	return p
+}
+
+// podMoved reports whether an update changes which policies concern the pod's node.
+func podMoved(old, nu *corev1.Pod) bool {
+	return old.Spec.NodeName != nu.Spec.NodeName || selectable(old) != selectable(nu) || old.UID != nu.UID ||
+		!labels.Equals(old.Labels, nu.Labels)
+}

@@ -1,0 +1,238 @@
+package realization
+
+import (
+	"maps"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// nodeRecord is what the tracker knows of one node: its share as the compiler last sent
+// it, when each part of it last changed, and what the node's agent reported.
+type nodeRecord struct {
+	share policy.NodeShare
+	known bool // a snapshot arrived
+	// realized is the last generation the agent reported.
+	realized uint64
+	// ruleGen, addrGen and toGen are the generations at which each rule, address set and
+	// applied-to set was last added or changed; isoGen at which each pod's isolation last
+	// changed; removedGen at which a rule of each policy was last removed.
+	ruleGen, addrGen, toGen map[string]uint64
+	isoGen                  map[podName]uint64
+	removedGen              map[types.NamespacedName]uint64
+	// rules are the rule IDs of each policy.
+	rules map[types.NamespacedName]map[string]struct{}
+	// waiting are the policies not realized on the node, with the generation they need
+	// (maxGeneration: not even compiled for the node yet).
+	waiting map[types.NamespacedName]uint64
+}
+
+// podName is "namespace/name".
+type podName string
+
+func podNameOf(k policy.PodKey) podName { return podName(k.Namespace + "/" + k.Name) }
+
+func newNodeRecord(node string) *nodeRecord {
+	return &nodeRecord{
+		share:      policy.NewNodeShare(node),
+		ruleGen:    map[string]uint64{},
+		addrGen:    map[string]uint64{},
+		toGen:      map[string]uint64{},
+		isoGen:     map[podName]uint64{},
+		removedGen: map[types.NamespacedName]uint64{},
+		rules:      map[types.NamespacedName]map[string]struct{}{},
+		waiting:    map[types.NamespacedName]uint64{},
+	}
+}
+
+func policyKey(ref policy.PolicyRef) types.NamespacedName {
+	return types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+}
+
+// touched is what one change of a node's share concerns: policies whose rules changed
+// there, and pods whose isolation did.
+type touched struct {
+	policies map[types.NamespacedName]struct{}
+	pods     []policy.PodKey
+}
+
+// apply records delta d, which must follow the record's share, and returns what it
+// touched.
+func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
+	// Apply changes the share's maps in place: take what is needed of the old one first.
+	oldIsolation := r.share.Isolation
+	removed := make([]policy.PolicyRef, len(d.RemovedRules))
+	for i, id := range d.RemovedRules {
+		removed[i] = r.share.Rules[id].Policy
+	}
+	if err := d.Apply(&r.share); err != nil {
+		return touched{}, err
+	}
+	c := r.change(d.Generation)
+	for i, id := range d.RemovedRules {
+		c.ruleRemoved(id, removed[i])
+	}
+	for _, rule := range slices.Concat(d.AddedRules, d.UpdatedRules) {
+		c.ruleChanged(rule)
+	}
+	for _, id := range d.RemovedAddressSets {
+		c.setChanged(r.addrGen, c.addrs, id, false)
+	}
+	for _, id := range slices.Concat(ids(d.AddedAddressSets, func(s policy.AddressSet) string { return s.ID }),
+		ids(d.UpdatedAddressSets, func(p policy.AddressSetPatch) string { return p.ID })) {
+		c.setChanged(r.addrGen, c.addrs, id, true)
+	}
+	for _, id := range d.RemovedAppliedToSets {
+		c.setChanged(r.toGen, c.tos, id, false)
+	}
+	for _, s := range slices.Concat(d.AddedAppliedToSets, d.UpdatedAppliedToSets) {
+		c.setChanged(r.toGen, c.tos, s.ID, true)
+	}
+	if d.Isolation != nil {
+		c.isolation(oldIsolation)
+	}
+	return c.done(), nil
+}
+
+// replace records a snapshot: what differs from the share the record had changed at the
+// snapshot's generation, the rest keeps its generation.
+func (r *nodeRecord) replace(share policy.NodeShare) touched {
+	old := r.share
+	r.share = share
+	c := r.change(share.Generation)
+	for id, rule := range old.Rules {
+		if _, ok := share.Rules[id]; !ok {
+			c.ruleRemoved(id, rule.Policy)
+		}
+	}
+	for id, rule := range share.Rules {
+		if prev, ok := old.Rules[id]; !ok || !prev.Equal(rule) {
+			c.ruleChanged(rule)
+		}
+	}
+	diffSets(old.AddressSets, share.AddressSets, func(a, b policy.AddressSet) bool { return slices.Equal(a.Addresses, b.Addresses) },
+		func(id string, present bool) { c.setChanged(r.addrGen, c.addrs, id, present) })
+	diffSets(old.AppliedToSets, share.AppliedToSets, func(a, b policy.AppliedToSet) bool { return slices.EqualFunc(a.Pods, b.Pods, samePod) },
+		func(id string, present bool) { c.setChanged(r.toGen, c.tos, id, present) })
+	c.isolation(old.Isolation)
+	return c.done()
+}
+
+// diffSets calls changed for every set removed (present false), added or changed.
+func diffSets[S any](old, nu map[string]S, equal func(a, b S) bool, changed func(id string, present bool)) {
+	for id := range old {
+		if _, ok := nu[id]; !ok {
+			changed(id, false)
+		}
+	}
+	for id, s := range nu {
+		if prev, ok := old[id]; !ok || !equal(prev, s) {
+			changed(id, true)
+		}
+	}
+}
+
+// shareChange records the changes of one generation of a node's share.
+type shareChange struct {
+	r          *nodeRecord
+	gen        uint64
+	t          touched
+	addrs, tos map[string]struct{}
+}
+
+func (r *nodeRecord) change(gen uint64) *shareChange {
+	return &shareChange{r: r, gen: gen, t: touched{policies: map[types.NamespacedName]struct{}{}},
+		addrs: map[string]struct{}{}, tos: map[string]struct{}{}}
+}
+
+func (c *shareChange) ruleRemoved(id string, ref policy.PolicyRef) {
+	key := policyKey(ref)
+	c.t.policies[key] = struct{}{}
+	c.r.removedGen[key] = c.gen
+	delete(c.r.rules[key], id)
+	if len(c.r.rules[key]) == 0 {
+		delete(c.r.rules, key)
+	}
+	delete(c.r.ruleGen, id)
+}
+
+func (c *shareChange) ruleChanged(rule policy.Rule) {
+	key := policyKey(rule.Policy)
+	c.t.policies[key] = struct{}{}
+	c.r.ruleGen[rule.ID] = c.gen
+	if c.r.rules[key] == nil {
+		c.r.rules[key] = map[string]struct{}{}
+	}
+	c.r.rules[key][rule.ID] = struct{}{}
+}
+
+// setChanged records that a set appeared or changed (present) or went away.
+func (c *shareChange) setChanged(gens map[string]uint64, changed map[string]struct{}, id string, present bool) {
+	if present {
+		gens[id] = c.gen
+	} else {
+		delete(gens, id)
+	}
+	changed[id] = struct{}{}
+}
+
+// isolation records the pods whose isolation differs from before.
+func (c *shareChange) isolation(before policy.Isolation) {
+	after := c.r.share.Isolation
+	c.t.pods = isolationChanges(before, after)
+	for _, p := range c.t.pods {
+		if isolated(after.Ingress, p) || isolated(after.Egress, p) {
+			c.r.isoGen[podNameOf(p)] = c.gen
+		} else {
+			delete(c.r.isoGen, podNameOf(p)) // only selected, hence isolated, pods matter
+		}
+	}
+}
+
+// done adds the policies whose rules reference a changed set and returns what the change
+// touched.
+func (c *shareChange) done() touched {
+	if len(c.addrs)+len(c.tos) > 0 {
+		for _, rule := range c.r.share.Rules {
+			if _, ok := c.tos[rule.AppliedTo]; ok || slices.ContainsFunc(rule.Peers, func(p string) bool { _, ok := c.addrs[p]; return ok }) {
+				c.t.policies[policyKey(rule.Policy)] = struct{}{}
+			}
+		}
+	}
+	return c.t
+}
+
+// isolationChanges returns the pods isolated in one direction before and not after, or
+// the reverse.
+func isolationChanges(before, after policy.Isolation) []policy.PodKey {
+	changed := map[policy.PodKey]struct{}{}
+	for _, lists := range [][2][]policy.PodKey{{before.Ingress, after.Ingress}, {before.Egress, after.Egress}} {
+		in := func(list []policy.PodKey, k policy.PodKey) bool {
+			_, found := slices.BinarySearchFunc(list, k, policy.PodKey.Compare)
+			return found
+		}
+		for _, k := range lists[0] {
+			if !in(lists[1], k) {
+				changed[k] = struct{}{}
+			}
+		}
+		for _, k := range lists[1] {
+			if !in(lists[0], k) {
+				changed[k] = struct{}{}
+			}
+		}
+	}
+	return slices.SortedFunc(maps.Keys(changed), policy.PodKey.Compare)
+}
+
+func samePod(a, b policy.PodRef) bool { return a.PodKey == b.PodKey && slices.Equal(a.IPs, b.IPs) }
+
+func ids[T any](items []T, id func(T) string) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = id(it)
+	}
+	return out
+}

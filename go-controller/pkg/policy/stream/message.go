@@ -1,0 +1,80 @@
+package stream
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// Defaults shared by the controller and the agents.
+const (
+	// TokenAudience is the audience of the agents' ServiceAccount tokens: a token made for
+	// the controller is refused by kube-apiserver, and the reverse.
+	TokenAudience = "kovs-controller"
+	// DefaultServerName is the name agents verify the controller's certificate for.
+	DefaultServerName = "kovs-controller.kube-system.svc"
+	// DefaultPort is where the controller serves the stream.
+	DefaultPort = 9443
+	// CAKey is the key of the CA bundle in the kovs-ca ConfigMap.
+	CAKey = "ca.crt"
+	// ContentType is the media type of the stream: one JSON Message per line.
+	ContentType = "application/x-ndjson"
+)
+
+// PolicyPath is the path of a node's policy stream.
+func PolicyPath(node string) string { return "/v1/nodes/" + node + "/policy" }
+
+// RealizedPath is the path a node's agent reports its realized generation to.
+func RealizedPath(node string) string { return "/v1/nodes/" + node + "/realized" }
+
+// MessageType says what a Message carries.
+type MessageType string
+
+// The message types.
+const (
+	MessageSnapshot  MessageType = "snapshot"
+	MessageDelta     MessageType = "delta"
+	MessageKeepalive MessageType = "keepalive"
+)
+
+// Message is one line of the stream.
+type Message struct {
+	Type MessageType `json:"type"`
+	// Generation is the generation of the node's share once the message is applied (for a
+	// keepalive: of the last message sent, 0 before the snapshot).
+	Generation uint64            `json:"generation"`
+	Snapshot   *policy.NodeShare `json:"snapshot,omitempty"`
+	Delta      *policy.Delta     `json:"delta,omitempty"`
+}
+
+// Realized is the body of a realized report.
+type Realized struct {
+	Generation uint64 `json:"generation"`
+}
+
+// check verifies that a decoded message is complete and for node.
+func (m *Message) check(node string) error {
+	switch m.Type {
+	case MessageSnapshot:
+		if m.Snapshot == nil || m.Snapshot.Node != node || m.Snapshot.Generation != m.Generation {
+			return fmt.Errorf("malformed snapshot for node %s", node)
+		}
+	case MessageDelta:
+		if m.Delta == nil || m.Delta.Node != node || m.Delta.Generation != m.Generation {
+			return fmt.Errorf("malformed delta for node %s", node)
+		}
+	case MessageKeepalive:
+	default:
+		return fmt.Errorf("unknown message type %q", m.Type)
+	}
+	return nil
+}
+
+// messageWriter writes messages, one JSON document per line.
+type messageWriter struct{ enc *json.Encoder }
+
+func newMessageWriter(w io.Writer) messageWriter { return messageWriter{enc: json.NewEncoder(w)} }
+
+func (w messageWriter) write(m Message) error { return w.enc.Encode(m) }
