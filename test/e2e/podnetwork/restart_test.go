@@ -10,6 +10,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 	"github.com/kovs-net/kovs/test/e2e/framework"
@@ -126,6 +128,10 @@ func (tr *traffic) finish() {
 // established connection may break; the gap for new connections is measured.
 func (c *cluster) checkAgentRestart(t *testing.T) {
 	a, b, cc, d := c.pods["a"], c.pods["b"], c.pods["c"], c.pods["d"]
+	// Every pod of x is isolated, reachable only from x: the restarts must keep both the
+	// allowed traffic flowing and the denied traffic denied.
+	remove := c.isolateNamespaceX(t)
+	defer remove()
 	tr := c.startTraffic(t, [][2]*corev1.Pod{{a, cc}, {d, a}, {a, b}, {cc, d}}, 100*time.Millisecond)
 	time.Sleep(time.Second)
 	for _, node := range []string{"node1", "node2"} {
@@ -138,6 +144,7 @@ func (c *cluster) checkAgentRestart(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	tr.finish()
+	c.expectDenied(t, c.hosts["node2"], framework.PodIPs(a)[0], "after the restarts")
 	for _, s := range tr.sessions {
 		if s.err != nil {
 			t.Errorf("established connection %s broke after %d round trips: %v", s.name, s.n, s.err)
@@ -175,4 +182,39 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 	})
 	t.Logf("ovs-vswitchd on node2 restarted; cross-node traffic repaired after %s", time.Since(start).Round(time.Millisecond))
 	c.runProbes(t, []probeCase{{name: "c->a after repair", from: cc, to: framework.PodIPs(a)[0], port: "80/tcp"}})
+}
+
+// isolateNamespaceX applies a NetworkPolicy that lets x's pods receive only from x, and
+// waits until node2 can no longer reach node1's pod a; it returns the undo.
+func (c *cluster) isolateNamespaceX(t *testing.T) func() {
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "allow-same-namespace"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}}}},
+	}
+	ctx := context.Background()
+	if _, err := c.s.Client.NetworkingV1().NetworkPolicies("x").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "the policy enforced", func() error {
+		if r := c.s.Probe(c.hosts["node2"], framework.PodIPs(c.pods["a"])[0], "80/tcp", time.Second); r.Connected {
+			return fmt.Errorf("node2 still reaches a")
+		}
+		return nil
+	})
+	return func() {
+		_ = c.s.Client.NetworkingV1().NetworkPolicies("x").Delete(ctx, np.Name, metav1.DeleteOptions{})
+		framework.Eventually(t, 30*time.Second, "the policy removed", func() error {
+			if r := c.s.Probe(c.hosts["node2"], framework.PodIPs(c.pods["a"])[0], "80/tcp", time.Second); !r.Connected {
+				return fmt.Errorf("node2 cannot reach a: %s", framework.Describe(r))
+			}
+			return nil
+		})
+	}
+}
+
+func (c *cluster) expectDenied(t *testing.T, from *corev1.Pod, to netip.Addr, when string) {
+	if r := c.s.Probe(from, to, "80/tcp", time.Second); r.Connected {
+		t.Errorf("%s: %s reaches %s although a NetworkPolicy denies it", when, from.Name, to)
+	}
 }
