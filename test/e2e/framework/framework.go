@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
@@ -168,3 +169,26 @@ func Context(t testing.TB) context.Context {
 
 // Errorf is fmt.Errorf, for check functions.
 var Errorf = fmt.Errorf
+
+// K8sBinDir is where kubectl and the control plane binaries are.
+func (s *Sandbox) K8sBinDir() string { return s.env.K8sBinDir }
+
+// TokenKubeconfig writes (once) a kubeconfig with the sandbox's server and CA and no
+// credentials, for kubectl --token: requests are then made as the token's identity only.
+func (s *Sandbox) TokenKubeconfig() string {
+	path := filepath.Join(s.Layout.Dir(), "token-kubeconfig")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	cfg, err := clientcmd.LoadFromFile(s.Layout.Kubeconfig())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.ClientCertificateData, a.ClientKeyData = nil, nil
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		s.t.Fatal(err)
+	}
+	return path
+}
