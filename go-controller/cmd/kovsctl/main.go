@@ -22,6 +22,7 @@ commands:
         SRC a pod (ns/name); DST a pod, a node or an IP
   flows --node NODE [--table NAME] [--pod ns/name]
   pods --node NODE
+  policies [--namespace NS]       NetworkPolicies and on how many nodes each is enforced
 
 --ovs-dir is a node's OVS run directory; "{node}" in it stands for the node name
 (in a sandbox: /run/kovs-sandbox/<name>/nodes/{node}/ovs). Default ` + kovsctl.DefaultOVSDir + `.
@@ -58,6 +59,11 @@ func main() {
 		err = flows(ctx, access, args[1:])
 	case "pods":
 		err = pods(ctx, access, args[1:])
+	case "policies":
+		fs := flag.NewFlagSet("policies", flag.ExitOnError)
+		ns := fs.String("namespace", "", "namespace (default: all)")
+		_ = fs.Parse(args[1:])
+		err = access.Policies(ctx, *ns, os.Stdout)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s", args[0], usage)
 		os.Exit(2)
