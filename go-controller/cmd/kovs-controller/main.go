@@ -36,6 +36,7 @@ func main() {
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
 	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
+	metricsListen := flag.String("metrics-listen", ":9091", "where /metrics is served while leading (Prometheus); empty: not served")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -68,7 +69,7 @@ func main() {
 		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
 			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
-		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
+		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync, MetricsListen: *metricsListen,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips)},
 	}, client)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/servingcert"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
@@ -34,6 +35,8 @@ type PolicyConfig struct {
 	TLS servingcert.Config
 	// KeepaliveInterval of the streams (default 15 s).
 	KeepaliveInterval time.Duration
+	// MetricsListen is where /metrics is served while leading; empty: not served.
+	MetricsListen string
 }
 
 // DefaultPolicyTLS is the certificate configuration kovs ships with: the Secret
@@ -91,6 +94,11 @@ func (p *policyControllers) run(ctx context.Context, client kubernetes.Interface
 	parts := map[string]func(context.Context) error{
 		"compiler":    p.compiler.Run,
 		"realization": func(ctx context.Context) error { return p.realization.Run(ctx, src, nodes) },
+	}
+	if p.cfg.MetricsListen != "" {
+		parts["metrics"] = func(ctx context.Context) error {
+			return metrics.Serve(ctx, p.cfg.MetricsListen, metrics.RealizationCollector{Source: p.realization})
+		}
 	}
 	if p.cfg.Listen != "" {
 		parts["stream server"] = func(ctx context.Context) error { return p.serve(ctx, client, src) }

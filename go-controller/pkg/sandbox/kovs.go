@@ -73,6 +73,7 @@ func (u *upRun) kovs() error {
 	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: []string{
 		"--kubeconfig", l.Kubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
 		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
+		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)),
 	}}); err != nil {
 		return err
 	}

@@ -60,9 +60,11 @@ type State struct {
 	APIServerPort int      `json:"apiServerPort"`
 	// ControllerPort is where kovs-controller serves the policy stream (root namespace
 	// loopback); nodes reach it on NodeControllerPort.
-	ControllerPort int      `json:"controllerPort,omitempty"`
-	ServiceCIDRs   []string `json:"serviceCIDRs"`
-	Nodes          []Node   `json:"nodes"`
+	ControllerPort int `json:"controllerPort,omitempty"`
+	// MetricsPort is where kovs-controller serves /metrics (root namespace loopback).
+	MetricsPort  int      `json:"metricsPort,omitempty"`
+	ServiceCIDRs []string `json:"serviceCIDRs"`
+	Nodes        []Node   `json:"nodes"`
 	// KovsBinDir is where kovs binaries were taken from ("" if kovs was not started).
 	KovsBinDir string `json:"kovsBinDir,omitempty"`
 }

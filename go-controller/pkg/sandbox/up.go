@@ -113,7 +113,7 @@ func (u *upRun) run() error {
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
 		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family)}
-	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort} {
+	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
