@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
+	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/servingcert"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
