@@ -85,6 +85,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
 	a.syncer = NewFlowSyncer(ofSwitch{a.of}, a.state.Flows)
+	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	if cfg.PolicyFeed != nil {
 		// Pods stay closed until their policy arrives, restored ones included.
 		a.state.EnablePolicy(cfg.NodeName)

@@ -41,6 +41,7 @@ type FlowSyncer struct {
 	lastErr   error
 	waiters   []waiter
 	onSynced  []func(generation uint64)
+	onApplied []func(ctx context.Context, deletes, adds []string)
 }
 
 type waiter struct {
@@ -127,6 +128,14 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 	}
 	if err == nil && (len(deletes) > 0 || len(adds) > 0) {
 		err = s.sw.Apply(ctx, deletes, adds)
+		if err == nil {
+			s.mu.Lock()
+			applied := slices.Clone(s.onApplied)
+			s.mu.Unlock()
+			for _, h := range applied {
+				h(ctx, deletes, adds)
+			}
+		}
 	}
 	if !s.record(flows, gen, err) {
 		log.WithError(err).WithField("full", full).Warn("flow sync failed")
@@ -159,6 +168,14 @@ func (s *FlowSyncer) record(flows []pipeline.Flow, gen uint64, err error) bool {
 	s.synced = gen
 	s.release(gen)
 	return true
+}
+
+// OnApplied registers f to be called after every bundle the switch accepted, with what it
+// deleted and added.
+func (s *FlowSyncer) OnApplied(f func(ctx context.Context, deletes, adds []string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onApplied = append(s.onApplied, f)
 }
 
 // OnSynced registers f to be called, outside the syncer's lock, with the generation of

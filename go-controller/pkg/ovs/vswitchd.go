@@ -84,3 +84,25 @@ func (v *Vswitchd) run(ctx context.Context, args ...string) (string, error) {
 
 // Ctl is the ovs-appctl -t target.
 func (v *Vswitchd) Ctl() string { return v.ctl }
+
+// PurgeDatapathFlows removes every cached datapath flow (revalidator/purge): the next
+// packets are classified again against the OpenFlow tables.
+func (v *Vswitchd) PurgeDatapathFlows(ctx context.Context) error {
+	if _, err := v.run(ctx, "revalidator/purge"); err != nil {
+		return fmt.Errorf("purge datapath flows: %w", err)
+	}
+	return nil
+}
+
+// FlushConntrack removes the conntrack entries of zone that match tuple, a partial
+// ct-tuple such as "ct_nw_proto=132" ("" flushes the whole zone).
+func (v *Vswitchd) FlushConntrack(ctx context.Context, zone uint16, tuple string) error {
+	args := []string{"dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone)}
+	if tuple != "" {
+		args = append(args, tuple)
+	}
+	if _, err := v.run(ctx, args...); err != nil {
+		return fmt.Errorf("flush conntrack zone %d %s: %w", zone, tuple, err)
+	}
+	return nil
+}
