@@ -1,0 +1,184 @@
+package netpol_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/netip"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/emulator"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+// TestNoWindowBeforePolicy proves a new pod is never reachable before the policies that
+// select it are in place. The test is the container runtime of the new pod: it creates
+// the pod's namespace and starts the responder in it BEFORE calling CNI ADD, then a client
+// on another node hammers the pod's address from before ADD until well after it returned.
+// If kovs attached the pod before its policy flows were installed, some of those
+// connections would get through. The same run against an unselected pod shows the prober
+// would notice.
+func TestNoWindowBeforePolicy(t *testing.T) {
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--nodes", "3")
+	ctx := context.Background()
+	s.EnsureNamespace(t, "w", nil)
+	deny := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "w", Name: "guard"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if _, err := s.Client.NetworkingV1().NetworkPolicies("w").Create(ctx, deny, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.CreatePod(t, framework.PodSpec{Namespace: "w", Name: "client", Node: "node2", Labels: map[string]string{"app": "client"}})
+	client := s.WaitRunning(t, "w", "client", 60*time.Second)
+	runtime := emulator.NewRuntime(s.Layout.CNIConfDir("node1"), s.Layout.CNIBinDir("node1"),
+		s.Layout.CNICacheDir("node1"), sandbox.NetNSPath(s.Layout.NodeNetNS("node1")))
+	framework.Eventually(t, 60*time.Second, "kovs CNI on node1 ready", func() error { return runtime.Ready(ctx) })
+
+	for _, tc := range []struct {
+		name        string
+		wantReached bool
+	}{{"guarded", false}, {"open", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := createExternalPod(t, s, tc.name, map[string]string{"app": tc.name})
+			ip := waitAllocated(t, s, "w", tc.name)
+			netns := newNetNS(t)
+			startResponder(t, netns, tc.name)
+			h := startHammer(s, client, ip)
+			time.Sleep(300 * time.Millisecond) // the hammer is at work before the pod has a network
+			att := emulator.PodAttachment(pod, netns)
+			if _, err := runtime.Add(ctx, att); err != nil {
+				h.stop()
+				t.Fatalf("CNI ADD: %v", err)
+			}
+			t.Cleanup(func() { _ = runtime.Del(context.Background(), att) })
+			time.Sleep(3 * time.Second)
+			attempts, reached := h.stop()
+			t.Logf("%d connection attempts to %s (%s), from before CNI ADD until 3 s after; %d connected", attempts, tc.name, ip, reached)
+			if attempts < 50 {
+				t.Fatalf("only %d attempts: the test proves nothing", attempts)
+			}
+			if tc.wantReached && reached == 0 {
+				t.Fatal("the prober never reached the unselected pod: it would not notice a window either")
+			}
+			if !tc.wantReached && reached > 0 {
+				t.Fatalf("a denied client connected %d times to a pod its policy selects: a window before the policy", reached)
+			}
+		})
+	}
+}
+
+// createExternalPod creates a pod on node1 that the node emulator leaves to the test.
+func createExternalPod(t *testing.T, s *framework.Sandbox, name string, labels map[string]string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "w", Name: name, Labels: labels,
+			Annotations: map[string]string{emulator.RuntimeAnnotation: emulator.RuntimeExternal}},
+		Spec: corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "responder", Image: "kovs/responder"}}},
+	}
+	created, err := s.Client.CoreV1().Pods("w").Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = s.Client.CoreV1().Pods("w").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	return created
+}
+
+// waitAllocated waits for the pod's address in kovs.io/pod-network (before it runs).
+func waitAllocated(t *testing.T, s *framework.Sandbox, namespace, name string) netip.Addr {
+	var ip netip.Addr
+	framework.Eventually(t, 30*time.Second, namespace+"/"+name+" address allocated", func() error {
+		p, err := s.Client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n, err := ipam.ParsePodNetwork(p.Annotations[ipam.PodNetworkAnnotationKey])
+		if err != nil {
+			return err
+		}
+		ip = n.Addresses[0].Address.Addr()
+		return nil
+	})
+	return ip
+}
+
+// newNetNS creates a pod namespace of the test's own, deleted at the end.
+func newNetNS(t *testing.T) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "kovs-nowin-" + hex.EncodeToString(b)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
+	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, out)
+	}
+	return sandbox.NetNSPath(name)
+}
+
+// startResponder listens on 80/tcp in the namespace, before it has any interface.
+func startResponder(t *testing.T, netnsPath, identity string) {
+	var r *responder.Responder
+	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		var err error
+		r, err = responder.Serve(context.Background(), []responder.Port{{Number: 80, Protocol: responder.TCP}}, "w/"+identity)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+}
+
+// hammer opens a new TCP connection to an address every few milliseconds.
+type hammer struct {
+	done              chan struct{}
+	wg                sync.WaitGroup
+	attempts, reached atomic.Int64
+}
+
+func startHammer(s *framework.Sandbox, from *corev1.Pod, to netip.Addr) *hammer {
+	h := &hammer{done: make(chan struct{})}
+	for w := 0; w < 8; w++ {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			for {
+				select {
+				case <-h.done:
+					return
+				default:
+				}
+				h.attempts.Add(1)
+				if r := s.Probe(from, to, "80/tcp", 200*time.Millisecond); r.Connected {
+					h.reached.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	return h
+}
+
+func (h *hammer) stop() (attempts, reached int64) {
+	close(h.done)
+	h.wg.Wait()
+	return h.attempts.Load(), h.reached.Load()
+}
