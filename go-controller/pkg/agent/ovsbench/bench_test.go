@@ -1,6 +1,7 @@
 package ovsbench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -34,10 +35,12 @@ const syncTimeout = 2 * time.Minute
 //     through pkg/ovs (ovs-ofctl bundle). ns/op is the install time.
 //   - delta: the agent's own path for one change: NodePolicy.Delta (one peer address added)
 //     -> NodeState -> FlowSyncer (compile, diff against what it installed, one bundle) ->
+//     the agent's datapath invalidation (SCTP conntrack flush, datapath flow purge) ->
 //     NodePolicy.Realized reports the delta's generation. ns/op is that latency;
 //     bundle-flows/op the bundle's size; ms-compile/op, ms-diff/op (the syncer's diff
-//     and bookkeeping: the rest) and ms-bundle/op where the time goes. Deltas are 50 ms
-//     apart, past the syncer's 20 ms bounded-frequency pause, which they never wait for.
+//     and bookkeeping: the rest), ms-bundle/op and ms-invalidate/op where the time goes.
+//     Deltas are 50 ms apart, past the syncer's 20 ms bounded-frequency pause, which they
+//     never wait for.
 //     ms-full-sync is the agent's first, full sync of the whole node into an empty br-int
 //     (dump, compile, diff, one bundle), measured once.
 //
@@ -167,7 +170,7 @@ func (n *benchNode) benchDelta(b *testing.B) {
 		took := time.Since(start)
 		b.StopTimer()
 		generation = d.Generation
-		rec.add(a, took)
+		rec.add(b, a, took)
 		b.StartTimer()
 	}
 	rec.report(b)
@@ -176,13 +179,18 @@ func (n *benchNode) benchDelta(b *testing.B) {
 
 // deltaTotals sums what the measured deltas cost.
 type deltaTotals struct {
-	deltas, syncs, flows   int
-	total, compile, bundle time.Duration
+	deltas, syncs, flows               int
+	total, compile, bundle, invalidate time.Duration
 }
 
-func (t *deltaTotals) add(a *agentRig, took time.Duration) {
+func (t *deltaTotals) add(b *testing.B, a *agentRig, took time.Duration) {
 	sw := a.sw.stats()
 	_, compile := a.compile.times()
+	invalidate, err := a.inval.took()
+	if err != nil {
+		b.Fatalf("invalidate the datapath after a policy bundle: %v", err)
+	}
+	t.invalidate += invalidate
 	t.deltas++
 	t.total += took
 	t.syncs += sw.applies
@@ -196,9 +204,11 @@ func (t deltaTotals) report(b *testing.B) {
 	b.ReportMetric(per(float64(t.flows)), "bundle-flows/op")
 	b.ReportMetric(per(ms(t.compile)), "ms-compile/op")
 	b.ReportMetric(per(ms(t.bundle)), "ms-bundle/op")
-	b.ReportMetric(per(ms(t.total-t.compile-t.bundle)), "ms-diff/op")
-	b.Logf("%d deltas of one peer address: %d bundles of %d flows in all (1 clause flow each predicted); per delta %.1f ms: compile %.1f, diff and bookkeeping %.1f, bundle %.1f",
-		t.deltas, t.syncs, t.flows, per(ms(t.total)), per(ms(t.compile)), per(ms(t.total-t.compile-t.bundle)), per(ms(t.bundle)))
+	b.ReportMetric(per(ms(t.invalidate)), "ms-invalidate/op")
+	diff := t.total - t.compile - t.bundle - t.invalidate
+	b.ReportMetric(per(ms(diff)), "ms-diff/op")
+	b.Logf("%d deltas of one peer address: %d bundles of %d flows in all (1 clause flow each predicted); per delta %.1f ms: compile %.1f, diff and bookkeeping %.1f, bundle %.1f, datapath invalidation %.1f",
+		t.deltas, t.syncs, t.flows, per(ms(t.total)), per(ms(t.compile)), per(ms(diff)), per(ms(t.bundle)), per(ms(t.invalidate)))
 }
 
 // newPeerAddress is the i-th address the deltas add: a pod of no known node, inside the
@@ -245,6 +255,7 @@ type agentRig struct {
 	sink     *agent.NodePolicy
 	sw       *recordingSwitch
 	compile  *compileTimer
+	inval    *invalidation
 	synced   chan struct{} // a token after every successful sync
 	fullSync time.Duration // the first sync: everything into an empty br-int
 }
@@ -268,7 +279,9 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 		b.Fatalf("snapshot: %v", err)
 	}
 	a.compile = &compileTimer{flows: a.state.Flows}
+	a.inval = &invalidation{vswitchd: sw.of.Vswitchd()}
 	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired)
+	a.syncer.OnApplied(a.inval.after)
 	a.syncer.OnSynced(func(uint64) {
 		select {
 		case a.synced <- struct{}{}:
@@ -305,6 +318,44 @@ func (a *agentRig) waitRealized(b *testing.B, generation uint64) {
 func (a *agentRig) reset() {
 	a.sw.reset()
 	a.compile.reset()
+	a.inval.reset()
+}
+
+// invalidation is what kovs-agent does after every bundle that touches a policy table
+// (Agent.invalidateAfterPolicyChange, which is not exported; every bundle here touches
+// one): on the userspace datapath, flush the zone's SCTP conntrack entries, then purge
+// the cached datapath flows. Timed.
+type invalidation struct {
+	vswitchd *ovs.Vswitchd
+
+	mu    sync.Mutex
+	total time.Duration
+	err   error
+}
+
+func (i *invalidation) after(ctx context.Context, _, _ []string) {
+	start := time.Now()
+	err := i.vswitchd.FlushConntrack(ctx, pipeline.CTZone, "ct_nw_proto=132")
+	if err == nil {
+		err = i.vswitchd.PurgeDatapathFlows(ctx)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.total += time.Since(start)
+	i.err = cmp.Or(i.err, err)
+}
+
+// took is the time spent since the last reset, and the first error.
+func (i *invalidation) took() (time.Duration, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.total, i.err
+}
+
+func (i *invalidation) reset() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.total = 0
 }
 
 // compileTimer times the syncer's calls of NodeState.Flows.
