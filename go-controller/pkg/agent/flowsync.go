@@ -122,9 +122,11 @@ func (s *FlowSyncer) Synced() (uint64, error) {
 func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 	start := time.Now()
 	flows, gen, err := s.desired()
+	var want map[string]string
 	var deletes, adds []string
 	if err == nil {
-		deletes, adds, err = s.plan(ctx, flows, full)
+		want = renderFlows(flows)
+		deletes, adds, err = s.plan(ctx, want, full)
 	}
 	if err == nil && (len(deletes) > 0 || len(adds) > 0) {
 		err = s.sw.Apply(ctx, deletes, adds)
@@ -137,13 +139,13 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 			}
 		}
 	}
-	if !s.record(flows, gen, err) {
+	if !s.record(want, gen, err) {
 		log.WithError(err).WithField("full", full).Warn("flow sync failed")
 		return
 	}
 	if len(deletes) > 0 || len(adds) > 0 {
 		log.WithField("full", full).WithField("added", len(adds)).WithField("deleted", len(deletes)).
-			WithField("flows", len(flows)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
+			WithField("flows", len(want)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
 	}
 	s.mu.Lock()
 	hooks := slices.Clone(s.onSynced)
@@ -154,17 +156,14 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 }
 
 // record notes the outcome of a sync of generation gen and reports whether it succeeded.
-func (s *FlowSyncer) record(flows []pipeline.Flow, gen uint64, err error) bool {
+func (s *FlowSyncer) record(installed map[string]string, gen uint64, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
 	if err != nil {
 		return false
 	}
-	s.installed = make(map[string]string, len(flows))
-	for _, f := range flows {
-		s.installed[flowKey(f)] = f.String()
-	}
+	s.installed = installed
 	s.synced = gen
 	s.release(gen)
 	return true
@@ -201,9 +200,10 @@ func (s *FlowSyncer) release(gen uint64) {
 
 // plan returns the bundle that turns the installed flows into flows: against what this
 // syncer installed (incremental) or against the switch's dump (full).
-func (s *FlowSyncer) plan(ctx context.Context, flows []pipeline.Flow, full bool) (deletes, adds []string, err error) {
-	have := map[string]string{}
+func (s *FlowSyncer) plan(ctx context.Context, want map[string]string, full bool) (deletes, adds []string, err error) {
+	var have map[string]string
 	if full {
+		have = map[string]string{}
 		dump, err := s.sw.Flows(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -214,26 +214,32 @@ func (s *FlowSyncer) plan(ctx context.Context, flows []pipeline.Flow, full bool)
 			}
 		}
 	} else {
+		// record replaces the map, never changes it: reading it needs no copy.
 		s.mu.Lock()
-		for k, v := range s.installed {
-			have[k] = v
-		}
+		have = s.installed
 		s.mu.Unlock()
 	}
-	want := make(map[string]bool, len(flows))
-	for _, f := range flows {
-		key, text := flowKey(f), f.String()
-		want[key] = true
+	for key, text := range want {
 		if have[key] != text {
 			adds = append(adds, text) // a flow add with the same match replaces the flow
 		}
 	}
 	for key := range have {
-		if !want[key] {
+		if _, ok := want[key]; !ok {
 			deletes = append(deletes, key)
 		}
 	}
 	return deletes, adds, nil
+}
+
+// renderFlows renders every flow once, keyed as OpenFlow identifies it: a sync compares,
+// applies and records these texts without rendering any flow again.
+func renderFlows(flows []pipeline.Flow) map[string]string {
+	out := make(map[string]string, len(flows))
+	for _, f := range flows {
+		out[flowKey(f)] = f.String()
+	}
+	return out
 }
 
 // flowKey identifies a flow by what OpenFlow identifies it by: table, priority, match.

@@ -84,7 +84,7 @@ func TestIncrementalSyncTouchesOnlyChanges(t *testing.T) {
 	s.sync(context.Background(), true)
 	n = 4
 	var gotDeletes, gotAdds int
-	plannedDeletes, plannedAdds, _ := s.plan(context.Background(), testFlows(1, n), false)
+	plannedDeletes, plannedAdds, _ := s.plan(context.Background(), renderFlows(testFlows(1, n)), false)
 	gotDeletes, gotAdds = len(plannedDeletes), len(plannedAdds)
 	if gotDeletes != 0 || gotAdds != 1 {
 		t.Fatalf("incremental plan: %d deletes, %d adds; want 0 and 1", gotDeletes, gotAdds)

@@ -155,7 +155,7 @@ func TestSnapshotThenDeltasEqualsSnapshotOfEndState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deletes, adds, err := incremental.syncer.plan(context.Background(), flows, false)
+		deletes, adds, err := incremental.syncer.plan(context.Background(), renderFlows(flows), false)
 		if err != nil {
 			t.Fatal(err)
 		}
