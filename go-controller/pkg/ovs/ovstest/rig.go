@@ -67,9 +67,25 @@ func Start(t testing.TB) *Rig {
 	t.Helper()
 	r := StartDatabase(t)
 	r.Vsctl(t, "--no-wait", "init")
+	r.StartVswitchd(t)
+	return r
+}
+
+// StartVswitchd starts ovs-vswitchd (Start does it; tests call it again after
+// StopVswitchd, as an operator's restart would).
+func (r *Rig) StartVswitchd(t testing.TB) {
+	t.Helper()
 	r.vswitchd = r.daemon(t, syscall.CLONE_NEWNET, "ovs-vswitchd", "unix:"+r.DBSocket, "--unixctl="+r.VswitchdCtl)
 	r.waitUnixSocket(t, r.VswitchdCtl)
-	return r
+}
+
+// StopVswitchd stops ovs-vswitchd, leaving ovsdb-server running: the bridges'
+// flows and management sockets go with it.
+func (r *Rig) StopVswitchd(t testing.TB) {
+	t.Helper()
+	stopProcess(t, r.vswitchd)
+	r.vswitchd = nil
+	os.Remove(r.VswitchdCtl)
 }
 
 // StartDatabase creates an empty database (no Open_vSwitch row) and starts
