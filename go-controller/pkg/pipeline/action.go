@@ -114,6 +114,13 @@ type CT struct {
 	Recirculate bool
 	Table       Table
 	NAT         bool
+	// NATDst (with Commit) translates the connection's destination to this address and,
+	// when its port is not 0, port: a Service's endpoint.
+	NATDst netip.AddrPort
+	// NATSrc (with Commit) translates the connection's source to this address.
+	NATSrc netip.Addr
+	// Mark (with Commit) sets the ct_mark bits of MarkMask to Mark.
+	Mark, MarkMask uint32
 }
 
 func (a CT) String() string {
@@ -125,8 +132,16 @@ func (a CT) String() string {
 		args = append(args, fmt.Sprintf("table=%d", a.Table.ID))
 	}
 	args = append(args, fmt.Sprintf("zone=%d", a.Zone))
-	if a.NAT {
+	switch {
+	case a.NATDst.IsValid():
+		args = append(args, "nat(dst="+natTarget(a.NATDst)+")")
+	case a.NATSrc.IsValid():
+		args = append(args, "nat(src="+a.NATSrc.String()+")")
+	case a.NAT:
 		args = append(args, "nat")
+	}
+	if a.MarkMask != 0 {
+		args = append(args, fmt.Sprintf("exec(set_field:%#x/%#x->ct_mark)", a.Mark, a.MarkMask))
 	}
 	return "ct(" + strings.Join(args, ",") + ")"
 }
@@ -149,4 +164,16 @@ func (a Conjunction) String() string {
 	// Without fmt: a clause flow shared by a thousand rules renders a thousand of these.
 	return "conjunction(" + strconv.FormatUint(uint64(a.ID), 10) + "," + strconv.Itoa(int(a.Clause)) + "/" +
 		strconv.Itoa(int(a.NClauses)) + ")"
+}
+
+// natTarget renders a NAT address as ovs-ofctl prints it: 10.0.0.1:80, [fd00::1]:80, or the
+// address alone for port 0.
+func natTarget(ap netip.AddrPort) string {
+	if ap.Port() == 0 {
+		return ap.Addr().String()
+	}
+	if ap.Addr().Is6() {
+		return "[" + ap.Addr().String() + "]:" + strconv.Itoa(int(ap.Port()))
+	}
+	return ap.Addr().String() + ":" + strconv.Itoa(int(ap.Port()))
 }

@@ -46,16 +46,20 @@ const (
 	prioPolicyConj        = 100 // conjunction clauses and conj_id flows
 	prioPolicyDeny        = 50  // default deny of isolated and pending pods
 
-	prioL3Multicast  = 300
-	prioL3Local      = 200 // local pods, the gateway, node addresses
-	prioL3NoTransit  = 190 // tunnel traffic not for a local endpoint
-	prioL3Remote     = 150 // remote nodes' pod subnets
-	prioL3Cluster    = 100 // unknown addresses inside the cluster CIDRs
-	prioL3OffCluster = 50  // everything else a pod sends: the node's network stack
+	prioL3Multicast    = 300
+	prioL3GatewayReply = 250 // replies of connections the host forwarded: back to it
+	prioL3Local        = 200 // local pods, the gateway, node addresses
+	prioL3NoTransit    = 190 // tunnel traffic not for a local endpoint
+	prioL3Remote       = 150 // remote nodes' pod subnets
+	prioL3Cluster      = 100 // unknown addresses inside the cluster CIDRs
+	prioL3OffCluster   = 50  // everything else a pod sends: the node's network stack
 
 	prioDecTTLSkip = 200
 	prioDecTTL     = 100
 	prioOutput     = 100
+
+	prioCommitFromGateway = 110 // ConntrackCommit: marks what the host forwards
+	prioOutputToHost      = 110 // Output: from the gateway back to it (translated by a Service)
 )
 
 // Builder compiles the flows of one node. It is immutable: every method is a pure function

@@ -16,6 +16,8 @@ const (
 	CTReply
 	CTInvalid
 	CTTracked
+	CTSNAT // the connection's source is translated
+	CTDNAT // the connection's destination is translated
 )
 
 func (f CTFlags) name() string {
@@ -32,6 +34,10 @@ func (f CTFlags) name() string {
 		return "inv"
 	case CTTracked:
 		return "trk"
+	case CTSNAT:
+		return "snat"
+	case CTDNAT:
+		return "dnat"
 	}
 	return "?"
 }

@@ -30,7 +30,11 @@ const (
 	CategoryPod        Category = 3 // one local pod (object: ofport)
 	CategoryTunnelPeer Category = 4 // one remote node (object: FNV-1a of its name)
 	CategoryPolicy     Category = 5 // NetworkPolicy (kind: PolicyKind; object: rule hash or ofport)
-	CategoryService    Category = 6 // reserved: Service load balancing
+	CategoryService    Category = 6 // Service load balancing (object: ServiceObjectID, 0 for hairpin flows)
+	// CategoryLearned: flows the switch installs itself, with a learn action (SCTP
+	// replies, see flows_sctp.go). The agent never installs them, so its flow sync leaves
+	// them alone; it deletes them all (LearnedFilter) when NetworkPolicy changes.
+	CategoryLearned Category = 7
 )
 
 const (
@@ -98,6 +102,13 @@ func CategoryFilter(cat Category) CookieFilter {
 func ObjectFilter(cat Category, obj uint32) CookieFilter {
 	return CookieFilter{Value: NewCookie(0, cat, obj), Mask: categoryMask | objectMask}
 }
+
+// Learned reports whether the switch installed the flow with a learn action
+// (CategoryLearned): the agent's flow sync must neither expect nor delete it.
+func (c Cookie) Learned() bool { return c.Category() == CategoryLearned }
+
+// LearnedFilter selects every learned flow, of any round.
+func LearnedFilter() CookieFilter { return CategoryFilter(CategoryLearned) }
 
 // PolicyKind is what a NetworkPolicy flow (CategoryPolicy) does, in the cookie's bits
 // 39..32. The object is a rule's PolicyRuleObjectID for rule and clause flows, and a

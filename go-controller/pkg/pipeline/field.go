@@ -46,6 +46,9 @@ const (
 	FieldReg3
 	FieldConjID
 	FieldTpDst
+	FieldReg4
+	FieldTpSrc
+	FieldCTMark
 )
 
 // valueFormat is how ovs-ofctl prints a field's value.
@@ -138,6 +141,12 @@ func (f Field) spec() fieldSpec {
 		return fieldSpec{"conj_id", "", "NXM_NX_CONJ_ID", 4, formatDecimal, rankConjID}
 	case FieldTpDst:
 		return fieldSpec{"tp_dst", "", "NXM_OF_TCP_DST", 2, formatPort, 89}
+	case FieldReg4:
+		return fieldSpec{"reg4", "", "NXM_NX_REG4", 4, formatHex, rankReg + 4}
+	case FieldCTMark:
+		return fieldSpec{"ct_mark", "", "NXM_NX_CT_MARK", 4, formatHex, rankCT + 1}
+	case FieldTpSrc:
+		return fieldSpec{"tp_src", "", "NXM_OF_TCP_SRC", 2, formatPort, 88}
 	case FieldReg0, FieldReg1, FieldReg2, FieldReg3:
 		n := int(f - FieldReg0)
 		return fieldSpec{fmt.Sprintf("reg%d", n), "", fmt.Sprintf("NXM_NX_REG%d", n), 4, formatHex, rankReg + n}
@@ -177,17 +186,26 @@ func (f Field) formatValue(value, mask []byte) string {
 		return formatCTFlags(CTFlags(beUint(value)), CTFlags(beUint(mask)))
 	case formatHex:
 		if isAllOnes(mask) {
-			return fmt.Sprintf("%#x", beUint(value))
+			return hexC(beUint(value))
 		}
-		return fmt.Sprintf("%#x/%#x", beUint(value), beUint(mask))
+		return hexC(beUint(value)) + "/" + hexC(beUint(mask))
 	case formatPort:
 		if isAllOnes(mask) {
 			return fmt.Sprintf("%d", beUint(value))
 		}
-		return fmt.Sprintf("%#x/%#x", beUint(value), beUint(mask))
+		return hexC(beUint(value)) + "/" + hexC(beUint(mask))
 	default:
 		return fmt.Sprintf("%d", beUint(value))
 	}
+}
+
+// hexC prints v as C's "%#x" does, which OVS uses: 0x-prefixed, except zero, which is "0"
+// (reg0=0/0x300).
+func hexC(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%#x", v)
 }
 
 func formatAddr(value, mask []byte) string {
@@ -258,7 +276,7 @@ func prefixLen(mask []byte) int {
 // bit order (new, est, rel, rpl, inv, trk).
 func formatCTFlags(value, mask CTFlags) string {
 	var b strings.Builder
-	for flag := CTNew; flag <= CTTracked; flag <<= 1 {
+	for flag := CTNew; flag <= CTDNAT; flag <<= 1 {
 		if mask&flag == 0 {
 			continue
 		}

@@ -17,6 +17,7 @@ func (b *Builder) BaseFlows() []Flow {
 	}
 	b.routingGuardFlows(s)
 	conntrackStateFlows(s)
+	b.sctpFlows(s)
 	// The host already routed what comes from the gateway port (and decremented its TTL if
 	// it forwarded it); OVS only routes for pods and for traffic from the tunnel.
 	s.add(L3DecTTL, prioDecTTLSkip, MatchAll().Reg(PortClassGateway.Mark()), Goto(IngressPolicy))
@@ -56,8 +57,10 @@ func conntrackStateFlows(s *flowSet) {
 	s.add(ConntrackState, prioCTInvalid, MatchAll().CTState(CTInvalid|CTTracked, 0), Drop{})
 	s.add(ConntrackState, prioCTEstab, MatchAll().CTState(CTEstablished|CTTracked, CTNew), Goto(L3Forwarding))
 	s.add(ConntrackState, prioCTRelated, MatchAll().CTState(CTRelated|CTTracked, CTNew), Goto(L3Forwarding))
-	s.add(IngressPolicy, prioPolicyEstab, MatchAll().CTState(CTEstablished|CTTracked, CTNew), Goto(ConntrackCommit))
-	s.add(IngressPolicy, prioPolicyRel, MatchAll().CTState(CTRelated|CTTracked, CTNew), Goto(ConntrackCommit))
+	// Not for SCTP, whose conntrack state is never trusted (flows_sctp.go).
+	trusted := MatchAll().Reg(SCTPStateConntrack.Mark())
+	s.add(IngressPolicy, prioPolicyEstab, trusted.CTState(CTEstablished|CTTracked, CTNew), Goto(ConntrackCommit))
+	s.add(IngressPolicy, prioPolicyRel, trusted.CTState(CTRelated|CTTracked, CTNew), Goto(ConntrackCommit))
 }
 
 // ndGuardFlows keep neighbour discovery out of conntrack and routing. A pod's NS or NA that

@@ -1,6 +1,9 @@
 package pipeline
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // GatewayFlows are the flows of the gateway port: its classification and spoof guard, the
 // ARP and ND answers for the gateway addresses (towards pods only), delivery of neighbour
@@ -26,8 +29,14 @@ func (b *Builder) GatewayFlows() []Flow {
 		s.add(L3Forwarding, prioL3OffCluster, fromPod, b.toGateway()...)
 	}
 	// The node reaches its own pods whatever NetworkPolicy says (kubelet probes, node
-	// daemons): what the host sends through the gateway port skips ingress policy.
-	s.add(IngressPolicy, prioPolicyFromGateway, MatchAll().Reg(PortClassGateway.Mark()), Goto(ConntrackCommit))
+	// daemons): what the host sends through the gateway port from one of the node's own
+	// addresses skips ingress policy. What the host forwards from other sources (NodePort
+	// with the client's address preserved, kube-proxy's DNAT) meets it.
+	for _, ip := range b.nodeAddresses() {
+		s.add(IngressPolicy, prioPolicyFromGateway, MatchProtocol(ipProto(ip)).Reg(PortClassGateway.Mark()).IPSrc(host(ip)),
+			Goto(ConntrackCommit))
+	}
+	b.gatewayReturnFlows(s)
 	return s.flows
 }
 
@@ -74,4 +83,44 @@ func (b *Builder) toGateway() []Action {
 		LoadReg(OutPortField.Mark(b.node.GatewayOFPort)),
 		Goto(IngressPolicy),
 	}
+}
+
+// nodeAddresses are the node's own addresses of its pod families: the gateway's and the
+// underlay's.
+func (b *Builder) nodeAddresses() []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range append(slices.Clone(b.node.GatewayIPs), b.node.UnderlayIPs...) {
+		if b.node.hasFamily(ip.Is6()) && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// CTMarkFromGateway marks (ct_mark) the connections that entered br-int from the gateway
+// port.
+const CTMarkFromGateway uint32 = 0x1
+
+// gatewayReturnFlows send the replies of connections that entered from the gateway port
+// back to the gateway, even when they are addressed to a pod: the host may have translated
+// them (kube-proxy's DNAT of a pod's connection to a ClusterIP, with --service-proxy=none)
+// and must see the replies to undo it. TCP and UDP connections the host forwards are
+// committed with the mark.
+func (b *Builder) gatewayReturnFlows(s *flowSet) {
+	for _, proto := range b.families() {
+		for _, l4 := range []uint8{IPProtoTCP, IPProtoUDP} {
+			tp, _ := TransportProtocol(l4, proto == ProtoIPv6)
+			s.add(ConntrackCommit, prioCommitFromGateway, MatchProtocol(tp).CTState(CTNew|CTTracked, 0).Reg(PortClassGateway.Mark()),
+				CT{Commit: true, Zone: CTZone, Mark: CTMarkFromGateway, MarkMask: CTMarkFromGateway}, Goto(Output))
+		}
+		s.add(L3Forwarding, prioL3GatewayReply,
+			MatchProtocol(proto).CTState(CTReply|CTTracked, 0).CTMark(CTMarkFromGateway, CTMarkFromGateway), b.toGateway()...)
+		// The host's connection to a ClusterIP whose endpoint is no pod (a host-network
+		// pod: a node's address): back to the host, which routes it (accept_local on the
+		// gateway lets it take a packet from its own address).
+		s.add(L3Forwarding, prioL3OffCluster, MatchProtocol(proto).CTState(CTDNAT|CTTracked, 0).Reg(PortClassGateway.Mark()),
+			b.toGateway()...)
+	}
+	n := b.node
+	s.add(Output, prioOutputToHost, MatchAll().Reg(OutPortField.Mark(n.GatewayOFPort)).InPort(n.GatewayOFPort), OutputInPort{})
 }

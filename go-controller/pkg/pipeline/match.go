@@ -200,10 +200,25 @@ func (m Match) CTState(set, unset CTFlags) Match {
 	return m.with(FieldCTState, uintValue(uint64(set), 4), uintValue(uint64(set|unset), 4))
 }
 
-// Reg matches a register range value.
+// CTMark matches ct_mark bits: value under mask.
+func (m Match) CTMark(value, mask uint32) Match {
+	return m.with(FieldCTMark, uintValue(uint64(value), 4), uintValue(uint64(mask), 4))
+}
+
+// Reg matches a register range value. Ranges of one register combine into one masked
+// match (reg0=0x3/0xf plus SCTPState 0 is reg0=0x3/0x30f); a range matched again is
+// replaced.
 func (m Match) Reg(mark RegMark) Match {
 	value, mask := mark.bits()
-	return m.with(mark.Field.field(), uintValue(uint64(value), 4), uintValue(uint64(mask), 4))
+	f := mark.Field.field()
+	for _, fm := range m.fields {
+		if fm.field == f {
+			oldValue, oldMask := uint32(beUint(fm.value)), uint32(beUint(fm.mask))
+			value |= oldValue & oldMask &^ mask
+			mask |= oldMask
+		}
+	}
+	return m.with(f, uintValue(uint64(value), 4), uintValue(uint64(mask), 4))
 }
 
 // ConjID matches the conjunction a conjunctive match completed (conj_id).

@@ -90,6 +90,8 @@ func (p *Packet) get(f Field) []byte {
 		return uintValue(p.TunID, width)
 	case FieldTpDst:
 		return uintValue(uint64(p.DstPort), width)
+	case FieldTpSrc:
+		return uintValue(uint64(p.SrcPort), width)
 	}
 	panic(fmt.Sprintf("pipeline: packet has no field %s", f.Name()))
 }
@@ -117,6 +119,10 @@ func (p *Packet) set(f Field, v []byte) {
 		p.NDOptionsType = v[0]
 	case FieldTunID:
 		p.TunID = beUint(v)
+	case FieldTpDst:
+		p.DstPort = uint16(beUint(v))
+	case FieldTpSrc:
+		p.SrcPort = uint16(beUint(v))
 	default:
 		panic(fmt.Sprintf("pipeline: cannot set packet field %s", f.Name()))
 	}
@@ -182,7 +188,12 @@ func (p Packet) String() string {
 	case EthTypeARP:
 		fmt.Fprintf(&b, " arp op=%d %s(%s)>%s(%s)", p.ARPOp, p.ARPSpa, p.ARPSha, p.ARPTpa, p.ARPTha)
 	case EthTypeIPv4, EthTypeIPv6:
-		fmt.Fprintf(&b, " %s>%s proto=%d ttl=%d", p.IPSrc, p.IPDst, p.IPProto, p.TTL)
+		if p.SrcPort != 0 || p.DstPort != 0 {
+			fmt.Fprintf(&b, " %s>%s proto=%d ttl=%d",
+				netip.AddrPortFrom(p.IPSrc, p.SrcPort), netip.AddrPortFrom(p.IPDst, p.DstPort), p.IPProto, p.TTL)
+		} else {
+			fmt.Fprintf(&b, " %s>%s proto=%d ttl=%d", p.IPSrc, p.IPDst, p.IPProto, p.TTL)
+		}
 		if p.IPProto == IPProtoICMP6 {
 			fmt.Fprintf(&b, " icmp6 type=%d", p.ICMPType)
 		}

@@ -19,11 +19,11 @@ func TestREADMEDocumentsThePipeline(t *testing.T) {
 	for _, tbl := range Tables() {
 		if row := tableRow(readme, tbl); row == "" {
 			t.Errorf("README table reference has no row for %d %s (stage %s)", tbl.ID, tbl.Name, tbl.Stage)
-		} else if miss := readmeMiss(tbl.Miss); !strings.HasSuffix(row, "| "+miss+" |") {
+		} else if miss := readmeMiss(tbl); !strings.HasSuffix(row, "| "+miss+" |") {
 			t.Errorf("README says %s misses otherwise than %q: %s", tbl.Name, miss, row)
 		}
 	}
-	for _, f := range []RegField{PortClassField, OutPortField, NeighborScratchField} {
+	for _, f := range []RegField{PortClassField, OutPortField, NeighborScratchField, AffinityHitField, EndpointKeyField, ServiceGroupField} {
 		row := fmt.Sprintf("| `reg%d[%d..%d]` | %s |", f.Reg, f.Start, f.End, f.Name)
 		if !strings.Contains(readme, row) {
 			t.Errorf("README register map lacks %q", row)
@@ -45,9 +45,13 @@ func tableRow(readme string, tbl Table) string {
 	return ""
 }
 
-func readmeMiss(m MissAction) string {
-	if m == MissNext {
+func readmeMiss(t Table) string {
+	switch t.Miss {
+	case MissNext:
 		return "next"
+	case MissJump:
+		next, _ := t.missTarget()
+		return "goto " + next.Name
 	}
 	return "drop"
 }

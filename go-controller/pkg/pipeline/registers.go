@@ -7,13 +7,21 @@ import "fmt"
 //
 //	reg0[0..3]   PortClass        class of the ingress port, loaded by Classifier:
 //	                              1 pod, 2 tunnel, 3 gateway (0: never classified)
-//	reg0[4..31]  free             (planned: policy and service flags)
+//	reg0[4]      AffinityHit      ServiceAffinity found the client's learned endpoint
+//	reg0[5..7]   free
+//	reg0[8..9]   SCTPState        loaded for SCTP in ConntrackState: 0 not SCTP (conntrack
+//	                              state stands), 1 SCTP (policy checks every packet),
+//	                              2 SCTP reply of an association policy allowed (a learned
+//	                              SCTPReply flow matched)
+//	reg0[10..31] free
 //	reg1[0..31]  OutPort          ofport chosen by L3Forwarding; Output sends the packet
 //	                              there and IngressPolicy will select the destination
 //	                              pod's rules by it
 //	reg2[0..31]  NeighborScratch  ARPResponder parks the requested IPv4 address here
 //	                              while it swaps arp_spa and arp_tpa; meaningless elsewhere
-//	reg3[0..31]  free             (planned: NetworkPolicy conjunction ids)
+//	reg3[0..31]  EndpointKey      the Service endpoint a group bucket (or a learned affinity
+//	                              flow) chose; EndpointDNAT translates to it
+//	reg4[0..31]  ServiceGroup     the group of the Service port ServiceLB matched
 //
 // No register copies in_port: the OpenFlow in_port field survives goto_table and ct()
 // recirculation, so every table can match it directly.
@@ -31,10 +39,19 @@ var (
 	PortClassField       = RegField{Name: "PortClass", Reg: 0, Start: 0, End: 3}
 	OutPortField         = RegField{Name: "OutPort", Reg: 1, Start: 0, End: 31}
 	NeighborScratchField = RegField{Name: "NeighborScratch", Reg: 2, Start: 0, End: 31}
+	AffinityHitField     = RegField{Name: "AffinityHit", Reg: 0, Start: 4, End: 4}
+	EndpointKeyField     = RegField{Name: "EndpointKey", Reg: 3, Start: 0, End: 31}
+	ServiceGroupField    = RegField{Name: "ServiceGroup", Reg: 4, Start: 0, End: 31}
+	SCTPStateField       = RegField{Name: "SCTPState", Reg: 0, Start: 8, End: 9}
 )
 
 // field is the whole register the range lives in.
-func (f RegField) field() Field { return FieldReg0 + Field(f.Reg) }
+func (f RegField) field() Field {
+	if f.Reg == 4 {
+		return FieldReg4
+	}
+	return FieldReg0 + Field(f.Reg)
+}
 
 // mask is the range's bits in register position.
 func (f RegField) mask() uint32 {
@@ -98,3 +115,18 @@ func (c PortClass) String() string {
 	}
 	return fmt.Sprintf("class(%d)", uint32(c))
 }
+
+// SCTPState is what decides for an SCTP packet (see flows_sctp.go): ovs-vswitchd's
+// userspace conntrack tracks SCTP by addresses only, so its state is never trusted for
+// SCTP.
+type SCTPState uint32
+
+// SCTP states, as loaded into SCTPStateField.
+const (
+	SCTPStateConntrack SCTPState = 0 // not SCTP: conntrack state stands
+	SCTPStatePolicy    SCTPState = 1 // SCTP: policy checks every packet
+	SCTPStateReply     SCTPState = 2 // SCTP reply of an allowed association: skips policy
+)
+
+// Mark is the state as an SCTPStateField value.
+func (s SCTPState) Mark() RegMark { return SCTPStateField.Mark(uint32(s)) }

@@ -40,7 +40,7 @@ func TestPodToLocalPod(t *testing.T) {
 			if len(r.Commits) != 1 || r.Commits[0] != CTZone {
 				t.Errorf("commits = %v, want the new connection committed to zone %d", r.Commits, CTZone)
 			}
-			tables := []string{"Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "EgressPolicy",
+			tables := []string{"Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "ServiceLB", "EgressPolicy",
 				"L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output"}
 			if ipv6 {
 				tables = append(tables[:2], append([]string{"NDResponder", "NDReply"}, tables[2:]...)...)

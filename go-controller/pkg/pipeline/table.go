@@ -9,6 +9,9 @@ type Table struct {
 	Name  string
 	Stage Stage
 	Miss  MissAction
+	// MissTo is the table a MissJump table's misses continue in (by ID: a Table cannot
+	// hold a Table).
+	MissTo uint8
 }
 
 // MissAction is what a table's priority-0 flow does.
@@ -18,11 +21,15 @@ type MissAction uint8
 const (
 	MissDrop MissAction = iota // drop the packet
 	MissNext                   // continue in the next table of the pipeline
+	MissJump                   // continue in table MissTo, skipping the tables between
 )
 
 func (m MissAction) String() string {
-	if m == MissNext {
+	switch m {
+	case MissNext:
 		return "next table"
+	case MissJump:
+		return "jump"
 	}
 	return "drop"
 }
@@ -30,7 +37,7 @@ func (m MissAction) String() string {
 // Stage is a step of the pipeline; a stage owns one or more tables.
 type Stage uint8
 
-// Stages in pipeline order. StageServiceLB has no tables yet: its IDs (40-49) are reserved.
+// Stages in pipeline order.
 const (
 	StageClassification Stage = iota + 1
 	StageSpoofGuard
@@ -77,7 +84,13 @@ var (
 	NDResponder     = Table{ID: 21, Name: "NDResponder", Stage: StageNeighbor, Miss: MissNext}
 	NDReply         = Table{ID: 22, Name: "NDReply", Stage: StageNeighbor, Miss: MissNext}
 	ConntrackZone   = Table{ID: 30, Name: "ConntrackZone", Stage: StageConntrack, Miss: MissDrop}
-	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Stage: StageConntrack, Miss: MissNext}
+	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Stage: StageConntrack, Miss: MissJump, MissTo: 40}
+	SCTPReply       = Table{ID: 32, Name: "SCTPReply", Stage: StageConntrack, Miss: MissDrop} // resubmit only
+	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
+	ServiceAffinity = Table{ID: 41, Name: "ServiceAffinity", Stage: StageServiceLB, Miss: MissDrop}
+	EndpointDNAT    = Table{ID: 43, Name: "EndpointDNAT", Stage: StageServiceLB, Miss: MissDrop}
+	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
+	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Stage: StageServiceLB, Miss: MissDrop}
 	EgressPolicy    = Table{ID: 50, Name: "EgressPolicy", Stage: StageEgressPolicy, Miss: MissNext}
 	L3Forwarding    = Table{ID: 60, Name: "L3Forwarding", Stage: StageRouting, Miss: MissDrop}
 	L3DecTTL        = Table{ID: 61, Name: "L3DecTTL", Stage: StageRouting, Miss: MissDrop}
@@ -90,13 +103,16 @@ var (
 func Tables() []Table {
 	return []Table{
 		Classifier, SpoofGuard, ARPResponder, NDResponder, NDReply, ConntrackZone,
-		ConntrackState, EgressPolicy, L3Forwarding, L3DecTTL, IngressPolicy,
+		ConntrackState, SCTPReply, ServiceLB, ServiceAffinity, EndpointDNAT, ServiceHairpin, HairpinUnSNAT, EgressPolicy, L3Forwarding, L3DecTTL, IngressPolicy,
 		ConntrackCommit, Output,
 	}
 }
 
 // missTarget is where a MissNext table sends unmatched packets.
 func (t Table) missTarget() (Table, bool) {
+	if t.Miss == MissJump {
+		return TableByID(t.MissTo)
+	}
 	if t.Miss != MissNext {
 		return Table{}, false
 	}

@@ -16,11 +16,13 @@ const maxTraceSteps = 64
 // the fields and actions the pipeline emits; conntrack is an assumption the caller makes.
 type Tracer struct {
 	tables map[uint8][]Flow // each highest priority first
+	groups map[uint32]Group
+	conns  *traceConntrack
 }
 
 // NewTracer indexes flows for tracing.
 func NewTracer(flows []Flow) *Tracer {
-	t := &Tracer{tables: map[uint8][]Flow{}}
+	t := &Tracer{tables: map[uint8][]Flow{}, groups: map[uint32]Group{}, conns: &traceConntrack{}}
 	for _, f := range flows {
 		t.tables[f.Table.ID] = append(t.tables[f.Table.ID], f)
 	}
@@ -35,6 +37,8 @@ type Result struct {
 	Steps   []Step     // one per table visited, in order
 	Outputs []Delivery // packets sent, with their headers as they left
 	Commits []uint16   // conntrack zones the connection was committed to
+	Buckets []string   // the group buckets chosen, as "group G bucket B"
+	NAT     []string   // address translations conntrack applied
 	End     string     // why processing stopped
 }
 
@@ -87,6 +91,12 @@ func (r Result) String() string {
 	for _, z := range r.Commits {
 		fmt.Fprintf(&b, "    => committed to conntrack zone %d\n", z)
 	}
+	for _, g := range r.Buckets {
+		fmt.Fprintf(&b, "    => %s\n", g)
+	}
+	for _, n := range r.NAT {
+		fmt.Fprintf(&b, "    => nat %s\n", n)
+	}
 	fmt.Fprintf(&b, "    end: %s\n", r.End)
 	return b.String()
 }
@@ -94,17 +104,22 @@ func (r Result) String() string {
 // traceState is the packet and its pipeline metadata during a trace.
 type traceState struct {
 	pkt    Packet
-	regs   [4]uint32
+	regs   [5]uint32
 	ct     CTFlags // 0 until a ct() action recirculates the packet
 	ctNext CTFlags
 	conjID uint32 // set only while a lookup looks for a conj_id flow
+	tr     *Tracer
+	depth  int // resubmit and group nesting
+	// recirculated is set when a ct action recirculated the packet.
+	recirculated bool
+	ctMark       uint32 // the connection's ct_mark, as the last ct() action found it
 }
 
 // Trace runs pkt through the pipeline from Classifier. ctNext is the ct_state conntrack
 // reports when a ct() action recirculates the packet, like ofproto/trace --ct-next
 // (CTTracked is implied): CTNew for a first packet, CTEstablished for a reply.
 func (t *Tracer) Trace(pkt Packet, ctNext CTFlags) (Result, error) {
-	st := &traceState{pkt: pkt, ctNext: ctNext | CTTracked}
+	st := &traceState{pkt: pkt, ctNext: ctNext | CTTracked, tr: t}
 	var r Result
 	table, more := Classifier, true
 	for more {
@@ -154,8 +169,13 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 			if a.Commit {
 				r.Commits = append(r.Commits, a.Zone)
 			}
+			dnat := st.conntrackNAT(a, r)
 			if a.Recirculate {
+				st.recirculated = true
 				st.ct = st.ctNext
+				if dnat {
+					st.ct |= CTDNAT
+				}
 				return a.Table, true, nil
 			}
 		case OutputPort:
@@ -182,6 +202,13 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 			return Table{}, false, nil
 		case Conjunction:
 			return Table{}, false, fmt.Errorf("%s executed: clause flows only take part in lookups", a)
+		case LearnSCTPReply:
+			st.tr.learn(a.LearnedFlow(st.pkt))
+		case Resubmit, GroupOutput, LearnAffinity:
+			next, cont, err := st.executeService(a, r)
+			if err != nil || cont {
+				return next, cont, err
+			}
 		default:
 			return Table{}, false, fmt.Errorf("tracer cannot execute %s", a)
 		}
@@ -212,14 +239,24 @@ func (st *traceState) move(m Move) error {
 	return nil
 }
 
-func isReg(f Field) bool { return f >= FieldReg0 && f <= FieldReg3 }
+func isReg(f Field) bool { return (f >= FieldReg0 && f <= FieldReg3) || f == FieldReg4 }
+
+// regIndex is the register number of a register field.
+func regIndex(f Field) int {
+	if f == FieldReg4 {
+		return 4
+	}
+	return int(f - FieldReg0)
+}
 
 func (st *traceState) get(f Field) []byte {
 	switch {
 	case isReg(f):
-		return uintValue(uint64(st.regs[f-FieldReg0]), 4)
+		return uintValue(uint64(st.regs[regIndex(f)]), 4)
 	case f == FieldCTState:
 		return uintValue(uint64(st.ct), 4)
+	case f == FieldCTMark:
+		return uintValue(uint64(st.ctMark), 4)
 	case f == FieldConjID:
 		return uintValue(uint64(st.conjID), 4)
 	}
@@ -234,7 +271,7 @@ func (st *traceState) set(f Field, value, mask []byte) {
 	}
 	switch {
 	case isReg(f):
-		st.regs[f-FieldReg0] = uint32(beUint(merged))
+		st.regs[regIndex(f)] = uint32(beUint(merged))
 	case f == FieldCTState:
 		st.ct = CTFlags(beUint(merged))
 	case !bytes.Equal(merged, st.pkt.get(f)):

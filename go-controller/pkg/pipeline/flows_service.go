@@ -1,0 +1,184 @@
+package pipeline
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+)
+
+// Priorities of the Service tables.
+const (
+	prioServiceNodePort = 210 // NodePort traffic from the gateway
+	prioServiceLB       = 200 // new connections to a ClusterIP:port
+	prioEndpointDNAT    = 200 // the chosen endpoint
+	prioAffinityMiss    = 100 // no (or a stale) learned endpoint: the group chooses
+	prioAffinityLearned = 200 // learned flows in ServiceAffinity
+	prioHairpin         = 200
+	prioHairpinEstab    = 197 // ConntrackState: a hairpin connection's later packets (above SCTP, 195)
+	prioHairpinReply    = 110 // ConntrackZone: replies to the hairpin SNAT address
+	prioHairpinOutput   = 110 // Output: back out the port it came in on
+)
+
+// ServiceFlows compiles the Service load balancing of the node: per Service port its
+// ServiceLB flows, its groups and their endpoints' EndpointDNAT flows, and the hairpin
+// flows of the local pods that are endpoints. Ports of a family the node lacks are left
+// out. The groups are sorted by ID.
+func (b *Builder) ServiceFlows(ports []ServicePort, pods []PodPort) ([]Flow, []Group, error) {
+	var flows []Flow
+	groups := map[uint32]Group{}
+	endpoints := map[netip.Addr]bool{}
+	for _, p := range ports {
+		if err := p.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("service port %q: %w", p.Name, err)
+		}
+		if !b.node.hasFamily(p.ClusterIP.Is6()) {
+			continue
+		}
+		s := b.owner(CategoryService, ServiceObjectID(p.Name))
+		b.servicePortFlows(s, p, groups)
+		flows = append(flows, s.flows...)
+		for _, g := range []ServiceGroup{p.Internal, p.External} {
+			for _, ep := range g.Endpoints {
+				endpoints[ep.Addr()] = true
+			}
+		}
+	}
+	if len(ports) > 0 {
+		flows = append(flows, b.hairpinFlows(pods, endpoints)...)
+	}
+	out := make([]Group, 0, len(groups))
+	for _, id := range slices.Sorted(maps.Keys(groups)) {
+		out = append(out, groups[id])
+	}
+	return flows, out, nil
+}
+
+// servicePortFlows adds one Service port's flows to s and its groups to groups.
+func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]Group) {
+	proto := p.protocol()
+	newConn := MatchProtocol(proto).CTState(CTNew|CTTracked, 0).IPDst(host(p.ClusterIP))
+	var used []ServiceGroup
+	if len(p.Internal.Endpoints) > 0 {
+		s.add(ServiceLB, prioServiceLB, newConn.TpDst(p.Port, 0xffff), b.balance(p, p.Internal)...)
+		used = append(used, p.Internal)
+	} else if p.DropWithoutEndpoints {
+		s.add(ServiceLB, prioServiceLB, newConn.TpDst(p.Port, 0xffff), Drop{})
+	}
+	if p.NodePort != 0 {
+		m := newConn.Reg(PortClassGateway.Mark()).TpDst(p.NodePort, 0xffff)
+		if len(p.External.Endpoints) > 0 {
+			s.add(ServiceLB, prioServiceNodePort, m, b.balance(p, p.External)...)
+			used = append(used, p.External)
+		} else {
+			// externalTrafficPolicy Local without a local endpoint: dropped, as
+			// kube-proxy does (load balancers' health checks steer clients away).
+			s.add(ServiceLB, prioServiceNodePort, m, Drop{})
+		}
+	}
+	for _, g := range used {
+		if _, done := groups[g.ID]; !done {
+			groups[g.ID] = b.serviceGroup(s, p, g)
+		}
+	}
+}
+
+// balance are the ServiceLB actions of a Service port's group g: remember the group, then
+// let the group choose an endpoint, or with session affinity first look the client's
+// learned endpoint up.
+func (b *Builder) balance(p ServicePort, g ServiceGroup) []Action {
+	load := LoadReg(ServiceGroupField.Mark(g.ID))
+	if p.AffinityTimeout == 0 {
+		return []Action{load, GroupOutput{ID: g.ID}}
+	}
+	return []Action{load, Resubmit{Table: ServiceAffinity}, Goto(EndpointDNAT)}
+}
+
+// serviceGroup builds group g (one bucket per endpoint: choose it, then translate to it in
+// EndpointDNAT, which also learns it for affinity) and adds its endpoints' EndpointDNAT
+// flows to s.
+func (b *Builder) serviceGroup(s *flowSet, p ServicePort, g ServiceGroup) Group {
+	proto := p.protocol()
+	group := Group{ID: g.ID, Fields: p.hashFields()}
+	eps := slices.Clone(g.Endpoints)
+	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	eps = slices.Compact(eps)
+	for _, ep := range eps {
+		key := EndpointKey(ep)
+		group.Buckets = append(group.Buckets, []Action{LoadReg(EndpointKeyField.Mark(key)), Resubmit{Table: EndpointDNAT}})
+		m := MatchProtocol(proto).Reg(EndpointKeyField.Mark(key)).Reg(ServiceGroupField.Mark(g.ID))
+		dnat := CT{Commit: true, Zone: CTZone, Recirculate: true, Table: ServiceHairpin, NATDst: ep}
+		if p.AffinityTimeout == 0 {
+			s.add(EndpointDNAT, prioEndpointDNAT, m, dnat)
+			continue
+		}
+		// Learned here, not in the bucket: OVS runs a bucket's actions as an action set,
+		// which has no learn. Every new connection of the client refreshes its flow.
+		learn := LearnAffinity{Table: ServiceAffinity, Priority: prioAffinityLearned,
+			IdleTimeout: p.AffinityTimeout, IPv6: p.ClusterIP.Is6(), IPProto: p.IPProto}
+		s.add(EndpointDNAT, prioEndpointDNAT, m, learn, dnat)
+	}
+	if p.AffinityTimeout != 0 && len(eps) > 0 {
+		s.add(EndpointDNAT, prioAffinityMiss, MatchProtocol(proto).Reg(ServiceGroupField.Mark(g.ID)), GroupOutput{ID: g.ID})
+	}
+	return group
+}
+
+// hairpinFlows let a local pod reach itself through a Service: the connection's source
+// becomes the hairpin address (in its own conntrack zone), so the pod never sees a packet
+// from itself, and the packet goes back out the port it came in on. Replies are un-SNATed
+// first, then un-DNATed.
+func (b *Builder) hairpinFlows(pods []PodPort, endpoints map[netip.Addr]bool) []Flow {
+	s := b.owner(CategoryService, 0)
+	for _, proto := range b.families() {
+		snat := hairpinAddr(proto)
+		s.add(ConntrackZone, prioHairpinReply, MatchProtocol(proto).IPDst(host(snat)),
+			CT{Zone: HairpinCTZone, Recirculate: true, Table: HairpinUnSNAT, NAT: true})
+		s.add(HairpinUnSNAT, prioConntrack, MatchProtocol(proto),
+			CT{Zone: CTZone, Recirculate: true, Table: ConntrackState, NAT: true})
+		// A pod reaching itself is always allowed, as traffic from its node is.
+		s.add(IngressPolicy, prioPolicyFromGateway, MatchProtocol(proto).IPSrc(host(snat)), Goto(ConntrackCommit))
+	}
+	for _, pod := range pods {
+		hairpin := false
+		for _, ip := range pod.IPs {
+			if !endpoints[ip] || !b.node.hasFamily(ip.Is6()) {
+				continue
+			}
+			hairpin = true
+			self := MatchProtocol(ipProto(ip)).InPort(pod.OFPort).IPDst(host(ip))
+			// A pod reaching itself is always allowed: past egress policy too.
+			s.add(ServiceHairpin, prioHairpin, self.CTState(CTNew|CTTracked, 0),
+				CT{Commit: true, Zone: HairpinCTZone, Recirculate: true, Table: L3Forwarding, NATSrc: hairpinAddr(ipProto(ip))})
+			s.add(ConntrackState, prioHairpinEstab, self.CTState(CTEstablished|CTTracked, CTReply),
+				CT{Zone: HairpinCTZone, Recirculate: true, Table: L3Forwarding, NAT: true})
+		}
+		if hairpin {
+			s.add(Output, prioHairpinOutput, MatchAll().Reg(OutPortField.Mark(pod.OFPort)).InPort(pod.OFPort), OutputInPort{})
+		}
+	}
+	b.hostHairpinFlows(s)
+	return s.flows
+}
+
+// hostHairpinFlows let the node reach itself through a Service (a host-network endpoint
+// on this node): translated to one of its own addresses, the connection is also SNATed
+// to the hairpin address, so the host answers through br-int, which undoes both
+// translations; the host routes the hairpin address to the gateway.
+func (b *Builder) hostHairpinFlows(s *flowSet) {
+	fromHost := MatchAll().Reg(PortClassGateway.Mark())
+	for _, ip := range b.nodeAddresses() {
+		toSelf := fromHost.WithProtocol(ipProto(ip)).IPDst(host(ip))
+		s.add(ServiceHairpin, prioHairpin, toSelf.CTState(CTNew|CTTracked|CTDNAT, 0),
+			CT{Commit: true, Zone: HairpinCTZone, Recirculate: true, Table: L3Forwarding, NATSrc: hairpinAddr(ipProto(ip))})
+		s.add(ConntrackState, prioHairpinEstab, toSelf.CTState(CTEstablished|CTTracked|CTDNAT, CTReply),
+			CT{Zone: HairpinCTZone, Recirculate: true, Table: L3Forwarding, NAT: true})
+	}
+}
+
+func hairpinAddr(proto Protocol) netip.Addr {
+	if proto == ProtoIPv6 {
+		return HairpinSNATv6
+	}
+	return HairpinSNATv4
+}

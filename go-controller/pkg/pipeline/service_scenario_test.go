@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// The reference Service scenario is node-1 of the three-node dual-stack cluster (pods
+// web-1 on ofport 3 and client-1 on ofport 4), with these Services:
+//
+//	default/web:http/TCP    10.96.0.10:80 and fd00:10:96::a:80 -> web-1, web-2, web-3 :8080,
+//	                        NodePort 30080 (externalTrafficPolicy Cluster: the same group)
+//	default/dns:dns/UDP     10.96.0.53:53 -> web-2, web-3 :5353, sessionAffinity ClientIP 60 s
+//	default/local:http/TCP  10.96.0.30:80 -> web-1, web-2 :8080, NodePort 30090 with
+//	                        externalTrafficPolicy Local: NodePort traffic only to web-1
+//	default/empty:http/TCP  10.96.0.20:80, no endpoints
+var (
+	webVIP4, webVIP6 = ip("10.96.0.10"), ip("fd00:10:96::a")
+	dnsVIP           = ip("10.96.0.53")
+	localVIP         = ip("10.96.0.30")
+	emptyVIP         = ip("10.96.0.20")
+)
+
+func ep(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func serviceScenarioPorts() []ServicePort {
+	web4 := ServiceGroup{ID: ServiceGroupBase | 1, Endpoints: []netip.AddrPort{ep("10.244.1.10:8080"), ep("10.244.2.10:8080"), ep("10.244.3.10:8080")}}
+	web6 := ServiceGroup{ID: ServiceGroupBase | 2, Endpoints: []netip.AddrPort{ep("[fd00:10:244:1::a]:8080"), ep("[fd00:10:244:2::a]:8080"), ep("[fd00:10:244:3::a]:8080")}}
+	dns := ServiceGroup{ID: ServiceGroupBase | 3, Endpoints: []netip.AddrPort{ep("10.244.2.10:5353"), ep("10.244.3.10:5353")}}
+	local := ServiceGroup{ID: ServiceGroupBase | 4, Endpoints: []netip.AddrPort{ep("10.244.1.10:8080"), ep("10.244.2.10:8080")}}
+	localExt := ServiceGroup{ID: ServiceGroupBase | 5, Endpoints: []netip.AddrPort{ep("10.244.1.10:8080")}}
+	return []ServicePort{
+		{Name: "default/web:http/TCP", ClusterIP: webVIP4, IPProto: IPProtoTCP, Port: 80, NodePort: 30080, Internal: web4, External: web4},
+		{Name: "default/web:http/TCP", ClusterIP: webVIP6, IPProto: IPProtoTCP, Port: 80, NodePort: 30080, Internal: web6, External: web6},
+		{Name: "default/dns:dns/UDP", ClusterIP: dnsVIP, IPProto: IPProtoUDP, Port: 53, Internal: dns, External: dns, AffinityTimeout: 60},
+		{Name: "default/local:http/TCP", ClusterIP: localVIP, IPProto: IPProtoTCP, Port: 80, NodePort: 30090, Internal: local, External: localExt},
+		{Name: "default/empty:http/TCP", ClusterIP: emptyVIP, IPProto: IPProtoTCP, Port: 80,
+			Internal: ServiceGroup{ID: ServiceGroupBase | 6}, External: ServiceGroup{ID: ServiceGroupBase | 6}},
+	}
+}
+
+// serviceScenario compiles node-1's flows and groups with the reference Services.
+func serviceScenario(t *testing.T) (scenario, []Flow, []Group) {
+	t.Helper()
+	sc := threeNodesDualStack(1)
+	sc.name, sc.title = "three-nodes-dual-stack-node-1-services", "three nodes, dual-stack: node-1 with Services"
+	flows := sc.flows(t)
+	b, err := NewBuilder(sc.node, testRound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcFlows, groups, err := b.ServiceFlows(serviceScenarioPorts(), sc.pods)
+	if err != nil {
+		t.Fatalf("ServiceFlows: %v", err)
+	}
+	flows = append(flows, svcFlows...)
+	SortFlows(flows)
+	return sc, flows, groups
+}
