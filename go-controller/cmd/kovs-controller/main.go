@@ -7,11 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -19,6 +22,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
@@ -36,7 +40,7 @@ func main() {
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
 	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
-	metricsListen := flag.String("metrics-listen", ":9091", "where /metrics is served while leading (Prometheus); empty: not served")
+	metricsListen := flag.String("metrics-listen", ":9091", "where /metrics, /healthz and /readyz are served; empty: not served")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -65,16 +69,43 @@ func main() {
 	names, ips := splitSANs(*tlsSANs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	set, health, err := serveMetrics(ctx, *metricsListen)
+	if err != nil {
+		fatal(err)
+	}
 	err = controller.Run(ctx, controller.Config{
 		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
 			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
-		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync, MetricsListen: *metricsListen,
+		Pod: controller.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
+		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips)},
+		Metrics: set, Health: health,
 	}, client)
 	if err != nil {
 		fatal(err)
 	}
+}
+
+// serveMetrics registers the controller's metrics on a registry of its own and serves
+// them with /healthz and /readyz on addr (nothing when addr is empty).
+func serveMetrics(ctx context.Context, addr string) (*metrics.Set, *metrics.Health, error) {
+	if addr == "" {
+		return nil, nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	set, err := metrics.NewSet(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	health := metrics.NewHealth()
+	go func() {
+		if err := metrics.Serve(ctx, addr, reg, health); err != nil {
+			fatal(err)
+		}
+	}()
+	return set, health, nil
 }
 
 func clusterCIDRs(list string, v4Block, v6Block int) ([]ipam.ClusterCIDR, error) {

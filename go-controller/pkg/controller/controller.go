@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
 	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
 )
 
@@ -37,11 +38,16 @@ type Config struct {
 	LeaseNamespace string
 	LeaseName      string
 	Identity       string
+	// Pod is the controller's own pod: the leader labels it with LeaderLabel.
+	Pod PodRef
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (defaults 15 s,
 	// 10 s, 2 s, as kube-controller-manager's).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Workers                                   int
 	Policy                                    PolicyConfig
+	// Metrics and Health, if set, are kept up to date (see package metrics).
+	Metrics *metrics.Set
+	Health  *metrics.Health
 }
 
 func (c *Config) electionDefaults() {
@@ -52,9 +58,16 @@ func (c *Config) electionDefaults() {
 
 // Run runs the controller until ctx ends: with leader election, only while leading.
 func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
+	obs := observer{cfg.Metrics, cfg.Health}
+	obs.electing()
 	if !cfg.LeaderElect {
+		obs.live(nil)
+		obs.leading(true)
+		cfg.electionDefaults()
+		go labelAsLeader(ctx, client, cfg.Pod, cfg.RetryPeriod)
 		return runControllers(ctx, cfg, client)
 	}
+	unlabel(client, cfg.Pod)
 	if cfg.Identity == "" {
 		host, _ := os.Hostname()
 		cfg.Identity = fmt.Sprintf("%s_%d", host, os.Getpid())
@@ -65,6 +78,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}
 	cfg.electionDefaults()
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(cfg.LeaseDuration)
+	obs.live(watchdog.Check)
 	errc := make(chan error, 1)
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
@@ -72,12 +87,19 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		LeaseDuration:   cfg.LeaseDuration,
 		RenewDeadline:   cfg.RenewDeadline,
 		RetryPeriod:     cfg.RetryPeriod,
+		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				log.WithField("identity", cfg.Identity).Info("leading: starting controllers")
+				obs.leading(true)
+				go labelAsLeader(ctx, client, cfg.Pod, cfg.RetryPeriod)
 				errc <- runControllers(ctx, cfg, client)
 			},
-			OnStoppedLeading: func() { log.WithField("identity", cfg.Identity).Info("stopped leading") },
+			OnStoppedLeading: func() {
+				obs.leading(false)
+				unlabel(client, cfg.Pod)
+				log.WithField("identity", cfg.Identity).Info("stopped leading")
+			},
 		},
 	})
 	select {
@@ -91,6 +113,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	obs := observer{cfg.Metrics, cfg.Health}
 	alloc, err := addresses.NewAllocator(cfg.Addresses)
 	if err != nil {
 		return err
@@ -107,11 +130,11 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		return err
 	}
 	pods := &addresses.PodReconciler{Alloc: alloc, Client: client, Pods: podInformer.Lister(), Recorder: recorder}
-	podCtl := reconcile.New(reconcile.Options{Name: "pod-addresses", Workers: cfg.Workers}, pods, podInformer.Informer().HasSynced)
+	podCtl := reconcile.New(reconcile.Options{Name: "pod-addresses", Workers: cfg.Workers, Metrics: obs.reconcile()}, pods, podInformer.Informer().HasSynced)
 	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder,
 		OnNodeReady: func(node string) { enqueuePodsOf(podInformer.Informer().GetIndexer(), podCtl, node) }}
-	nodeCtl := reconcile.New(reconcile.Options{Name: "node-subnets", Workers: 1}, nodes, nodeInformer.Informer().HasSynced)
-	policies, err := newPolicyControllers(factory, client, recorder, cfg.Policy)
+	nodeCtl := reconcile.New(reconcile.Options{Name: "node-subnets", Workers: 1, Metrics: obs.reconcile()}, nodes, nodeInformer.Informer().HasSynced)
+	policies, err := newPolicyControllers(factory, client, recorder, cfg.Policy, obs)
 	if err != nil {
 		return err
 	}
@@ -123,6 +146,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if err := alloc.Restore(nodeInformer.Lister(), podInformer.Lister()); err != nil {
 		return err
 	}
+	defer obs.addresses(alloc)()
 	// Handlers only after the rebuild, so no reconcile sees a half-restored allocator.
 	if _, err := nodeInformer.Informer().AddEventHandler(nodeCtl.Handler()); err != nil {
 		return err
@@ -130,6 +154,14 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if _, err := podInformer.Informer().AddEventHandler(podCtl.Handler()); err != nil {
 		return err
 	}
+	go func() {
+		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return
+			}
+		}
+		obs.synced()
+	}()
 	return runAll(ctx, cancel, map[string]func(context.Context) error{
 		"node subnets":  nodeCtl.Run,
 		"pod addresses": podCtl.Run,

@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
 	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/servingcert"
@@ -35,8 +34,6 @@ type PolicyConfig struct {
 	TLS servingcert.Config
 	// KeepaliveInterval of the streams (default 15 s).
 	KeepaliveInterval time.Duration
-	// MetricsListen is where /metrics is served while leading; empty: not served.
-	MetricsListen string
 }
 
 // DefaultPolicyTLS is the certificate configuration kovs ships with: the Secret
@@ -67,22 +64,23 @@ type policyControllers struct {
 	cfg         PolicyConfig
 	compiler    *compiler.Compiler
 	realization *realization.Controller
+	obs         observer
 }
 
 // newPolicyControllers builds the compiler and the realization status on the factory's
 // informers (before it starts).
 func newPolicyControllers(factory informers.SharedInformerFactory, client kubernetes.Interface, recorder record.EventRecorder,
-	cfg PolicyConfig) (*policyControllers, error) {
+	cfg PolicyConfig, obs observer) (*policyControllers, error) {
 	cfg.defaults()
 	comp, err := compiler.New(factory, compiler.Options{MinSyncInterval: cfg.MinSyncInterval})
 	if err != nil {
 		return nil, err
 	}
-	status, err := realization.New(factory, client, recorder, realization.Options{})
+	status, err := realization.New(factory, client, recorder, realization.Options{Metrics: obs.reconcile()})
 	if err != nil {
 		return nil, err
 	}
-	return &policyControllers{cfg: cfg, compiler: comp, realization: status}, nil
+	return &policyControllers{cfg: cfg, compiler: comp, realization: status, obs: obs}, nil
 }
 
 // run compiles, follows realization and serves the stream until ctx ends. Generations
@@ -95,11 +93,7 @@ func (p *policyControllers) run(ctx context.Context, client kubernetes.Interface
 		"compiler":    p.compiler.Run,
 		"realization": func(ctx context.Context) error { return p.realization.Run(ctx, src, nodes) },
 	}
-	if p.cfg.MetricsListen != "" {
-		parts["metrics"] = func(ctx context.Context) error {
-			return metrics.Serve(ctx, p.cfg.MetricsListen, metrics.RealizationCollector{Source: p.realization})
-		}
-	}
+	defer p.obs.realization(p.realization)()
 	if p.cfg.Listen != "" {
 		parts["stream server"] = func(ctx context.Context) error { return p.serve(ctx, client, src) }
 	} else {
@@ -118,11 +112,12 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 	if err != nil {
 		return fmt.Errorf("policy stream: %w", err)
 	}
+	src, reports := p.obs.stream(src, p.realization.Reports())
 	server := stream.NewServer(stream.ServerConfig{
 		Source:            src,
 		Authenticator:     stream.NewTokenReviewer(client.AuthenticationV1().TokenReviews()),
 		Authorizer:        stream.AgentAuthorizer{User: stream.ServiceAccountUser(p.cfg.AgentNamespace, p.cfg.AgentServiceAccount)},
-		Reports:           p.realization.Reports(),
+		Reports:           reports,
 		KeepaliveInterval: p.cfg.KeepaliveInterval,
 	})
 	log.WithField("address", ln.Addr().String()).WithField("agents", p.cfg.AgentNamespace+"/"+p.cfg.AgentServiceAccount).

@@ -34,6 +34,8 @@ type Options struct {
 	MaxRetries int
 	// BaseDelay and MaxDelay bound the per-key exponential retry backoff.
 	BaseDelay, MaxDelay time.Duration
+	// Metrics, if set, instrument the controller under Name.
+	Metrics *Metrics
 }
 
 // Controller runs a Reconciler over a work queue of keys.
@@ -60,10 +62,11 @@ func New(opts Options, rec Reconciler, synced ...cache.InformerSynced) *Controll
 		opts.MaxDelay = 30 * time.Second
 	}
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BaseDelay, opts.MaxDelay)
+	queueCfg := workqueue.TypedRateLimitingQueueConfig[string]{Name: opts.Name, MetricsProvider: opts.Metrics.provider()}
 	return &Controller{
 		opts:   opts,
 		rec:    rec,
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: opts.Name}),
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(limiter, queueCfg),
 		synced: synced,
 		log:    log.WithField("controller", opts.Name),
 	}
@@ -121,7 +124,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	done := c.opts.Metrics.begin(c.opts.Name, key)
 	err := c.rec.Reconcile(ctx, key)
+	done(err)
 	switch {
 	case err == nil:
 		c.queue.Forget(key)

@@ -1,10 +1,12 @@
-// Package metrics exposes kovs-controller's state to Prometheus: how far every
-// NetworkPolicy is enforced (read from the realization status at scrape time).
+// Package metrics exposes kovs-controller's state to Prometheus (how far every
+// NetworkPolicy is enforced, how full the address plan is, the work queues of the
+// reconcilers, policy realization latency) and serves /metrics, /healthz and /readyz.
 package metrics
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
+	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
 )
 
 var (
@@ -50,22 +53,67 @@ func (c RealizationCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(policiesDesc, prometheus.GaugeValue, float64(sum.Incomplete), "incomplete")
 }
 
-// Serve serves /metrics (the collectors plus Go runtime and process metrics) and
-// /healthz on addr until ctx ends.
-func Serve(ctx context.Context, addr string, collectors ...prometheus.Collector) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	for _, c := range collectors {
+// Set is kovs-controller's metrics on its registry. The parts that run only while this
+// replica leads attach their sources when they start and detach them when they stop.
+type Set struct {
+	Reconcile   *reconcile.Metrics
+	Latency     *RealizationLatency
+	Addresses   *Slot[AddressSource]
+	Realization *Slot[Summarizer]
+	leader      prometheus.Gauge
+}
+
+// NewSet registers kovs-controller's metrics on reg.
+func NewSet(reg prometheus.Registerer) (*Set, error) {
+	rec, err := reconcile.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	lat, err := NewRealizationLatency(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Reconcile: rec, Latency: lat, Addresses: &Slot[AddressSource]{}, Realization: &Slot[Summarizer]{},
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kovs_controller_leader",
+			Help: "1 while this replica leads (runs the controllers), 0 on standby."})}
+	for _, c := range []prometheus.Collector{s.leader, AddressCollector{Source: s.Addresses},
+		RealizationCollector{Source: slotSummary{s.Realization}}} {
 		if err := reg.Register(c); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return s, nil
+}
+
+// SetLeading records whether this replica leads.
+func (s *Set) SetLeading(leading bool) {
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	s.leader.Set(v)
+}
+
+// slotSummary is an empty summary while no realization controller is attached.
+type slotSummary struct{ slot *Slot[Summarizer] }
+
+func (s slotSummary) Summary() realization.Summary {
+	if src, ok := s.slot.Get(); ok {
+		return src.Summary()
+	}
+	return realization.Summary{}
+}
+
+// Serve serves /metrics (what gatherer gathers), /healthz and /readyz (from health) on
+// addr until ctx ends.
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, health *Health) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", health.serveLive)
+	mux.HandleFunc("/readyz", health.serveReady)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("metrics listener: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -40,6 +40,8 @@ type Options struct {
 	// report meanwhile, and a restart is not shown as a loss of enforcement.
 	StartupGrace time.Duration
 	Workers      int
+	// Metrics, if set, instrument the controller's work queue.
+	Metrics *reconcile.Metrics
 }
 
 // Controller keeps the realization status of every NetworkPolicy.
@@ -79,7 +81,7 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 		started: time.Now(), statuses: map[types.NamespacedName]Status{}, written: map[types.NamespacedName]time.Time{},
 		incomplete: map[types.NamespacedName]bool{}}
 	c.tracker = NewTracker(c.shareChanged)
-	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers}, c,
+	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers, Metrics: opts.Metrics}, c,
 		policies.Informer().HasSynced, pods.Informer().HasSynced)
 	if _, err := policies.Informer().AddEventHandler(c.ctl.Handler()); err != nil {
 		return nil, err

@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
+	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
+)
+
+// observer keeps the controller's metrics and health up to date; either may be nil.
+type observer struct {
+	metrics *metrics.Set
+	health  *metrics.Health
+}
+
+// wedgedAfter is how long one Reconcile may run before the controller is reported not
+// alive (a worker stuck on a call without a deadline).
+const wedgedAfter = 5 * time.Minute
+
+// live sets the liveness check: the leader election watchdog's, if any, and no
+// Reconcile wedged.
+func (o observer) live(watchdog func(*http.Request) error) {
+	if o.health == nil {
+		return
+	}
+	o.health.SetLive(func(r *http.Request) error {
+		if watchdog != nil {
+			if err := watchdog(r); err != nil {
+				return err
+			}
+		}
+		return o.reconcile().Stuck(time.Now(), wedgedAfter)
+	})
+}
+
+func (o observer) electing() {
+	if o.health != nil {
+		o.health.Electing()
+	}
+}
+
+func (o observer) leading(leading bool) {
+	if o.health != nil {
+		o.health.Leading(leading)
+	}
+	if o.metrics != nil {
+		o.metrics.SetLeading(leading)
+	}
+}
+
+func (o observer) synced() {
+	if o.health != nil {
+		o.health.Synced()
+	}
+}
+
+// addresses attaches the allocator's usage until the returned function is called.
+func (o observer) addresses(src metrics.AddressSource) func() {
+	if o.metrics == nil {
+		return func() {}
+	}
+	o.metrics.Addresses.Set(src)
+	return o.metrics.Addresses.Clear
+}
+
+// realization attaches the realization summary until the returned function is called.
+func (o observer) realization(src metrics.Summarizer) func() {
+	if o.metrics == nil {
+		return func() {}
+	}
+	o.metrics.Realization.Set(src)
+	return o.metrics.Realization.Clear
+}
+
+func (o observer) reconcile() *reconcile.Metrics {
+	if o.metrics == nil {
+		return nil
+	}
+	return o.metrics.Reconcile
+}
+
+// stream wraps the policy stream's source and reports to measure realization latency.
+func (o observer) stream(src stream.Source, reports stream.Reports) (stream.Source, stream.Reports) {
+	if o.metrics == nil {
+		return src, reports
+	}
+	return o.metrics.Latency.Source(src), o.metrics.Latency.Reports(reports)
+}
