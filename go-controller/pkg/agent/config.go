@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures the agent of one node.
@@ -42,6 +44,16 @@ type Config struct {
 	// PolicyWait bounds how long a CNI ADD waits for the new pod's NetworkPolicy to
 	// arrive and be installed (with a PolicyFeed).
 	PolicyWait time.Duration
+	// ServiceProxy is "kovs" (br-int load-balances Services) or "none" (kube-proxy does).
+	ServiceProxy string
+	// PolicyFeedConnected, if set, reports whether the PolicyFeed is connected now (for
+	// readiness and status).
+	PolicyFeedConnected func() bool
+	// MetricsListen is where /metrics, /healthz, /readyz and /status are served (empty:
+	// not served); Registry is the registry the agent's metrics are registered on and
+	// /metrics gathers (nil: no metrics).
+	MetricsListen string
+	Registry      *prometheus.Registry
 }
 
 // Defaults fills in what was left empty.
@@ -64,6 +76,9 @@ func (c *Config) Defaults() {
 	if c.PodNetworkWait == 0 {
 		c.PodNetworkWait = 30 * time.Second
 	}
+	if c.ServiceProxy == "" {
+		c.ServiceProxy = ServiceProxyKovs
+	}
 	if c.PolicyWait == 0 {
 		c.PolicyWait = 30 * time.Second
 	}
@@ -80,6 +95,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-cidrs is required (the same as kovs-controller's)")
 	case c.CNISocket == "":
 		return fmt.Errorf("--cni-socket is required")
+	}
+	if c.ServiceProxy != ServiceProxyKovs && c.ServiceProxy != ServiceProxyNone {
+		return fmt.Errorf("--service-proxy %q: use kovs or none", c.ServiceProxy)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

@@ -27,6 +27,10 @@ type NodeState struct {
 	policy *policy.NodeShare
 	// policyChanged is closed, and replaced, whenever policy changes.
 	policyChanged chan struct{}
+	// services are the Service ports by Service (namespace/name); nil until the Service
+	// proxy has synced (see service_state.go). groups are the groups of the last Flows.
+	services map[string][]pipeline.ServicePort
+	groups   []pipeline.Group
 }
 
 // NewNodeState returns an empty state; onChange is called after every change.
@@ -122,6 +126,7 @@ func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
 	}
 	peers := sortedPeers(s.peers)
 	share := s.policy
+	services := s.servicePortsLocked()
 	s.mu.Unlock()
 	if node == nil {
 		return nil, gen, errNodeNotConfigured
@@ -131,8 +136,14 @@ func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
 		return nil, gen, err
 	}
 	flows, err := b.NodeFlows(pods, peers)
-	if err != nil || share == nil {
+	if err != nil {
 		return flows, gen, err
+	}
+	if flows, err = s.appendServiceFlows(b, flows, services, pods); err != nil {
+		return nil, gen, err
+	}
+	if share == nil {
+		return flows, gen, nil
 	}
 	return append(flows, b.PolicyFlows(*share, pods)...), gen, nil
 }

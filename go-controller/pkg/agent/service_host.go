@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+
+	log "github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// The host side of Services, in the node's network namespace:
+//
+//   - a route per ClusterIP into br-int through the gateway port (via a next hop that only
+//     exists as a permanent neighbour entry), so the node itself and NodePort traffic reach
+//     the ServiceLB table;
+//   - nftables table inet kovs-services: NodePort DNAT (node address:nodePort ->
+//     ClusterIP:nodePort, where br-int's NodePort flows pick the endpoint), masquerade to the
+//     gateway address for externalTrafficPolicy Cluster (replies then come back through this
+//     node), and a reject (TCP reset, ICMP port unreachable) of connections to Service ports
+//     without endpoints, which br-int hands to the host.
+const (
+	serviceNFTable = "kovs-services"
+	// routeProtoKovs marks the routes this file owns (rtnetlink protocol number).
+	routeProtoKovs = netlink.RouteProtocol(201)
+)
+
+// Next hops of the ClusterIP routes: addresses nobody has, resolved by permanent neighbour
+// entries to a MAC br-int ignores (it routes by IP).
+var (
+	serviceNextHop4 = netip.MustParseAddr("169.254.0.1")
+	serviceNextHop6 = netip.MustParseAddr("fe80::6b6f:7673")
+	serviceNextMAC  = net.HardwareAddr{0x0a, 0x58, 0xa9, 0xfe, 0x00, 0x01}
+)
+
+// serviceHost programs the node's host networking for Services.
+type serviceHost struct {
+	gateway  string
+	mtu      int
+	families map[bool]bool // ipv6 -> the node has pods of the family
+	lastNFT  string
+	lastVIPs map[netip.Addr]bool
+}
+
+// serviceHostHook is what the node's host networking does when Services change.
+func (a *Agent) serviceHostHook() func(map[string][]pipeline.ServicePort, bool) {
+	node, err := a.nodes.Get(a.cfg.NodeName)
+	if err != nil {
+		return nil
+	}
+	blocks, _ := nodeSubnets(node)
+	h := &serviceHost{gateway: a.cfg.GatewayName, mtu: a.mtu, families: map[bool]bool{}}
+	for _, b := range blocks {
+		h.families[b.Addr().Is6()] = true
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		log.WithError(err).Warn("nft not found: NodePorts are not served and Services without endpoints time out instead of rejecting")
+	}
+	return h.sync
+}
+
+// sync brings the routes and the nftables table in line with the Services; full rewrites
+// them even if the Services did not change.
+func (h *serviceHost) sync(all map[string][]pipeline.ServicePort, full bool) {
+	if full {
+		h.lastNFT, h.lastVIPs = "", nil
+	}
+	var ports []pipeline.ServicePort
+	for _, key := range slices.Sorted(maps.Keys(all)) {
+		for _, p := range all[key] {
+			if h.families[p.ClusterIP.Is6()] {
+				ports = append(ports, p)
+			}
+		}
+	}
+	if err := h.syncRoutes(ports); err != nil {
+		log.WithError(err).Warn("service routes")
+	}
+	script := h.nftScript(ports)
+	if script == h.lastNFT {
+		return
+	}
+	if err := runNFT(script); err != nil {
+		log.WithError(err).Warn("service nftables rules")
+		return
+	}
+	h.lastNFT = script
+}
+
+// nftScript is the whole table, replaced atomically.
+func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
+	var dnat, masq, reject []string
+	for _, p := range ports {
+		fam, l4 := "ip", protoName(p.IPProto)
+		vip := p.ClusterIP.String()
+		if p.ClusterIP.Is6() {
+			fam, vip = "ip6", "["+vip+"]"
+		}
+		if p.NodePort != 0 {
+			dnat = append(dnat, fmt.Sprintf("meta nfproto %s %s dport %d fib daddr type local %s daddr != %s dnat %s to %s:%d",
+				nfproto(fam), l4, p.NodePort, fam, loopback(fam), fam, vip, p.NodePort))
+			if !p.ExternalLocal {
+				masq = append(masq, fmt.Sprintf("%s daddr %s %s dport %d ct status dnat masquerade", fam, p.ClusterIP, l4, p.NodePort))
+			}
+		}
+		if len(p.Internal.Endpoints) == 0 && !p.DropWithoutEndpoints {
+			how := "reject with tcp reset"
+			if p.IPProto != pipeline.IPProtoTCP {
+				how = "reject"
+			}
+			reject = append(reject, fmt.Sprintf("%s daddr %s %s dport %d %s", fam, p.ClusterIP, l4, p.Port, how))
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {}\ndelete table inet %s\ntable inet %s {\n", serviceNFTable, serviceNFTable, serviceNFTable)
+	// Numeric priorities: nft 1.0.6 refuses the "dstnat" keyword in an output hook.
+	chain(&b, "nodeport_dnat", "type nat hook prerouting priority -100", dnat)
+	chain(&b, "nodeport_dnat_local", "type nat hook output priority -100", dnat)
+	chain(&b, "nodeport_snat", "type nat hook postrouting priority 100", prefix("oifname \""+h.gateway+"\" ", masq))
+	chain(&b, "no_endpoints", "type filter hook forward priority 0", reject)
+	chain(&b, "no_endpoints_local", "type filter hook output priority 0", reject)
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func chain(b *strings.Builder, name, hook string, rules []string) {
+	fmt.Fprintf(b, "  chain %s {\n    %s; policy accept;\n", name, hook)
+	for _, r := range rules {
+		b.WriteString("    " + r + "\n")
+	}
+	b.WriteString("  }\n")
+}
+
+func prefix(p string, rules []string) []string {
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = p + r
+	}
+	return out
+}
+
+func nfproto(fam string) string {
+	if fam == "ip6" {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+func loopback(fam string) string {
+	if fam == "ip6" {
+		return "::1"
+	}
+	return "127.0.0.0/8"
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case pipeline.IPProtoUDP:
+		return "udp"
+	case pipeline.IPProtoSCTP:
+		return "sctp"
+	}
+	return "tcp"
+}
+
+func runNFT(script string) error {
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nft -f: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// syncRoutes routes every ClusterIP into br-int through the gateway port and removes the
+// routes of ClusterIPs that are gone.
+func (h *serviceHost) syncRoutes(ports []pipeline.ServicePort) error {
+	want := map[netip.Addr]bool{}
+	for _, p := range ports {
+		want[p.ClusterIP] = true
+	}
+	// The node's connections to itself through a Service come back from the hairpin
+	// address (pipeline.hostHairpinFlows): answers to it go to br-int, which undoes it.
+	if len(ports) > 0 {
+		for v6, ok := range h.families {
+			if ok && v6 {
+				want[pipeline.HairpinSNATv6] = true
+			} else if ok {
+				want[pipeline.HairpinSNATv4] = true
+			}
+		}
+	}
+	if h.lastVIPs != nil && maps.Equal(want, h.lastVIPs) {
+		return nil
+	}
+	link, err := netlink.LinkByName(h.gateway)
+	if err != nil {
+		return fmt.Errorf("gateway %s: %w", h.gateway, err)
+	}
+	// br-int hands the host's own connections to a ClusterIP back to it when the endpoint
+	// is no pod (a host-network pod elsewhere): from the host's own address.
+	acceptLocal := "/proc/sys/net/ipv4/conf/" + h.gateway + "/accept_local"
+	if err := os.WriteFile(acceptLocal, []byte("1"), 0o644); err != nil {
+		log.WithError(err).Warn("accept_local on the gateway: the node cannot reach host-network endpoints of Services")
+	}
+	for _, v6 := range []bool{false, true} {
+		if !h.families[v6] {
+			continue
+		}
+		hop := serviceNextHop4
+		if v6 {
+			hop = serviceNextHop6
+		}
+		neigh := &netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT, IP: hop.AsSlice(), HardwareAddr: serviceNextMAC,
+			Family: netlink.FAMILY_V4}
+		if v6 {
+			neigh.Family = netlink.FAMILY_V6
+		}
+		if err := netlink.NeighSet(neigh); err != nil {
+			return fmt.Errorf("neighbour %s on %s: %w", hop, h.gateway, err)
+		}
+	}
+	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: link.Attrs().Index, Protocol: routeProtoKovs},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range have {
+		if r.Dst == nil {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && !want[a.Unmap()] {
+			if err := netlink.RouteDel(&r); err != nil {
+				log.WithError(err).WithField("route", r.Dst).Warn("remove service route")
+			}
+		}
+	}
+	for vip := range want {
+		hop := serviceNextHop4
+		if vip.Is6() {
+			hop = serviceNextHop6
+		}
+		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(vip.BitLen(), vip.BitLen())},
+			Gw: hop.AsSlice(), Protocol: routeProtoKovs, MTU: h.mtu, Flags: int(netlink.FLAG_ONLINK)}
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("route %s via %s: %w", vip, h.gateway, err)
+		}
+	}
+	h.lastVIPs = want
+	return nil
+}
+
+// removeServiceHost undoes what serviceHost programmed (an earlier run with
+// --service-proxy=kovs): the nftables table and the ClusterIP routes.
+func removeServiceHost(gateway string) {
+	if _, err := exec.LookPath("nft"); err == nil {
+		script := fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", serviceNFTable, serviceNFTable)
+		if err := runNFT(script); err != nil {
+			log.WithError(err).Warn("remove the kovs-services nftables table")
+		}
+	}
+	h := &serviceHost{gateway: gateway, families: map[bool]bool{}}
+	if err := h.syncRoutes(nil); err != nil {
+		log.WithError(err).Warn("remove the Service routes")
+	}
+}

@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// defaultAffinityTimeout is sessionAffinityConfig.clientIP.timeoutSeconds' API default.
+const defaultAffinityTimeout = 10800
+
+// maxAffinityTimeout is the longest idle timeout an OpenFlow flow takes (16 bits); the API
+// allows up to 86400 s, which kovs shortens to this.
+const maxAffinityTimeout = 65535
+
+// serviceEndpoint is one endpoint of a Service port, from an EndpointSlice.
+type serviceEndpoint struct {
+	addr        netip.AddrPort
+	local       bool
+	ready       bool
+	serving     bool
+	terminating bool
+}
+
+// groupIDs hands out stable group IDs, one per Service port, family and traffic kind.
+type groupIDs interface {
+	groupID(key string) uint32
+}
+
+// servicePorts turns a Service and its EndpointSlices into the datapath's Service ports:
+// one per port and ClusterIP family. SCTP ports are load-balanced only when sctp is set
+// (the userspace datapath's conntrack cannot NAT SCTP, see docs/services.md); otherwise
+// they have no endpoints, so the host rejects their connections. Headless and
+// ExternalName Services have none.
+func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node string, ids groupIDs, sctp bool) []pipeline.ServicePort {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	var out []pipeline.ServicePort
+	for _, ipText := range clusterIPs(svc) {
+		vip, err := netip.ParseAddr(ipText)
+		if err != nil {
+			continue // "None" (headless) or garbage
+		}
+		for _, sp := range svc.Spec.Ports {
+			proto, ok := ipProtocol(sp.Protocol)
+			if !ok {
+				continue
+			}
+			if proto == pipeline.IPProtoSCTP && !sctp {
+				// Not load-balanced: a port without endpoints, which the host rejects
+				// (ICMP port unreachable), so clients fail at once instead of timing out.
+				p := servicePort(svc, sp, vip, proto, nil, ids)
+				p.NodePort, p.DropWithoutEndpoints = 0, false
+				out = append(out, p)
+				continue
+			}
+			eps := endpointsOf(slices, sp, vip.Is6(), node)
+			out = append(out, servicePort(svc, sp, vip, proto, eps, ids))
+		}
+	}
+	return out
+}
+
+func clusterIPs(svc *corev1.Service) []string {
+	if len(svc.Spec.ClusterIPs) > 0 {
+		return svc.Spec.ClusterIPs
+	}
+	if svc.Spec.ClusterIP != "" {
+		return []string{svc.Spec.ClusterIP}
+	}
+	return nil
+}
+
+func ipProtocol(p corev1.Protocol) (uint8, bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return pipeline.IPProtoTCP, true
+	case corev1.ProtocolUDP:
+		return pipeline.IPProtoUDP, true
+	case corev1.ProtocolSCTP:
+		return pipeline.IPProtoSCTP, true
+	}
+	return 0, false
+}
+
+// servicePort builds one Service port of one family from its endpoints.
+func servicePort(svc *corev1.Service, sp corev1.ServicePort, vip netip.Addr, proto uint8, eps []serviceEndpoint, ids groupIDs) pipeline.ServicePort {
+	portName := sp.Name
+	if portName == "" {
+		portName = strconv.Itoa(int(sp.Port))
+	}
+	name := pipeline.ServicePortName(svc.Namespace, svc.Name, portName, string(sp.Protocol))
+	family := "4"
+	if vip.Is6() {
+		family = "6"
+	}
+	p := pipeline.ServicePort{Name: name, ClusterIP: vip, IPProto: proto, Port: uint16(sp.Port)}
+	internalLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	p.Internal = pipeline.ServiceGroup{ID: ids.groupID(name + "/" + family + "/internal"), Endpoints: usable(eps, internalLocal)}
+	// internalTrafficPolicy Local with endpoints elsewhere only: dropped, not rejected.
+	p.DropWithoutEndpoints = internalLocal && len(p.Internal.Endpoints) == 0 && len(usable(eps, false)) > 0
+	p.External = p.Internal
+	if hasNodePort(svc) && sp.NodePort > 0 {
+		p.NodePort = uint16(sp.NodePort)
+		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			p.ExternalLocal = true
+			p.External = pipeline.ServiceGroup{ID: ids.groupID(name + "/" + family + "/external"), Endpoints: usable(eps, true)}
+		} else if internalLocal {
+			p.External = pipeline.ServiceGroup{ID: ids.groupID(name + "/" + family + "/external"), Endpoints: usable(eps, false)}
+		}
+	}
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		timeout := int32(defaultAffinityTimeout)
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			timeout = *c.ClientIP.TimeoutSeconds
+		}
+		p.AffinityTimeout = uint16(min(max(timeout, 1), maxAffinityTimeout))
+	}
+	return p
+}
+
+func hasNodePort(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+}
+
+// usable picks the endpoints new connections may go to, as kube-proxy does: the ready
+// ones (of this node only, when local); if there are none, the serving ones that are
+// terminating, so a Service whose every pod is shutting down still answers.
+func usable(eps []serviceEndpoint, local bool) []netip.AddrPort {
+	var ready, terminating []netip.AddrPort
+	for _, e := range eps {
+		if local && !e.local {
+			continue
+		}
+		switch {
+		case e.ready:
+			ready = append(ready, e.addr)
+		case e.serving && e.terminating:
+			terminating = append(terminating, e.addr)
+		}
+	}
+	if len(ready) == 0 {
+		ready = terminating
+	}
+	slices.SortFunc(ready, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(ready)
+}
+
+// endpointsOf collects the endpoints of Service port sp of one family: each slice names
+// its ports, so a named targetPort resolves to whatever number each pod gave it.
+func endpointsOf(list []*discoveryv1.EndpointSlice, sp corev1.ServicePort, ipv6 bool, node string) []serviceEndpoint {
+	want := discoveryv1.AddressTypeIPv4
+	if ipv6 {
+		want = discoveryv1.AddressTypeIPv6
+	}
+	var out []serviceEndpoint
+	for _, s := range list {
+		if s.AddressType != want {
+			continue
+		}
+		port, ok := slicePort(s, sp)
+		if !ok {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if len(e.Addresses) == 0 {
+				continue
+			}
+			ip, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || ip.Is6() != ipv6 {
+				continue
+			}
+			c := e.Conditions
+			out = append(out, serviceEndpoint{
+				addr:        netip.AddrPortFrom(ip, port),
+				local:       e.NodeName != nil && *e.NodeName == node,
+				ready:       c.Ready == nil || *c.Ready,
+				serving:     c.Serving == nil || *c.Serving,
+				terminating: c.Terminating != nil && *c.Terminating,
+			})
+		}
+	}
+	return out
+}
+
+// slicePort is the slice's port number for Service port sp (matched by name and protocol).
+func slicePort(s *discoveryv1.EndpointSlice, sp corev1.ServicePort) (uint16, bool) {
+	for _, p := range s.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		spProto := sp.Protocol
+		if spProto == "" {
+			spProto = corev1.ProtocolTCP
+		}
+		if name == sp.Name && proto == spProto && p.Port != nil && *p.Port > 0 && *p.Port < 65536 {
+			return uint16(*p.Port), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// Service proxy modes (--service-proxy).
+const (
+	ServiceProxyKovs = "kovs" // br-int load-balances Services
+	ServiceProxyNone = "none" // Services are left to kube-proxy on the host
+)
+
+// ServiceProxy turns Services and EndpointSlices into the node's Service ports. Event
+// handlers only record which Service changed and signal; one goroutine recomputes those
+// Services and hands them to the desired state, whose flow sync rewrites only their flows
+// and groups. Nothing reaches the state before both informers have synced.
+type ServiceProxy struct {
+	node     string
+	state    *NodeState
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+	synced   []cache.InformerSynced
+	// onChange, if set, is called with the Services after each change was handed to the
+	// state (the host networking follows them), and every hostResync with full set
+	// (repairing drift).
+	onChange func(all map[string][]pipeline.ServicePort, full bool)
+	// sctp: load-balance SCTP ports too (the kernel datapath; the userspace datapath's
+	// conntrack cannot NAT SCTP).
+	sctp bool
+
+	mu      sync.Mutex
+	changed map[string]bool // Service keys (namespace/name) to recompute
+	kick    chan struct{}
+	ids     *groupAllocator
+	current map[string][]pipeline.ServicePort
+}
+
+// hostResync is how often the host networking of Services is rewritten whether or not
+// anything changed, which repairs drift (a flushed ruleset, a deleted route).
+const hostResync = 30 * time.Second
+
+// NewServiceProxy registers the Service and EndpointSlice informers on factory.
+func NewServiceProxy(node string, state *NodeState, factory informers.SharedInformerFactory) (*ServiceProxy, error) {
+	svcInformer := factory.Core().V1().Services()
+	sliceInformer := factory.Discovery().V1().EndpointSlices()
+	p := &ServiceProxy{node: node, state: state, services: svcInformer.Lister(), slices: sliceInformer.Lister(),
+		synced:  []cache.InformerSynced{svcInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced},
+		changed: map[string]bool{}, kick: make(chan struct{}, 1), ids: newGroupAllocator(),
+		current: map[string][]pipeline.ServicePort{}}
+	svcHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o interface{}) { p.recordService(o) },
+		UpdateFunc: func(_, o interface{}) { p.recordService(o) },
+		DeleteFunc: func(o interface{}) { p.recordService(o) },
+	}
+	sliceHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o interface{}) { p.recordSlice(o) },
+		UpdateFunc: func(_, o interface{}) { p.recordSlice(o) },
+		DeleteFunc: func(o interface{}) { p.recordSlice(o) },
+	}
+	if _, err := svcInformer.Informer().AddEventHandler(svcHandler); err != nil {
+		return nil, err
+	}
+	if _, err := sliceInformer.Informer().AddEventHandler(sliceHandler); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newServiceInformers is the informer factory of the Service proxy.
+func newServiceInformers(client kubernetes.Interface) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactory(client, 0)
+}
+
+func (p *ServiceProxy) recordService(o interface{}) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
+		p.record(key)
+	}
+}
+
+func (p *ServiceProxy) recordSlice(o interface{}) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
+		p.record(s.Namespace + "/" + name)
+	}
+}
+
+func (p *ServiceProxy) record(key string) {
+	p.mu.Lock()
+	p.changed[key] = true
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start waits (up to wait) for both informers to sync and installs every Service in the
+// state in one change, then follows changes until ctx ends.
+func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
+	syncCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), p.synced...) {
+		return fmt.Errorf("service and endpointslice informers did not sync within %s", wait)
+	}
+	p.mu.Lock()
+	p.changed = map[string]bool{}
+	p.mu.Unlock()
+	svcs, err := p.services.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, svc := range svcs {
+		key := svc.Namespace + "/" + svc.Name
+		if ports := p.compute(key); len(ports) > 0 {
+			p.current[key] = ports
+		}
+	}
+	p.state.SetServices(p.current)
+	p.notify(true)
+	log.WithField("node", p.node).WithField("services", len(p.current)).Info("service proxy synced")
+	go p.run(ctx)
+	return nil
+}
+
+func (p *ServiceProxy) run(ctx context.Context) {
+	resync := time.NewTicker(hostResync)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-resync.C:
+			p.notify(true)
+			continue
+		case <-p.kick:
+		}
+		p.mu.Lock()
+		keys := p.changed
+		p.changed = map[string]bool{}
+		p.mu.Unlock()
+		for key := range keys {
+			ports := p.compute(key)
+			if len(ports) == 0 {
+				delete(p.current, key)
+				p.ids.release(key)
+			} else {
+				p.current[key] = ports
+			}
+			p.state.SetService(key, ports)
+		}
+		p.notify(false)
+	}
+}
+
+func (p *ServiceProxy) notify(full bool) {
+	if p.onChange != nil {
+		p.onChange(p.current, full)
+	}
+}
+
+// compute reads one Service and its EndpointSlices from the listers.
+func (p *ServiceProxy) compute(key string) []pipeline.ServicePort {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	svc, err := p.services.Services(ns).Get(name)
+	if err != nil {
+		return nil
+	}
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
+	list, err := p.slices.EndpointSlices(ns).List(sel)
+	if err != nil {
+		return nil
+	}
+	ports := servicePorts(svc, list, p.node, p.ids.forService(key), p.sctp)
+	// One Service the datapath cannot take must not keep the node's other flows out.
+	return slices.DeleteFunc(ports, func(sp pipeline.ServicePort) bool {
+		err := sp.Validate()
+		if err != nil {
+			log.WithError(err).WithField("service", key).WithField("port", sp.Name).Warn("service port left out")
+		}
+		return err != nil
+	})
+}
+
+// groupAllocator gives each Service port group a stable ID for as long as its Service
+// exists; IDs of deleted Services are reused.
+type groupAllocator struct {
+	mu    sync.Mutex
+	byKey map[string]uint32
+	owner map[string][]string // Service key -> its group keys
+	free  []uint32
+	next  uint32
+}
+
+func newGroupAllocator() *groupAllocator {
+	return &groupAllocator{byKey: map[string]uint32{}, owner: map[string][]string{}, next: 1}
+}
+
+// forService is the allocator as seen by one Service.
+func (a *groupAllocator) forService(svc string) groupIDs { return serviceGroupIDs{a, svc} }
+
+type serviceGroupIDs struct {
+	a   *groupAllocator
+	svc string
+}
+
+func (s serviceGroupIDs) groupID(key string) uint32 {
+	a := s.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if id, ok := a.byKey[key]; ok {
+		return id
+	}
+	var n uint32
+	if len(a.free) > 0 {
+		n, a.free = a.free[0], a.free[1:]
+	} else {
+		n = a.next
+		a.next++
+	}
+	id := pipeline.ServiceGroupBase | n
+	a.byKey[key] = id
+	a.owner[s.svc] = append(a.owner[s.svc], key)
+	return id
+}
+
+// release frees the group IDs of a deleted Service.
+func (a *groupAllocator) release(svc string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, key := range a.owner[svc] {
+		a.free = append(a.free, a.byKey[key]&^pipeline.ServiceGroupMask)
+		delete(a.byKey, key)
+	}
+	delete(a.owner, svc)
+}
