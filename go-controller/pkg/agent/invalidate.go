@@ -34,25 +34,46 @@ func touchesPolicy(texts []string) bool {
 }
 
 // invalidateAfterPolicyChange makes a policy change take effect on traffic already
-// flowing, which two caches of the userspace datapath would otherwise hide:
+// flowing, which caches of the datapath would otherwise hide:
 //   - cached datapath flows: ovs-vswitchd 3.1's revalidators were seen to keep a megaflow
 //     that no longer matched the tables (a drop outliving its deny rule for minutes, an
 //     allow outliving its rule), so the datapath flows are purged and re-derived;
-//   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0), so
-//     a new association between two pods that talked before looks established and would
-//     skip policy; SCTP entries are flushed, and live associations are re-checked against
-//     the new policy on their next packet.
+//   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
+//     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
+//     related ICMP of associations the new policy denies no longer passes;
+//   - learned SCTP replies (pipeline.SCTPReply): each lets the replies of an association
+//     skip policy, and the new policy may deny that association. They are all deleted,
+//     after the purge (which may still run learn actions of the old translations); a live
+//     association the new policy allows learns its reply again on its next packet.
 func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, deletes, adds []string) {
 	if !touchesPolicy(deletes) && !touchesPolicy(adds) {
 		return
 	}
-	v := a.of.Vswitchd()
-	if a.netdev {
+	invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev)
+}
+
+// datapathCaches are the ovs-vswitchd caches a policy change invalidates.
+type datapathCaches interface {
+	FlushConntrack(ctx context.Context, zone uint16, tuple string) error
+	PurgeDatapathFlows(ctx context.Context) error
+}
+
+// flowDeleter deletes flows by cookie.
+type flowDeleter interface {
+	DeleteFlows(ctx context.Context, cookie, mask uint64) error
+}
+
+func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) {
+	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, "ct_nw_proto=132"); err != nil {
 			log.WithError(err).Warn("flush SCTP conntrack after a policy change")
 		}
 	}
 	if err := v.PurgeDatapathFlows(ctx); err != nil {
 		log.WithError(err).Warn("purge datapath flows after a policy change")
+	}
+	learned := pipeline.LearnedFilter()
+	if err := of.DeleteFlows(ctx, uint64(learned.Value), uint64(learned.Mask)); err != nil {
+		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP replies after a policy change")
 	}
 }

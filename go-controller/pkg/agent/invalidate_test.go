@@ -1,6 +1,13 @@
 package agent
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
 
 func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
 	for _, tc := range []struct {
@@ -16,5 +23,54 @@ func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
 		if got := touchesPolicy(tc.texts); got != tc.want {
 			t.Errorf("touchesPolicy(%q) = %v, want %v", tc.texts, got, tc.want)
 		}
+	}
+}
+
+// recordingCaches records the cache invalidations and flow deletions, in order.
+type recordingCaches struct{ calls []string }
+
+func (r *recordingCaches) FlushConntrack(_ context.Context, zone uint16, tuple string) error {
+	r.calls = append(r.calls, fmt.Sprintf("flush-conntrack zone=%d %s", zone, tuple))
+	return nil
+}
+
+func (r *recordingCaches) PurgeDatapathFlows(context.Context) error {
+	r.calls = append(r.calls, "purge")
+	return nil
+}
+
+func (r *recordingCaches) DeleteFlows(_ context.Context, cookie, mask uint64) error {
+	r.calls = append(r.calls, fmt.Sprintf("del-flows cookie=%#x/%#x", cookie, mask))
+	return nil
+}
+
+func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
+	for _, netdev := range []bool{true, false} {
+		r := &recordingCaches{}
+		invalidatePolicyCaches(context.Background(), r, r, netdev)
+		want := []string{"purge", "del-flows cookie=0x70000000000/0xff0000000000"}
+		if netdev {
+			want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
+		}
+		if !slices.Equal(r.calls, want) {
+			t.Errorf("netdev=%v: %q, want %q", netdev, r.calls, want)
+		}
+	}
+}
+
+// TestFullSyncKeepsLearnedFlows: the switch's learned SCTP replies are not the agent's
+// flows; a full resync, which deletes every owned flow it does not want, leaves them.
+func TestFullSyncKeepsLearnedFlows(t *testing.T) {
+	sw := newFakeSwitch()
+	learned := "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10," +
+		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0"
+	sw.flows["learned"] = learned
+	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 2), 1, nil })
+	s.sync(context.Background(), true)
+	if sw.flows["learned"] != learned {
+		t.Errorf("full sync removed a learned flow")
+	}
+	if len(sw.flows) != 3 {
+		t.Errorf("switch has %d flows, want 2 of the agent's and the learned one", len(sw.flows))
 	}
 }
