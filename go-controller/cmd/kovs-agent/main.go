@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,12 +35,14 @@ func main() {
 	flag.IntVar(&cfg.MTU, "mtu", 0, "pod MTU (0: the uplink MTU minus the tunnel overhead)")
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the node's CNI config is written")
 	flag.StringVar(&cfg.CNISocket, "cni-socket", "/var/run/kovs/cni.sock", "the CNI server's unix socket")
+	flag.StringVar(&cfg.ServiceProxy, "service-proxy", "kovs", "kovs: load-balance Services in br-int; none: leave them to kube-proxy (docs/services.md)")
 	flag.DurationVar(&cfg.ResyncPeriod, "resync-period", 10*time.Second, "full flow resync period (repairs drift)")
 	var pf policyFlags
-	flag.StringVar(&pf.address, "controller-address", "", "kovs-controller's policy stream (host:port); empty: NetworkPolicy is not enforced")
+	flag.StringVar(&pf.address, "controller-address", "", "kovs-controller's policy stream: host:port, or service:NAMESPACE/NAME to dial the ready endpoints of that Service's port \"policy-stream\" read from the API (no DNS or Service proxy needed); empty: NetworkPolicy is not enforced")
 	flag.StringVar(&pf.tokenFile, "controller-token-file", "", "ServiceAccount token for the controller (audience "+stream.TokenAudience+", bound to this node or the agent's pod); read again on every reconnect")
 	flag.StringVar(&pf.caConfig, "controller-ca-configmap", "kube-system/kovs-ca", "namespace/name of the ConfigMap holding the controller's CA")
 	flag.StringVar(&pf.serverName, "controller-server-name", stream.DefaultServerName, "name the controller's certificate is verified for")
+	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9092", "where /metrics, /healthz, /readyz and /status are served; empty: not served")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -59,13 +63,17 @@ func main() {
 	if err != nil {
 		log.WithError(err).Fatal("kubernetes client")
 	}
-	feed, err := policyFeed(pf, client, cfg.NodeName)
+	var conns agent.FeedConnections
+	feed, err := policyFeed(pf, client, cfg.NodeName, &conns)
 	if err != nil {
 		log.WithError(err).Fatal("policy stream")
 	}
 	if feed != nil { // a nil *stream.Client would make a non-nil interface
 		cfg.PolicyFeed = feed
+		cfg.PolicyFeedConnected = conns.Connected
 	}
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := agent.Run(ctx, cfg, client); err != nil {

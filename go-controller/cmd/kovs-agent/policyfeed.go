@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/agent"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
@@ -20,7 +24,7 @@ type policyFlags struct {
 
 // policyFeed returns the client of kovs-controller's policy stream, or nil when no
 // controller address is given: the agent then enforces no NetworkPolicy.
-func policyFeed(f policyFlags, client kubernetes.Interface, node string) (*stream.Client, error) {
+func policyFeed(f policyFlags, client kubernetes.Interface, node string, conns *agent.FeedConnections) (*stream.Client, error) {
 	if f.address == "" {
 		log.WithField("node", node).Warn("no --controller-address: NetworkPolicy is NOT enforced on this node")
 		return nil, nil
@@ -32,11 +36,23 @@ func policyFeed(f policyFlags, client kubernetes.Interface, node string) (*strea
 	if !ok || ns == "" || name == "" {
 		return nil, fmt.Errorf("--controller-ca-configmap %q: use namespace/name", f.caConfig)
 	}
+	address := f.address
+	dial := (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	svcNS, svcName, isService, err := stream.ParseServiceAddress(f.address)
+	if err != nil {
+		return nil, err
+	}
+	if isService {
+		// The Service's name only labels the connection; its endpoints are dialed.
+		address = net.JoinHostPort(svcName+"."+svcNS+".svc", strconv.Itoa(stream.DefaultPort))
+		dial = stream.ServiceDialer(client, svcNS, svcName, stream.StreamPortName, dial)
+	}
 	return stream.NewClient(stream.ClientConfig{
 		Node:       node,
-		Address:    f.address,
+		Address:    address,
 		ServerName: f.serverName,
 		Token:      stream.TokenFile(f.tokenFile),
 		RootCAs:    stream.CAFromConfigMap(client, ns, name),
+		Dial:       conns.Dial(dial),
 	})
 }

@@ -46,6 +46,8 @@ type Agent struct {
 	underlay netip.Addr
 	mtu      int
 	ready    readiness
+	metrics  *Metrics
+	health   agentHealth
 	// peersChanged wakes the tunnel neighbour seeding.
 	peersChanged chan struct{}
 }
@@ -58,6 +60,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a := &Agent{cfg: cfg, client: client, peersChanged: make(chan struct{}, 1)}
 	a.ready.set(fmt.Errorf("starting"))
+	if err := a.startOps(ctx); err != nil {
+		return err
+	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(
 		func(o *metav1.ListOptions) {
@@ -84,15 +89,20 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
-	a.syncer = NewFlowSyncer(ofSwitch{a.of}, a.state.Flows)
+	a.syncer = NewFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.Flows)
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
+	a.syncer.metrics = a.metrics
 	if cfg.PolicyFeed != nil {
 		// Pods stay closed until their policy arrives, restored ones included.
 		a.state.EnablePolicy(cfg.NodeName)
 		a.policy = NewNodePolicy(cfg.NodeName, a.state, a.syncer.installedGeneration)
 		a.syncer.OnSynced(a.policy.flowsInstalled)
 	}
+	a.health.attach(a.state, a.syncer, a.policy)
 	if err := a.setupNode(ctx, self); err != nil {
+		return err
+	}
+	if err := a.startServiceProxy(ctx); err != nil {
 		return err
 	}
 	return a.serve(ctx, nodeInformer.Informer())
@@ -115,19 +125,21 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		return err
 	}
 	if a.policy != nil {
-		go runPolicyFeed(ctx, a.cfg.PolicyFeed, a.policy, a.cfg.NodeName)
+		go runPolicyFeed(ctx, a.cfg.PolicyFeed, a.metrics.policySink(a.policy, a.syncer), a.cfg.NodeName)
 		a.awaitFirstPolicy(ctx)
 	}
 	go a.syncer.Run(ctx, a.cfg.ResyncPeriod)
 	if err := a.syncer.WaitFor(ctx, a.state.generationNow()); err != nil {
 		return fmt.Errorf("first flow sync: %w", err)
 	}
+	a.health.programmed.Store(true)
 	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("round", a.state.round).Info("br-int programmed")
 	a.seedTunnelNeighbors(ctx)
-	server, err := cni.NewServer(a.cfg.CNISocket, handlers, log.WithField("component", "cni-server"))
+	server, err := cni.NewServer(a.cfg.CNISocket, a.metrics.cniHandler(handlers), log.WithField("component", "cni-server"))
 	if err != nil {
 		return err
 	}
+	a.health.cniServing.Store(true)
 	go func() {
 		if err := server.Serve(ctx); err != nil {
 			log.WithError(err).Error("CNI server stopped")
@@ -141,7 +153,9 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		log.WithError(err).Warn("could not set NetworkUnavailable=False")
 	}
 	go a.maintainTunnelNeighbors(ctx)
+	go a.watchVswitchd(ctx)
 	<-ctx.Done()
+	a.health.cniServing.Store(false)
 	a.ready.set(fmt.Errorf("shutting down"))
 	if err := removeCNIConf(a.cfg.CNIConfDir); err != nil {
 		log.WithError(err).Warn("remove CNI config")
@@ -192,6 +206,7 @@ func (a *Agent) connectOVS(ctx context.Context) error {
 		return fmt.Errorf("connect to OVSDB %s: %w", a.cfg.OVSDB, err)
 	}
 	a.store = store
+	a.health.setOVS(store)
 	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: a.cfg.Bridge, RunDir: a.cfg.OVSRundir, VswitchdCtl: a.cfg.VswitchdCtl})
 	if err != nil {
 		return err

@@ -33,7 +33,8 @@ type FlowSyncer struct {
 	desired func() (flows []pipeline.Flow, generation uint64, err error)
 	minGap  time.Duration
 
-	kick chan struct{}
+	kick     chan struct{}
+	fullKick chan struct{}
 
 	mu        sync.Mutex
 	installed map[string]string // flow key -> full text
@@ -42,6 +43,9 @@ type FlowSyncer struct {
 	waiters   []waiter
 	onSynced  []func(generation uint64)
 	onApplied []func(ctx context.Context, deletes, adds []string)
+	// health is when syncs were last attempted and succeeded (see syncHealth).
+	health  syncHealth
+	metrics *Metrics
 }
 
 type waiter struct {
@@ -53,7 +57,16 @@ type waiter struct {
 // state generation they reflect.
 func NewFlowSyncer(sw FlowSwitch, desired func() ([]pipeline.Flow, uint64, error)) *FlowSyncer {
 	return &FlowSyncer{sw: sw, desired: desired, minGap: 20 * time.Millisecond,
-		kick: make(chan struct{}, 1), installed: map[string]string{}}
+		kick: make(chan struct{}, 1), fullKick: make(chan struct{}, 1), installed: map[string]string{}}
+}
+
+// TriggerFull asks for a full resync soon (the switch may have lost its flows, e.g.
+// ovs-vswitchd restarted); many triggers coalesce into one.
+func (s *FlowSyncer) TriggerFull() {
+	select {
+	case s.fullKick <- struct{}{}:
+	default:
+	}
 }
 
 // Trigger asks for a sync soon; many triggers coalesce into one.
@@ -79,6 +92,9 @@ func (s *FlowSyncer) Run(ctx context.Context, period time.Duration) {
 			time.Sleep(s.minGap) // bounded frequency: bursts of events become one bundle
 		case <-full.C:
 			s.sync(ctx, true)
+		case <-s.fullKick:
+			s.sync(ctx, true)
+			full.Reset(period)
 		}
 	}
 }
@@ -128,8 +144,14 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 		want = renderFlows(flows)
 		deletes, adds, err = s.plan(ctx, want, full)
 	}
-	if err == nil && (len(deletes) > 0 || len(adds) > 0) {
+	groupsChanged := false
+	if gs, ok := s.sw.(groupPlanner); ok && err == nil {
+		groupsChanged, err = gs.planGroups(ctx, full) // applied by sw.Apply, in the same bundle
+	}
+	if err == nil && (len(deletes) > 0 || len(adds) > 0 || groupsChanged) {
+		applyStart := time.Now()
 		err = s.sw.Apply(ctx, deletes, adds)
+		s.metrics.bundleApplied(time.Since(applyStart), err)
 		if err == nil {
 			s.mu.Lock()
 			applied := slices.Clone(s.onApplied)
@@ -139,7 +161,8 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 			}
 		}
 	}
-	if !s.record(want, gen, err) {
+	s.metrics.synced(full, time.Since(start), err)
+	if !s.record(want, gen, full, err) {
 		log.WithError(err).WithField("full", full).Warn("flow sync failed")
 		return
 	}
@@ -156,10 +179,11 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 }
 
 // record notes the outcome of a sync of generation gen and reports whether it succeeded.
-func (s *FlowSyncer) record(installed map[string]string, gen uint64, err error) bool {
+func (s *FlowSyncer) record(installed map[string]string, gen uint64, full bool, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
+	s.health.note(time.Now(), full, err)
 	if err != nil {
 		return false
 	}
@@ -255,7 +279,7 @@ func matchKey(table, priority, match string) string {
 }
 
 // dumpedFlowKey parses a dump-flows line into the same key, and reports whether kovs owns
-// the flow (a non-zero cookie category).
+// and installs the flow (a non-zero cookie category other than learned).
 func dumpedFlowKey(line string) (string, bool) {
 	line = strings.TrimSpace(line)
 	var cookie pipeline.Cookie
@@ -267,7 +291,8 @@ func dumpedFlowKey(line string) (string, bool) {
 		}
 		cookie, line = pipeline.Cookie(c), after
 	}
-	if !cookie.Owned() {
+	if !cookie.Owned() || cookie.Learned() {
+		// Learned flows are the switch's own (SCTP replies): kovs never installs them.
 		return "", false
 	}
 	head, _, _ := strings.Cut(line, " actions=")

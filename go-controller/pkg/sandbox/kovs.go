@@ -30,6 +30,10 @@ const (
 // loopback (forwarded to State.ControllerPort by the node emulator).
 const NodeControllerPort = stream.DefaultPort
 
+// NodeAgentMetricsPort is where each node's kovs-agent serves /metrics, /healthz, /readyz
+// and /status, on the loopback of the node's namespace (State.AgentMetricsPort).
+const NodeAgentMetricsPort = 9092
+
 // The agents' ServiceAccount, whose node-bound tokens kovs-controller lets stream.
 const (
 	agentNamespace      = "kube-system"
@@ -69,6 +73,7 @@ func (u *upRun) kovs() error {
 		return nil
 	}
 	u.state.KovsBinDir = dir
+	u.state.AgentMetricsPort = NodeAgentMetricsPort
 	l := u.layout
 	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: []string{
 		"--kubeconfig", l.Kubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
@@ -109,6 +114,7 @@ func (u *upRun) agentArgs(n Node) []string {
 		"--cni-socket", filepath.Join(l.NodeDir(n.Name), "kovs-cni.sock"),
 		"--controller-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeControllerPort)),
 		"--controller-token-file", l.ControllerTokenFile(n.Name),
+		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeAgentMetricsPort)),
 	}
 }
 

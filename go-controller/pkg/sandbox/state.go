@@ -67,6 +67,9 @@ type State struct {
 	Nodes        []Node   `json:"nodes"`
 	// KovsBinDir is where kovs binaries were taken from ("" if kovs was not started).
 	KovsBinDir string `json:"kovsBinDir,omitempty"`
+	// AgentMetricsPort is where every node's kovs-agent serves /metrics, /healthz,
+	// /readyz and /status: on the loopback of the node's own namespace.
+	AgentMetricsPort int `json:"agentMetricsPort,omitempty"`
 }
 
 // APIServerURL is the kube-apiserver address in the root namespace.

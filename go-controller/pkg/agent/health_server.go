@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	log "github.com/sirupsen/logrus"
+)
+
+// serveOps listens on the metrics address and serves, until ctx ends: /metrics (what
+// gatherer gathers), /healthz (alive: the agent's loops make progress), /readyz (every
+// readiness check passes, one line per check) and /status (NodeStatus as JSON). It
+// returns once listening, or the error that prevented it.
+func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.Gatherer) error {
+	mux := http.NewServeMux()
+	if gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.liveness(time.Now()); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		checks := a.readinessChecks()
+		status := http.StatusOK
+		if ready(checks) != nil {
+			status = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
+		for _, c := range checks {
+			if c.OK {
+				_, _ = fmt.Fprintf(w, "[+]%s ok\n", c.Name)
+			} else {
+				_, _ = fmt.Fprintf(w, "[-]%s failed: %s\n", c.Name, c.Message)
+			}
+		}
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.nodeStatus(time.Now()))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.WithError(err).WithField("address", addr).Error("metrics and health server stopped")
+		}
+	}()
+	log.WithField("address", ln.Addr().String()).Info("serving /metrics, /healthz, /readyz and /status")
+	return nil
+}

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+var (
+	flowsDesc = prometheus.NewDesc("kovs_agent_flows",
+		"Flows the agent installed on br-int, by table name.", []string{"table"}, nil)
+	podPortsDesc = prometheus.NewDesc("kovs_agent_pod_ports",
+		"Pod ports on br-int the agent programs.", nil, nil)
+	peersDesc = prometheus.NewDesc("kovs_agent_tunnel_peers",
+		"Nodes this node has a Geneve tunnel route to.", nil, nil)
+)
+
+// stateCollector reports the node's flows, pods and peers at every scrape, once the agent
+// has them.
+type stateCollector struct{ health atomic.Pointer[agentHealth] }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- flowsDesc
+	ch <- podPortsDesc
+	ch <- peersDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	h := c.health.Load()
+	if h == nil {
+		return
+	}
+	if syncer := h.syncer.Load(); syncer != nil {
+		for table, n := range syncer.installedPerTable() {
+			ch <- prometheus.MustNewConstMetric(flowsDesc, prometheus.GaugeValue, float64(n), table)
+		}
+	}
+	if state := h.state.Load(); state != nil {
+		ch <- prometheus.MustNewConstMetric(podPortsDesc, prometheus.GaugeValue, float64(len(state.Pods())))
+		ch <- prometheus.MustNewConstMetric(peersDesc, prometheus.GaugeValue, float64(len(state.Peers())))
+	}
+}
+
+// watch makes the collector report the agent's state.
+func (m *Metrics) watch(h *agentHealth) {
+	if m != nil {
+		m.state.health.Store(h)
+	}
+}
+
+// installedPerTable counts the flows this syncer installed, by table name (a table
+// number without a name in the pipeline is reported as its number).
+func (s *FlowSyncer) installedPerTable() map[string]int {
+	s.mu.Lock()
+	installed := s.installed // record replaces the map, never changes it
+	s.mu.Unlock()
+	byID := map[string]int{}
+	for key := range installed {
+		id, _, _ := strings.Cut(strings.TrimPrefix(key, "table="), ",")
+		byID[id]++
+	}
+	out := make(map[string]int, len(byID))
+	for id, n := range byID {
+		out[tableName(id)] += n
+	}
+	return out
+}
+
+func tableName(id string) string {
+	n, err := strconv.ParseUint(id, 10, 8)
+	if err != nil {
+		return id
+	}
+	if t, ok := pipeline.TableByID(uint8(n)); ok {
+		return t.Name
+	}
+	return id
+}
