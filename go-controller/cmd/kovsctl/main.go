@@ -18,11 +18,13 @@ import (
 const usage = `usage: kovsctl [--kubeconfig F] [--ovs-dir DIR] COMMAND
 
 commands:
-  trace SRC DST [--port P] [--proto tcp|udp|sctp|icmp] [--raw]
-        SRC a pod (ns/name); DST a pod, a node or an IP
-  flows --node NODE [--table NAME] [--pod ns/name]
+  trace SRC DST [--port P] [--proto tcp|udp|sctp|icmp] [--ct-state trk,new] [--raw]
+        SRC a pod (ns/name); DST a pod (ns/name), a node or an IP
+  flows --node NODE [--table NAME] [--pod ns/name] [--policy ns/name]
   pods --node NODE
   policies [--namespace NS]       NetworkPolicies and on how many nodes each is enforced
+  status --node NODE[,NODE] [--agent-address ADDR] [--agent-netns NS] [-o table|json]
+        agent, OVS, tunnel peers, controller connection, policy; exit 1 if anything is wrong
 
 --ovs-dir is a node's OVS run directory; "{node}" in it stands for the node name
 (in a sandbox: /run/kovs-sandbox/<name>/nodes/{node}/ovs). Default ` + kovsctl.DefaultOVSDir + `.
@@ -59,6 +61,8 @@ func main() {
 		err = flows(ctx, access, args[1:])
 	case "pods":
 		err = pods(ctx, access, args[1:])
+	case "status":
+		err = status(ctx, access, args[1:])
 	case "policies":
 		fs := flag.NewFlagSet("policies", flag.ExitOnError)
 		ns := fs.String("namespace", "", "namespace (default: all)")
@@ -78,13 +82,14 @@ func trace(ctx context.Context, a kovsctl.Access, args []string) error {
 	var req kovsctl.TraceRequest
 	fs.IntVar(&req.Port, "port", 80, "destination port")
 	fs.StringVar(&req.Proto, "proto", "tcp", "tcp, udp, sctp or icmp")
+	fs.StringVar(&req.CtState, "ct-state", kovsctl.DefaultCtState, "conntrack state after ct() (ofproto/trace --ct-next): trk,new or trk,est")
 	fs.BoolVar(&req.Raw, "raw", false, "also print the untouched ofproto/trace output")
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(positional) != 2 {
-		return fmt.Errorf("usage: kovsctl trace SRC DST [--port P] [--proto tcp|udp|sctp|icmp] [--raw]")
+		return fmt.Errorf("usage: kovsctl trace SRC DST [--port P] [--proto tcp|udp|sctp|icmp] [--ct-state trk,new] [--raw]")
 	}
 	req.Src, req.Dst = positional[0], positional[1]
 	res, err := a.Trace(ctx, req)
@@ -100,7 +105,8 @@ func flows(ctx context.Context, a kovsctl.Access, args []string) error {
 	var req kovsctl.FlowsRequest
 	fs.StringVar(&req.Node, "node", "", "node")
 	fs.StringVar(&req.Table, "table", "", "only this table (name or number)")
-	fs.StringVar(&req.Pod, "pod", "", "only this pod's flows (ns/name)")
+	fs.StringVar(&req.Pod, "pod", "", "only the flows that concern this pod (ns/name)")
+	fs.StringVar(&req.Policy, "policy", "", "only this NetworkPolicy's flows (ns/name)")
 	_ = fs.Parse(args)
 	if req.Node == "" {
 		return fmt.Errorf("flows: --node is required")

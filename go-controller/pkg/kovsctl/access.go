@@ -42,11 +42,20 @@ type nodeOVS struct {
 	of *ovs.OpenFlow
 }
 
-func (a Access) connect(ctx context.Context, node string) (*nodeOVS, error) {
+// reachable says whether a node's OVS can be reached from here.
+func (a Access) reachable(node string) error {
 	dir := a.OVSDir(node)
 	if _, err := os.Stat(filepath.Join(dir, "db.sock")); err != nil {
-		return nil, fmt.Errorf("node %s: no OVS database socket in %s (on a real node run kovsctl on that node; in a sandbox pass --ovs-dir)", node, dir)
+		return fmt.Errorf("node %s: no OVS database socket in %s (on a real node run kovsctl on that node; in a sandbox pass --ovs-dir)", node, dir)
 	}
+	return nil
+}
+
+func (a Access) connect(ctx context.Context, node string) (*nodeOVS, error) {
+	if err := a.reachable(node); err != nil {
+		return nil, err
+	}
+	dir := a.OVSDir(node)
 	db, err := ovs.NewOVSDB(ctx, "unix:"+filepath.Join(dir, "db.sock"))
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", node, err)

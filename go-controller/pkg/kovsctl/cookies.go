@@ -12,6 +12,11 @@ type cookieOwners struct {
 	nodes map[string]nodeInfo
 	// rules names NetworkPolicy rules by cookie object; nil when they could not be listed.
 	rules policyRules
+	// services names Service ports by cookie object; nil when they could not be listed.
+	services serviceNames
+	// isolation says, by "ns/name ingress|egress", which NetworkPolicies isolate a pod
+	// whose default deny the trace ended in.
+	isolation map[string]string
 }
 
 // describe names the owner of a flow; ports maps the node's ofports to what they are.
@@ -35,6 +40,10 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 			}
 		}
 		return "a peer node"
+	case pipeline.CategoryService:
+		return o.describeService(c)
+	case pipeline.CategoryLearned:
+		return "learned reply of an SCTP association policy allowed"
 	case 0:
 		return "not a kovs flow"
 	}
@@ -51,9 +60,9 @@ func (o cookieOwners) describePolicy(c pipeline.Cookie, ports map[int]string) st
 	case pipeline.PolicyKindClause:
 		return "a clause of NetworkPolicy " + o.ruleName(c.Object()) + " (and of the other rules with that clause)"
 	case pipeline.PolicyKindIngressDeny:
-		return "default deny of " + pod + " (isolated for ingress)"
+		return "default deny of " + pod + " (" + o.isolated(pod, "ingress") + ")"
 	case pipeline.PolicyKindEgressDeny:
-		return "default deny of " + pod + " (isolated for egress)"
+		return "default deny of " + pod + " (" + o.isolated(pod, "egress") + ")"
 	case pipeline.PolicyKindPending:
 		return "default deny of " + pod + " (its NetworkPolicy has not arrived from kovs-controller yet)"
 	}
@@ -74,4 +83,12 @@ func describePort(ports map[int]string, ofport uint32) string {
 		return name
 	}
 	return fmt.Sprintf("the pod on port %d", ofport)
+}
+
+// isolated is why a pod is isolated in a direction, when the trace looked it up.
+func (o cookieOwners) isolated(pod, dir string) string {
+	if why, ok := o.isolation[pod+" "+dir]; ok {
+		return why
+	}
+	return "isolated for " + dir
 }

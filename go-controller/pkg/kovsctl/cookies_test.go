@@ -85,7 +85,7 @@ func TestDescribePolicyCookies(t *testing.T) {
 	np, _ := namedPortPolicy()
 	rules := policyRules{}
 	rules.addPolicy(np, "tcp", 8080)
-	owners := cookieOwners{rules: rules}
+	owners := cookieOwners{rules: rules, services: serviceNames{pipeline.ServiceObjectID("x/web:http/TCP"): "x/web:http/TCP"}}
 	ports := map[int]string{3: "pod x/web-0"}
 	for _, tc := range []struct {
 		cookie pipeline.Cookie
@@ -102,6 +102,9 @@ func TestDescribePolicyCookies(t *testing.T) {
 		{pipeline.NewPolicyCookie(1, pipeline.PolicyKindPending, 3),
 			"default deny of x/web-0 (its NetworkPolicy has not arrived from kovs-controller yet)"},
 		{pipeline.NewPolicyCookie(1, pipeline.PolicyKindRule, 7), "NetworkPolicy rule 0x7 (no current NetworkPolicy rule has this ID hash)"},
+		{pipeline.NewCookie(1, pipeline.CategoryLearned, 0), "learned reply of an SCTP association policy allowed"},
+		{pipeline.NewCookie(1, pipeline.CategoryService, pipeline.ServiceObjectID("x/web:http/TCP")), "Service x/web:http/TCP"},
+		{pipeline.NewCookie(1, pipeline.CategoryService, 0), "Service hairpin (a pod reaching itself through a Service)"},
 	} {
 		if got := owners.describe(tc.cookie, ports); got != tc.want {
 			t.Errorf("describe(%s) = %q, want %q", tc.cookie, got, tc.want)

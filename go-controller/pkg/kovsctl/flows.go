@@ -4,18 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
 // FlowsRequest filters `kovsctl flows`.
 type FlowsRequest struct {
-	Node  string
-	Table string // table name (or number)
-	Pod   string // ns/name: only that pod's flows
+	Node   string
+	Table  string // table name (or number)
+	Pod    string // ns/name: only the flows that concern that pod (see podFlows)
+	Policy string // ns/name: only that NetworkPolicy's flows (see policyFlows)
 }
 
 // Flows prints the node's br-int flows grouped under their table's name, with counters.
@@ -25,18 +28,57 @@ func (a Access) Flows(ctx context.Context, req FlowsRequest, w io.Writer) error 
 		return err
 	}
 	defer o.Close()
-	var cookie, mask uint64
-	if req.Pod != "" {
-		ofport, err := a.podPortOn(ctx, o, req.Pod)
-		if err != nil {
-			return err
-		}
-		f := pipeline.ObjectFilter(pipeline.CategoryPod, uint32(ofport))
-		cookie, mask = uint64(f.Value), uint64(f.Mask)
-	}
-	flows, err := o.of.DumpFlows(ctx, cookie, mask)
+	flows, err := a.selectFlows(ctx, o, req)
 	if err != nil {
 		return err
+	}
+	if len(flows) == 0 {
+		fmt.Fprintf(w, "no flow of %s's %s matches\n", req.Node, Bridge)
+		return nil
+	}
+	last := -1
+	for _, f := range flows {
+		if f.Table != last {
+			fmt.Fprintf(w, "\n# table %d %s\n", f.Table, tableName(f.Table))
+			last = f.Table
+		}
+		fmt.Fprintf(w, "  n_packets=%-8d %s\n", f.Packets, f.String())
+	}
+	return nil
+}
+
+// selectFlows dumps br-int and keeps the flows the request asks for, by table and, within
+// a table, by falling priority.
+func (a Access) selectFlows(ctx context.Context, o *nodeOVS, req FlowsRequest) ([]ovs.FlowEntry, error) {
+	all, err := o.of.DumpFlows(ctx, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	var keep []func(ovs.FlowEntry) bool
+	if req.Table != "" {
+		keep = append(keep, func(f ovs.FlowEntry) bool {
+			return strings.EqualFold(req.Table, tableName(f.Table)) || req.Table == fmt.Sprint(f.Table)
+		})
+	}
+	if req.Pod != "" {
+		sel, err := a.podSelection(ctx, o, req.Pod)
+		if err != nil {
+			return nil, err
+		}
+		keep = append(keep, sel.selects)
+	}
+	if req.Policy != "" {
+		sel, err := a.policySelection(ctx, o, req.Policy, all)
+		if err != nil {
+			return nil, err
+		}
+		keep = append(keep, sel.selects)
+	}
+	var flows []ovs.FlowEntry
+	for _, f := range all {
+		if !slices.ContainsFunc(keep, func(k func(ovs.FlowEntry) bool) bool { return !k(f) }) {
+			flows = append(flows, f)
+		}
 	}
 	sort.SliceStable(flows, func(i, j int) bool {
 		if flows[i].Table != flows[j].Table {
@@ -44,19 +86,7 @@ func (a Access) Flows(ctx context.Context, req FlowsRequest, w io.Writer) error 
 		}
 		return flows[i].Priority > flows[j].Priority
 	})
-	last := -1
-	for _, f := range flows {
-		name := tableName(f.Table)
-		if req.Table != "" && !strings.EqualFold(req.Table, name) && req.Table != fmt.Sprint(f.Table) {
-			continue
-		}
-		if f.Table != last {
-			fmt.Fprintf(w, "\n# table %d %s\n", f.Table, name)
-			last = f.Table
-		}
-		fmt.Fprintf(w, "  n_packets=%-8d %s\n", f.Packets, f.String())
-	}
-	return nil
+	return flows, nil
 }
 
 func tableName(id int) string {

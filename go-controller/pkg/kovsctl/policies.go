@@ -28,8 +28,12 @@ func (a Access) Policies(ctx context.Context, namespace string, w io.Writer) err
 	for _, np := range list.Items {
 		state, nodes, gen := "unknown (no status from kovs-controller yet)", "-", "-"
 		if st, err := realization.ParseStatus(np.Annotations[realization.AnnotationKey]); err == nil {
-			state = "yes"
-			if !st.Complete() {
+			switch {
+			case st.Concerned == 0:
+				state = "selects no pod"
+			case st.Complete():
+				state = "yes"
+			default:
 				state = "in progress"
 			}
 			nodes, gen = fmt.Sprintf("%d/%d", st.Realized, st.Concerned), fmt.Sprint(st.Generation)

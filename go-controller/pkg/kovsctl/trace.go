@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
@@ -17,8 +20,15 @@ type TraceRequest struct {
 	Src, Dst string
 	Proto    string
 	Port     int
-	Raw      bool
+	// CtState is the conntrack state the trace continues with after each ct() action
+	// (ofproto/trace --ct-next): "trk,new" (default) for the first packet of a
+	// connection, "trk,est" for a packet of a connection conntrack already knows.
+	CtState string
+	Raw     bool
 }
+
+// DefaultCtState is the conntrack state of the first packet of a connection.
+const DefaultCtState = "trk,new"
 
 // Hop is the trace on one node.
 type Hop struct {
@@ -45,6 +55,12 @@ func (a Access) Trace(ctx context.Context, req TraceRequest) (*TraceResult, erro
 	if !protocols[req.Proto] {
 		return nil, fmt.Errorf("--proto %q: use tcp, udp, sctp or icmp", req.Proto)
 	}
+	if req.CtState == "" {
+		req.CtState = DefaultCtState
+	}
+	if err := checkCtState(req.CtState); err != nil {
+		return nil, err
+	}
 	src, err := a.srcPod(ctx, req.Src)
 	if err != nil {
 		return nil, err
@@ -65,7 +81,10 @@ func (a Access) Trace(ctx context.Context, req TraceRequest) (*TraceResult, erro
 	if res.owners.rules, err = a.listPolicyRules(ctx, req.Proto, req.Port); err != nil {
 		res.Note = err.Error()
 	}
-	hop, err := a.traceOn(ctx, src.Node, pkt)
+	if res.owners.services, err = a.listServiceNames(ctx); err != nil {
+		res.Note = strings.Join(slices.DeleteFunc([]string{res.Note, err.Error()}, func(s string) bool { return s == "" }), "; ")
+	}
+	hop, err := a.traceOn(ctx, src.Node, pkt, req.CtState)
 	if err != nil {
 		return nil, err
 	}
@@ -76,15 +95,70 @@ func (a Access) Trace(ctx context.Context, req TraceRequest) (*TraceResult, erro
 			res.Verdict = "sent through the tunnel to " + tun + ", which is no node's address"
 			return res, nil
 		}
+		if err := a.reachable(next.Name); err != nil {
+			// On a real node only the local OVS is reachable: the source half is still
+			// the story of everything this node decided.
+			res.Verdict = fmt.Sprintf("sent through the tunnel to %s (%s); the rest of the path is not traced: %v", next.Name, tun, err)
+			return res, nil
+		}
 		second := a.afterTunnel(pkt, nodes[src.Node], next)
-		hop2, err := a.traceOn(ctx, next.Name, second)
+		hop2, err := a.traceOn(ctx, next.Name, second, req.CtState)
 		if err != nil {
 			return nil, err
 		}
 		res.Hops = append(res.Hops, hop2)
 	}
+	a.explainDeny(ctx, res)
 	res.Verdict = res.verdict()
+	if req.CtState != DefaultCtState {
+		res.Verdict += " (traced with ct_state " + req.CtState + ", not as a new connection)"
+	}
 	return res, nil
+}
+
+// checkCtState accepts what ofproto/trace --ct-next takes: flags of ct_state, separated
+// by commas or "|".
+func checkCtState(s string) error {
+	known := map[string]bool{"trk": true, "new": true, "est": true, "rel": true, "rpl": true, "inv": true, "snat": true, "dnat": true}
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '|' }) {
+		if !known[f] {
+			return fmt.Errorf("--ct-state %q: %q is no conntrack state flag (trk, new, est, rel, rpl, inv)", s, f)
+		}
+	}
+	return nil
+}
+
+// explainDeny looks up, when the packet ended in a pod's default deny, which
+// NetworkPolicies isolate that pod in that direction, so the verdict can name them.
+func (a Access) explainDeny(ctx context.Context, res *TraceResult) {
+	last := res.Hops[len(res.Hops)-1]
+	step, ok := last.Parsed.LastStep()
+	if !ok || !last.Parsed.Dropped() {
+		return
+	}
+	dir := networkingv1.PolicyTypeIngress
+	switch step.Cookie.PolicyKind() {
+	case pipeline.PolicyKindIngressDeny:
+	case pipeline.PolicyKindEgressDeny:
+		dir = networkingv1.PolicyTypeEgress
+	default:
+		return
+	}
+	pod, ok := strings.CutPrefix(last.ports[int(step.Cookie.Object())], "pod ")
+	if !ok {
+		return
+	}
+	ns, name, _ := strings.Cut(pod, "/")
+	iso, err := a.isolationOf(ctx, ns, name, dir)
+	if err != nil {
+		res.Note = fmt.Sprintf("could not read the NetworkPolicies of %s: %v", pod, err)
+		return
+	}
+	d := strings.ToLower(string(dir))
+	if res.owners.isolation == nil {
+		res.owners.isolation = map[string]string{}
+	}
+	res.owners.isolation[pod+" "+d] = iso.describe(d)
 }
 
 // firstPacket is the packet as the source pod sends it: to its gateway's MAC.
@@ -134,13 +208,13 @@ func (a Access) afterTunnel(p packet, from, to nodeInfo) packet {
 // tunnelOFPort is the Geneve port's fixed OpenFlow number on br-int.
 const tunnelOFPort = 1
 
-func (a Access) traceOn(ctx context.Context, node string, p packet) (Hop, error) {
+func (a Access) traceOn(ctx context.Context, node string, p packet, ctState string) (Hop, error) {
 	o, err := a.connect(ctx, node)
 	if err != nil {
 		return Hop{}, err
 	}
 	defer o.Close()
-	raw, err := o.of.Trace(ctx, p.Spec(), "--ct-next", "trk,new")
+	raw, err := o.of.Trace(ctx, p.Spec(), "--ct-next", ctState)
 	if err != nil {
 		return Hop{}, err
 	}
@@ -203,7 +277,7 @@ func (r *TraceResult) verdict() string {
 		if !ok {
 			return "dropped on " + last.Node + " before any flow"
 		}
-		return fmt.Sprintf("DROPPED on %s in table %d %s by %s", last.Node, step.Table, step.TableName(), r.owners.describe(step.Cookie, last.ports))
+		return fmt.Sprintf("DROPPED on %s in table %d %s by %s", last.Node, step.Table, step.TableName(), r.dropper(step, last))
 	}
 	var outs []string
 	for _, p := range last.Parsed.OutputPorts {
@@ -214,6 +288,19 @@ func (r *TraceResult) verdict() string {
 		verdict += "; allowed by " + strings.Join(allowed, ", ")
 	}
 	return verdict
+}
+
+// dropper names the flow that dropped the packet: its owner, and for flows that are not
+// NetworkPolicy's, which flow it was.
+func (r *TraceResult) dropper(step TraceStep, h Hop) string {
+	owner := r.owners.describe(step.Cookie, h.ports)
+	switch {
+	case step.Cookie.Category() == pipeline.CategoryPolicy:
+		return owner
+	case step.Priority == 0:
+		return owner + " table-miss flow (no flow of this table matches the packet)"
+	}
+	return fmt.Sprintf("%s flow %s, priority %d", owner, step.Match, step.Priority)
 }
 
 // policyAllowances names the NetworkPolicy rules that let the packet through, with the
@@ -239,17 +326,24 @@ func (h Hop) describePort(p int) string {
 
 // Print tells the story: each table by name, what it did, and the verdict.
 func (r *TraceResult) Print(w io.Writer) {
+	brief := r.owners
+	brief.isolation = nil // the verdict says which NetworkPolicies isolate the pod
 	for i, h := range r.Hops {
 		where := "source node"
 		if i > 0 {
 			where = "after the tunnel"
 		}
 		fmt.Fprintf(w, "%s br-int (%s): %s\n", h.Node, where, h.Packet.Describe())
-		for _, s := range h.Parsed.Steps {
-			fmt.Fprintf(w, "  %3d %-16s %s\n", s.Table, s.TableName(), stepSummary(s, r.owners, h))
+		for i, s := range h.Parsed.Steps {
+			for _, c := range h.Parsed.Continuations {
+				if c.Step == i {
+					fmt.Fprintf(w, "      %-16s conntrack answered ct_state=%s; the packet goes on in table %d\n", "(recirculation)", c.CtState, s.Table)
+				}
+			}
+			fmt.Fprintf(w, "  %3d %-16s %s\n", s.Table, s.TableName(), stepSummary(s, brief, h))
 		}
 		if r.Request.Raw {
-			fmt.Fprintf(w, "\n--- ovs-appctl ofproto/trace br-int '%s' --ct-next trk,new ---\n%s\n", h.Packet.Spec(), h.Raw)
+			fmt.Fprintf(w, "\n--- ovs-appctl ofproto/trace br-int '%s' --ct-next %s ---\n%s\n", h.Packet.Spec(), r.Request.CtState, h.Raw)
 		}
 	}
 	fmt.Fprintf(w, "verdict: %s\n", r.Verdict)
@@ -260,13 +354,31 @@ func (r *TraceResult) Print(w io.Writer) {
 
 // stepSummary is one line per table: the match, then what it did and who owns the flow.
 func stepSummary(s TraceStep, owners cookieOwners, h Hop) string {
-	acts := strings.Join(s.Actions, " ")
-	if len(acts) > 90 {
-		acts = acts[:87] + "..."
+	short := make([]string, len(s.Actions))
+	for i, a := range s.Actions {
+		short[i] = shortAction(a)
+	}
+	acts := strings.Join(short, " ")
+	if len(acts) > 110 {
+		acts = acts[:107] + "..."
 	}
 	match := s.Match
 	if match == "" {
 		match = "(any)"
 	}
 	return fmt.Sprintf("%s => %s   [%s]", match, acts, owners.describe(s.Cookie, h.ports))
+}
+
+// shortAction writes set_field:V->F as F=V, so that a routing step's tunnel destination
+// and output port fit on its line (--raw shows the actions as OVS wrote them).
+func shortAction(a string) string {
+	v, ok := strings.CutPrefix(a, "set_field:")
+	if !ok {
+		return a
+	}
+	i := strings.LastIndex(v, "->")
+	if i < 0 {
+		return a
+	}
+	return v[i+2:] + "=" + v[:i]
 }

@@ -35,6 +35,15 @@ type ParsedTrace struct {
 	OutputPorts []int
 	// TunnelDst is the outer destination when the packet left through the tunnel.
 	TunnelDst string
+	// Continuations are the points where the trace resumed after conntrack (a ct()
+	// action with table=), with the ct_state it resumed with.
+	Continuations []Continuation
+}
+
+// Continuation is a resumption after conntrack: before Steps[Step], with CtState.
+type Continuation struct {
+	Step    int
+	CtState string // as ofproto/trace prints it, e.g. "new|trk"
 }
 
 var (
@@ -42,6 +51,7 @@ var (
 	outputPort = regexp.MustCompile(`-> output port is (\d+)`)
 	tunnelTo   = regexp.MustCompile(`-> tunneling to (\S+) via`)
 	outputAct  = regexp.MustCompile(`^output:(\d+)$`)
+	resumeCT   = regexp.MustCompile(`^recirc\(0x[0-9a-f]+\) - resume conntrack with ct_state=(\S+)`)
 )
 
 // ParseTrace reads the text ovs-appctl ofproto/trace prints.
@@ -56,6 +66,9 @@ func ParseTrace(text string) ParsedTrace {
 	for _, raw := range strings.Split(text, "\n") {
 		line := strings.TrimSpace(raw)
 		switch {
+		case resumeCT.MatchString(line):
+			t.Continuations = append(t.Continuations, Continuation{Step: len(t.Steps), CtState: resumeCT.FindStringSubmatch(line)[1]})
+			cur = nil
 		case strings.HasPrefix(line, "bridge(\""):
 			onBrInt = strings.HasPrefix(line, "bridge(\""+Bridge+"\")")
 			cur = nil

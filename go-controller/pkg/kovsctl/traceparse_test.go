@@ -63,6 +63,10 @@ func TestParseTraceFollowsRecirculationToTheTunnel(t *testing.T) {
 	if c := tr.Steps[0].Cookie; c.Object() != 3 {
 		t.Errorf("cookie of the first step %s", c)
 	}
+	// The trace resumed after conntrack once, before ConntrackState (the fourth step).
+	if len(tr.Continuations) != 1 || tr.Continuations[0] != (Continuation{Step: 3, CtState: "new|trk"}) {
+		t.Errorf("continuations %+v, want one before step 3 with new|trk", tr.Continuations)
+	}
 }
 
 func TestParseTraceDrop(t *testing.T) {
@@ -72,5 +76,20 @@ func TestParseTraceDrop(t *testing.T) {
 	}
 	if s, _ := tr.LastStep(); s.TableName() != "Classifier" {
 		t.Fatalf("last step %+v", s)
+	}
+}
+
+func TestShortAction(t *testing.T) {
+	for in, want := range map[string]string{
+		"set_field:172.30.0.2->tun_dst":                "tun_dst=172.30.0.2",
+		"set_field:0x1/0xf->reg0":                      "reg0=0x1/0xf",
+		"set_field:0a:58:0a:f4:00:01->eth_src":         "eth_src=0a:58:0a:f4:00:01",
+		"set_field:fd00:172:31::3->tun_ipv6_dst":       "tun_ipv6_dst=fd00:172:31::3",
+		"goto_table:61":                                "goto_table:61",
+		"ct(commit,zone=65520,nat(dst=10.96.0.10:53))": "ct(commit,zone=65520,nat(dst=10.96.0.10:53))",
+	} {
+		if got := shortAction(in); got != want {
+			t.Errorf("shortAction(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
