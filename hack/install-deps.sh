@@ -13,6 +13,7 @@ declare -A need=(
   [jq]=jq
   [nsenter]=util-linux
   [conntrack]=conntrack
+  [nft]=nftables
   [ping]=iputils-ping
 )
 missing=()
