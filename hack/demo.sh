@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh: a 3-node kovs sandbox, pods in two namespaces on different nodes, the
-# pod-to-pod connectivity matrix with the source address each receiver saw, and an
-# ofproto/trace of one cross-node packet. Tears the sandbox down at the end unless
+# pod-to-pod connectivity matrix with the source address each receiver saw, a kovsctl
+# trace of one allowed cross-node packet, then a NetworkPolicy, the matrix again, and a
+# trace of a packet it denies, naming the policy. Tears the sandbox down at the end unless
 # KEEP=1 (then: `make sandbox-down SANDBOX=demo`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,4 +52,30 @@ sbx matrix --port 81/udp red blue
 step "trace one cross-node packet (red-1 on node1 -> blue-2 on node2, tcp/80) with kovsctl"
 echo "kovsctl runs ovs-appctl ofproto/trace on node1's br-int, follows the packet through the tunnel"
 echo "into node2's br-int, and names every table (--raw prints the untouched ofproto/trace output)"
-"$BIN/kovsctl" --ovs-dir "/run/kovs-sandbox/$NAME/nodes/{node}/ovs" trace red/red-1 blue/blue-2 --port 80 --proto tcp
+KOVSCTL=("$BIN/kovsctl" --ovs-dir "/run/kovs-sandbox/$NAME/nodes/{node}/ovs")
+"${KOVSCTL[@]}" trace red/red-1 blue/blue-2 --port 80 --proto tcp
+
+step "NetworkPolicy blue/web-from-blue: blue pods accept TCP 80 from blue pods only"
+cat <<YAML | "$KUBECTL" apply -f -
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-from-blue, namespace: blue}
+spec:
+  podSelector: {matchLabels: {app: blue}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: blue}}}]
+    ports: [{protocol: TCP, port: 80}]
+YAML
+echo "kovs-controller records on the policy when every node it concerns enforces it:"
+for _ in $(seq 60); do
+  "${KOVSCTL[@]}" policies --namespace blue | grep -q '^blue/web-from-blue  *yes ' && break
+  sleep 0.5
+done
+"${KOVSCTL[@]}" policies --namespace blue
+
+step "connectivity matrix, TCP port 80, with the policy (red -> blue now gets no answer)"
+sbx matrix --port 80/tcp red blue || true
+
+step "trace the denied packet (red-1 -> blue-2, tcp/80): kovsctl names the table and the NetworkPolicy"
+"${KOVSCTL[@]}" trace red/red-1 blue/blue-2 --port 80 --proto tcp
