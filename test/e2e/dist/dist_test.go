@@ -54,7 +54,11 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 		"kovs-agent": {
 			{"list", "nodes", "", true}, {"watch", "nodes", "", true}, {"patch", "nodes:status", "", true},
 			{"list", "pods", "", true}, {"watch", "pods", "", true}, {"get", "configmaps/kovs-ca", "kube-system", true},
+			{"list", "services", "", true}, {"watch", "services", "", true},
+			{"list", "endpointslices.discovery.k8s.io", "", true}, {"watch", "endpointslices.discovery.k8s.io", "", true},
 			// and nothing more
+			{"update", "services", "default", false}, {"delete", "services", "default", false},
+			{"create", "endpointslices.discovery.k8s.io", "default", false}, {"update", "endpointslices.discovery.k8s.io", "default", false},
 			{"patch", "nodes", "", false}, {"patch", "pods", "default", false}, {"delete", "pods", "default", false},
 			{"get", "configmaps/kovs-config", "kube-system", false}, {"get", "secrets/kovs-controller-tls", "kube-system", false},
 			{"create", "tokenreviews.authentication.k8s.io", "", false}, {"list", "networkpolicies.networking.k8s.io", "", false},

@@ -24,6 +24,9 @@ import (
 type modelCluster struct {
 	s    *framework.Sandbox
 	pods []*corev1.Pod
+	// services, when set, gives every pod a ClusterIP Service and probes go through it
+	// (service_mode_test.go).
+	services *serviceMode
 }
 
 const probeTimeout = time.Second
@@ -46,6 +49,7 @@ func (m *modelCluster) createPods(t *testing.T, model []ModelPod) []*corev1.Pod 
 	for _, p := range model {
 		pods = append(pods, m.s.WaitRunning(t, p.Namespace, p.Name, 90*time.Second))
 	}
+	m.services.expose(t, pods)
 	return pods
 }
 
@@ -190,7 +194,7 @@ func (m *modelCluster) probe(t *testing.T, pods []*corev1.Pod, ports []string) m
 	for _, port := range ports {
 		for _, from := range pods {
 			for _, to := range pods {
-				dst, ok := firstIP(to)
+				dst, ok := m.destination(to)
 				if !ok {
 					t.Fatalf("pod %s has no address", key(to))
 				}

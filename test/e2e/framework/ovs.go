@@ -1,0 +1,81 @@
+package framework
+
+import (
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Flow is one flow of a node's br-int as ovs-ofctl dumps it.
+type Flow struct {
+	Cookie uint64
+	// Age is how long ago the flow was installed (its duration).
+	Age time.Duration
+	// Text is the flow without its cookie and counters: table, priority, match, actions.
+	Text string
+}
+
+// flowCounters are the fields of a dumped flow that change by themselves.
+var flowCounters = regexp.MustCompile(`\b(cookie|duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*`)
+
+var flowDuration = regexp.MustCompile(`\bduration=([0-9.]+)s`)
+
+// DumpFlows reads the flows of node's br-int.
+func (s *Sandbox) DumpFlows(t testing.TB, node string) []Flow {
+	t.Helper()
+	var flows []Flow
+	for _, line := range s.ofctl(t, "dump-flows", s.BrIntTarget(node)) {
+		if f, ok := ParseFlow(line); ok {
+			flows = append(flows, f)
+		}
+	}
+	return flows
+}
+
+// ParseFlow parses one line of `ovs-ofctl dump-flows`; ok is false for other lines.
+func ParseFlow(line string) (f Flow, ok bool) {
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, "cookie=") {
+		return Flow{}, false
+	}
+	f.Text = flowCounters.ReplaceAllString(line, "")
+	c, _, _ := strings.Cut(strings.TrimPrefix(line, "cookie="), ",")
+	f.Cookie, _ = strconv.ParseUint(c, 0, 64)
+	if m := flowDuration.FindStringSubmatch(line); m != nil {
+		secs, _ := strconv.ParseFloat(m[1], 64)
+		f.Age = time.Duration(secs * float64(time.Second))
+	}
+	return f, true
+}
+
+// DumpGroups reads the groups of node's br-int, by group ID.
+func (s *Sandbox) DumpGroups(t testing.TB, node string) map[uint32]string {
+	t.Helper()
+	groups := map[uint32]string{}
+	for _, line := range s.ofctl(t, "dump-groups", s.BrIntTarget(node)) {
+		line = strings.TrimSpace(line)
+		id, ok := strings.CutPrefix(line, "group_id=")
+		if !ok {
+			continue
+		}
+		id, _, _ = strings.Cut(id, ",")
+		n, err := strconv.ParseUint(id, 0, 32)
+		if err != nil {
+			t.Fatalf("%s: group %q: %v", node, line, err)
+		}
+		groups[uint32(n)] = line
+	}
+	return groups
+}
+
+func (s *Sandbox) ofctl(t testing.TB, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("ovs-ofctl", append([]string{"-O", "OpenFlow15"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ovs-ofctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.Split(string(out), "\n")
+}
