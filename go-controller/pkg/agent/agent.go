@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
-	a.syncer = NewFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.Flows)
+	a.syncer = NewRenderedFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.RenderedFlows)
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.metrics = a.metrics
 	if cfg.PolicyFeed != nil {

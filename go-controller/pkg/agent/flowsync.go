@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,8 +30,9 @@ type FlowSwitch interface {
 // (a restarted ovs-vswitchd, someone's del-flows) and removes the flows of older rounds
 // after an agent restart without ever leaving the switch without its flows.
 type FlowSyncer struct {
-	sw      FlowSwitch
-	desired func() (flows []pipeline.Flow, generation uint64, err error)
+	sw FlowSwitch
+	// desired returns the wanted flows rendered (flow key -> text, see renderFlows).
+	desired func() (flows map[string]string, generation uint64, err error)
 	minGap  time.Duration
 
 	kick     chan struct{}
@@ -56,6 +58,19 @@ type waiter struct {
 // NewFlowSyncer builds a syncer; desired returns the flows the node wants now and the
 // state generation they reflect.
 func NewFlowSyncer(sw FlowSwitch, desired func() ([]pipeline.Flow, uint64, error)) *FlowSyncer {
+	return NewRenderedFlowSyncer(sw, func() (map[string]string, uint64, error) {
+		flows, gen, err := desired()
+		if err != nil {
+			return nil, gen, err
+		}
+		return renderFlows(flows), gen, nil
+	})
+}
+
+// NewRenderedFlowSyncer builds a syncer whose desired flows come rendered (flow key ->
+// text, as renderFlows renders them), so the source can keep renderings that did not
+// change (NodeState.RenderedFlows).
+func NewRenderedFlowSyncer(sw FlowSwitch, desired func() (map[string]string, uint64, error)) *FlowSyncer {
 	return &FlowSyncer{sw: sw, desired: desired, minGap: 20 * time.Millisecond,
 		kick: make(chan struct{}, 1), fullKick: make(chan struct{}, 1), installed: map[string]string{}}
 }
@@ -137,11 +152,9 @@ func (s *FlowSyncer) Synced() (uint64, error) {
 
 func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 	start := time.Now()
-	flows, gen, err := s.desired()
-	var want map[string]string
+	want, gen, err := s.desired()
 	var deletes, adds []string
 	if err == nil {
-		want = renderFlows(flows)
 		deletes, adds, err = s.plan(ctx, want, full)
 	}
 	groupsChanged := false
@@ -268,7 +281,7 @@ func renderFlows(flows []pipeline.Flow) map[string]string {
 
 // flowKey identifies a flow by what OpenFlow identifies it by: table, priority, match.
 func flowKey(f pipeline.Flow) string {
-	return matchKey(fmt.Sprint(f.Table.ID), fmt.Sprint(f.Priority), f.Match.String())
+	return matchKey(strconv.Itoa(int(f.Table.ID)), strconv.Itoa(int(f.Priority)), f.Match.String())
 }
 
 func matchKey(table, priority, match string) string {

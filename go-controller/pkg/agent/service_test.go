@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -162,7 +164,7 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	of := &recordingFlows{FakeOpenFlow: ovs.NewFakeOpenFlow()}
 	state := NewNodeState(1, nil)
 	sw := newGroupSwitch(of, state.Groups)
-	syncer := NewFlowSyncer(sw, state.Flows)
+	syncer := NewRenderedFlowSyncer(sw, state.RenderedFlows) // as the agent runs it
 	state.SetNode(testNodeConfig())
 	state.SetPod("p3", testPod("a", 3, 10))
 	ids := newGroupAllocator()
@@ -227,4 +229,64 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	if len(of.bundles) != n {
 		t.Errorf("full resync applied a bundle: %v", of.last())
 	}
+}
+
+// TestRenderedFlowsKeepUnchangedServices: RenderedFlows equals Flows rendered, through
+// Service changes, deletions, additions, pod and node changes, and compiles only the
+// Services whose ports changed.
+func TestRenderedFlowsKeepUnchangedServices(t *testing.T) {
+	state := NewNodeState(1, nil)
+	state.SetNode(testNodeConfig())
+	state.SetPod("p3", testPod("a", 3, 10))
+	ids := newGroupAllocator()
+	ready := func(ip string) sliceEP { return sliceEP{ip, "node-1", true, true, false} }
+	web := testService("web", nil)
+	db := testService("db", func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.20"} })
+	webPorts := func(eps ...string) []pipeline.ServicePort {
+		var es []sliceEP
+		for _, e := range eps {
+			es = append(es, ready(e))
+		}
+		return servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, es...)}, "node-1", ids.forService("x/web"), false)
+	}
+	dbPorts := servicePorts(db, []*discoveryv1.EndpointSlice{testSlice("db", "d", discoveryv1.AddressTypeIPv4, 5432, ready("10.244.1.10"))}, "node-1", ids.forService("x/db"), false)
+	same := func(step string) {
+		t.Helper()
+		flows, _, err := state.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantGroups := slices.Clone(state.Groups())
+		got, _, err := state.RenderedFlows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := renderFlows(flows); !maps.Equal(got, want) {
+			t.Fatalf("%s: RenderedFlows has %d flows, Flows %d; they differ", step, len(got), len(want))
+		}
+		if gotGroups := state.Groups(); !reflect.DeepEqual(gotGroups, wantGroups) {
+			t.Fatalf("%s: groups %v, want %v", step, gotGroups, wantGroups)
+		}
+	}
+	dbEntry := func() uintptr { return reflect.ValueOf(state.serviceCache.entries["x/db"].flows).Pointer() }
+
+	state.SetServices(map[string][]pipeline.ServicePort{"x/web": webPorts("10.244.1.10", "10.244.2.10"), "x/db": dbPorts})
+	same("first sync")
+	kept := dbEntry()
+	state.SetService("x/web", webPorts("10.244.1.10", "10.244.2.11"))
+	same("one endpoint of x/web replaced")
+	if dbEntry() != kept {
+		t.Error("x/db was compiled again although its ports did not change")
+	}
+	state.SetPod("p4", testPod("b", 4, 10)) // the local endpoint's hairpin flows follow the pods
+	same("a pod added")
+	state.SetService("x/db", nil)
+	same("x/db deleted")
+	if _, ok := state.serviceCache.entries["x/db"]; ok {
+		t.Error("the deleted Service is still cached")
+	}
+	state.SetService("x/db", dbPorts)
+	same("x/db back")
+	state.SetNode(testNodeConfig()) // a new node configuration: everything is compiled again
+	same("node configuration replaced")
 }

@@ -31,6 +31,8 @@ type NodeState struct {
 	// proxy has synced (see service_state.go). groups are the groups of the last Flows.
 	services map[string][]pipeline.ServicePort
 	groups   []pipeline.Group
+	// serviceCache keeps the Services' rendered flows between RenderedFlows calls.
+	serviceCache serviceFlowCache
 }
 
 // NewNodeState returns an empty state; onChange is called after every change.
@@ -146,6 +148,47 @@ func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
 		return flows, gen, nil
 	}
 	return append(flows, b.PolicyFlows(*share, pods)...), gen, nil
+}
+
+// RenderedFlows is Flows rendered as the flow syncer keys and compares them (flow key ->
+// text), with the Services' flows kept from the previous call while their ports are
+// unchanged.
+func (s *NodeState) RenderedFlows() (map[string]string, uint64, error) {
+	s.mu.Lock()
+	node, gen := s.node, s.generation
+	pods := make([]pipeline.PodPort, 0, len(s.pods))
+	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
+		pods = append(pods, s.pods[name])
+	}
+	peers := sortedPeers(s.peers)
+	share := s.policy
+	services := maps.Clone(s.services)
+	ports := s.servicePortsLocked()
+	s.mu.Unlock()
+	if node == nil {
+		return nil, gen, errNodeNotConfigured
+	}
+	b, err := pipeline.NewBuilder(*node, s.round)
+	if err != nil {
+		return nil, gen, err
+	}
+	flows, err := b.NodeFlows(pods, peers)
+	if err != nil {
+		return nil, gen, err
+	}
+	flows = append(flows, b.ServiceHairpinFlows(ports, pods)...)
+	if share != nil {
+		flows = append(flows, b.PolicyFlows(*share, pods)...)
+	}
+	out := renderFlows(flows)
+	groups, err := s.serviceCache.render(b, node, services, out)
+	if err != nil {
+		return nil, gen, err
+	}
+	s.mu.Lock()
+	s.groups = groups
+	s.mu.Unlock()
+	return out, gen, nil
 }
 
 // generationNow is the current generation.

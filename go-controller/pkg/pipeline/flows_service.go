@@ -25,9 +25,19 @@ const (
 // flows of the local pods that are endpoints. Ports of a family the node lacks are left
 // out. The groups are sorted by ID.
 func (b *Builder) ServiceFlows(ports []ServicePort, pods []PodPort) ([]Flow, []Group, error) {
+	flows, groups, err := b.ServicePortsFlows(ports)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(flows, b.ServiceHairpinFlows(ports, pods)...), groups, nil
+}
+
+// ServicePortsFlows compiles some Service ports (one Service's, say) on their own: their
+// flows and groups, sorted by ID, without the node's hairpin flows. A port's flows depend
+// only on the port and the builder, so a caller may keep them while the port is unchanged.
+func (b *Builder) ServicePortsFlows(ports []ServicePort) ([]Flow, []Group, error) {
 	var flows []Flow
 	groups := map[uint32]Group{}
-	endpoints := map[netip.Addr]bool{}
 	for _, p := range ports {
 		if err := p.Validate(); err != nil {
 			return nil, nil, fmt.Errorf("service port %q: %w", p.Name, err)
@@ -38,20 +48,32 @@ func (b *Builder) ServiceFlows(ports []ServicePort, pods []PodPort) ([]Flow, []G
 		s := b.owner(CategoryService, ServiceObjectID(p.Name))
 		b.servicePortFlows(s, p, groups)
 		flows = append(flows, s.flows...)
-		for _, g := range []ServiceGroup{p.Internal, p.External} {
-			for _, ep := range g.Endpoints {
-				endpoints[ep.Addr()] = true
-			}
-		}
-	}
-	if len(ports) > 0 {
-		flows = append(flows, b.hairpinFlows(pods, endpoints)...)
 	}
 	out := make([]Group, 0, len(groups))
 	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		out = append(out, groups[id])
 	}
 	return flows, out, nil
+}
+
+// ServiceHairpinFlows are the hairpin flows of the local pods that are endpoints of ports
+// (none without ports).
+func (b *Builder) ServiceHairpinFlows(ports []ServicePort, pods []PodPort) []Flow {
+	if len(ports) == 0 {
+		return nil
+	}
+	endpoints := map[netip.Addr]bool{}
+	for _, p := range ports {
+		if !b.node.hasFamily(p.ClusterIP.Is6()) {
+			continue
+		}
+		for _, g := range []ServiceGroup{p.Internal, p.External} {
+			for _, ep := range g.Endpoints {
+				endpoints[ep.Addr()] = true
+			}
+		}
+	}
+	return b.hairpinFlows(pods, endpoints)
 }
 
 // servicePortFlows adds one Service port's flows to s and its groups to groups.
