@@ -117,78 +117,79 @@ func sortedPeers(m map[string]pipeline.TunnelPeer) []pipeline.TunnelPeer {
 	return out
 }
 
-// Flows compiles the desired flows and returns the generation they reflect. Before the
-// node's own configuration is known there is nothing to install.
-func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
+// compilation is what one compilation of the node's flows reads, taken at once under mu.
+type compilation struct {
+	node     *pipeline.NodeConfig
+	gen      uint64
+	pods     []pipeline.PodPort // by port name
+	peers    []pipeline.TunnelPeer
+	share    *policy.NodeShare
+	services map[string][]pipeline.ServicePort
+	ports    []pipeline.ServicePort // every Service port, in Service key order
+}
+
+// compile snapshots the state and returns a builder for it. Before the node's own
+// configuration is known there is nothing to install.
+func (s *NodeState) compile() (compilation, *pipeline.Builder, error) {
 	s.mu.Lock()
-	node, gen := s.node, s.generation
-	pods := make([]pipeline.PodPort, 0, len(s.pods))
+	c := compilation{node: s.node, gen: s.generation, peers: sortedPeers(s.peers), share: s.policy,
+		services: maps.Clone(s.services), ports: s.servicePortsLocked()}
+	c.pods = make([]pipeline.PodPort, 0, len(s.pods))
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
-		pods = append(pods, s.pods[name])
+		c.pods = append(c.pods, s.pods[name])
 	}
-	peers := sortedPeers(s.peers)
-	share := s.policy
-	services := s.servicePortsLocked()
 	s.mu.Unlock()
-	if node == nil {
-		return nil, gen, errNodeNotConfigured
+	if c.node == nil {
+		return c, nil, errNodeNotConfigured
 	}
-	b, err := pipeline.NewBuilder(*node, s.round)
+	b, err := pipeline.NewBuilder(*c.node, s.round)
+	return c, b, err
+}
+
+// Flows compiles the desired flows and returns the generation they reflect.
+func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
+	c, b, err := s.compile()
 	if err != nil {
-		return nil, gen, err
+		return nil, c.gen, err
 	}
-	flows, err := b.NodeFlows(pods, peers)
+	flows, err := b.NodeFlows(c.pods, c.peers)
 	if err != nil {
-		return flows, gen, err
+		return flows, c.gen, err
 	}
-	if flows, err = s.appendServiceFlows(b, flows, services, pods); err != nil {
-		return nil, gen, err
+	if flows, err = s.appendServiceFlows(b, flows, c.ports, c.pods); err != nil {
+		return nil, c.gen, err
 	}
-	if share == nil {
-		return flows, gen, nil
+	if c.share == nil {
+		return flows, c.gen, nil
 	}
-	return append(flows, b.PolicyFlows(*share, pods)...), gen, nil
+	return append(flows, b.PolicyFlows(*c.share, c.pods)...), c.gen, nil
 }
 
 // RenderedFlows is Flows rendered as the flow syncer keys and compares them (flow key ->
 // text), with the Services' flows kept from the previous call while their ports are
 // unchanged.
 func (s *NodeState) RenderedFlows() (map[string]string, uint64, error) {
-	s.mu.Lock()
-	node, gen := s.node, s.generation
-	pods := make([]pipeline.PodPort, 0, len(s.pods))
-	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
-		pods = append(pods, s.pods[name])
-	}
-	peers := sortedPeers(s.peers)
-	share := s.policy
-	services := maps.Clone(s.services)
-	ports := s.servicePortsLocked()
-	s.mu.Unlock()
-	if node == nil {
-		return nil, gen, errNodeNotConfigured
-	}
-	b, err := pipeline.NewBuilder(*node, s.round)
+	c, b, err := s.compile()
 	if err != nil {
-		return nil, gen, err
+		return nil, c.gen, err
 	}
-	flows, err := b.NodeFlows(pods, peers)
+	flows, err := b.NodeFlows(c.pods, c.peers)
 	if err != nil {
-		return nil, gen, err
+		return nil, c.gen, err
 	}
-	flows = append(flows, b.ServiceHairpinFlows(ports, pods)...)
-	if share != nil {
-		flows = append(flows, b.PolicyFlows(*share, pods)...)
+	flows = append(flows, b.ServiceHairpinFlows(c.ports, c.pods)...)
+	if c.share != nil {
+		flows = append(flows, b.PolicyFlows(*c.share, c.pods)...)
 	}
 	out := renderFlows(flows)
-	groups, err := s.serviceCache.render(b, node, services, out)
+	groups, err := s.serviceCache.render(b, c.node, c.services, out)
 	if err != nil {
-		return nil, gen, err
+		return nil, c.gen, err
 	}
 	s.mu.Lock()
 	s.groups = groups
 	s.mu.Unlock()
-	return out, gen, nil
+	return out, c.gen, nil
 }
 
 // generationNow is the current generation.
