@@ -44,7 +44,10 @@ func touchesPolicy(texts []string) bool {
 //   - learned SCTP replies (pipeline.SCTPReply): each lets the replies of an association
 //     skip policy, and the new policy may deny that association. They are all deleted,
 //     after the purge (which may still run learn actions of the old translations); a live
-//     association the new policy allows learns its reply again on its next packet.
+//     association the new policy allows learns its reply again on its next packet. The
+//     same cookie deletes the learned un-NAT flows of stateless SCTP Services
+//     (pipeline.SCTPUnNAT): an association through a Service loses its replies until its
+//     next forward packet learns the flow again (every forward packet does).
 func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, deletes, adds []string) {
 	if !touchesPolicy(deletes) && !touchesPolicy(adds) {
 		return
@@ -74,6 +77,6 @@ func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDelete
 	}
 	learned := pipeline.LearnedFilter()
 	if err := of.DeleteFlows(ctx, uint64(learned.Value), uint64(learned.Mask)); err != nil {
-		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP replies after a policy change")
+		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP flows after a policy change")
 	}
 }

@@ -33,10 +33,10 @@ type groupIDs interface {
 }
 
 // servicePorts turns a Service and its EndpointSlices into the datapath's Service ports:
-// one per port and ClusterIP family. SCTP ports are load-balanced only when sctp is set
-// (the userspace datapath's conntrack cannot NAT SCTP, see docs/services.md); otherwise
-// they have no endpoints, so the host rejects their connections. Headless and
-// ExternalName Services have none.
+// one per port and ClusterIP family. SCTP ports go through conntrack NAT only when sctp
+// is set (the kernel datapath); otherwise (the userspace datapath, whose conntrack cannot
+// NAT SCTP, see docs/services.md) they are translated statelessly, ClusterIP only, without
+// a NodePort. Headless and ExternalName Services have none.
 func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node string, ids groupIDs, sctp bool) []pipeline.ServicePort {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
@@ -52,16 +52,14 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 			if !ok {
 				continue
 			}
-			if proto == pipeline.IPProtoSCTP && !sctp {
-				// Not load-balanced: a port without endpoints, which the host rejects
-				// (ICMP port unreachable), so clients fail at once instead of timing out.
-				p := servicePort(svc, sp, vip, proto, nil, ids)
-				p.NodePort, p.DropWithoutEndpoints = 0, false
-				out = append(out, p)
-				continue
-			}
 			eps := endpointsOf(slices, sp, vip.Is6(), node)
-			out = append(out, servicePort(svc, sp, vip, proto, eps, ids))
+			p := servicePort(svc, sp, vip, proto, eps, ids)
+			if proto == pipeline.IPProtoSCTP && !sctp {
+				// Translated without conntrack (see pipeline/flows_sctp_service.go), the
+				// ClusterIP only: no NodePort, so the host gives it no NodePort rules.
+				p.Stateless, p.NodePort, p.ExternalLocal, p.External = true, 0, false, p.Internal
+			}
+			out = append(out, p)
 		}
 	}
 	return out

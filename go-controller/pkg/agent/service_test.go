@@ -82,7 +82,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 	}
 
 	// internalTrafficPolicy Local, NodePort with externalTrafficPolicy Local, affinity,
-	// dual-stack, and an SCTP port that is not load-balanced.
+	// dual-stack, and an SCTP port (stateless on the userspace datapath).
 	local := testService("web", func(s *corev1.Service) {
 		s.Spec.Type = corev1.ServiceTypeNodePort
 		s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:10:96::a"}
@@ -97,14 +97,14 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 	if len(ports) != 4 || !ports[2].ClusterIP.Is6() {
 		t.Fatalf("want two ports of each family, got %+v", ports)
 	}
-	if sctp := ports[1]; sctp.IPProto != pipeline.IPProtoSCTP || len(sctp.Internal.Endpoints) != 0 || sctp.NodePort != 0 {
-		t.Errorf("SCTP on the userspace datapath: want a port without endpoints (rejected), got %+v", sctp)
+	if sctp := ports[1]; sctp.IPProto != pipeline.IPProtoSCTP || !sctp.Stateless || sctp.NodePort != 0 || sctp.ExternalLocal {
+		t.Errorf("SCTP on the userspace datapath: want a stateless port without a NodePort, got %+v", sctp)
 	}
 	ports = slices.DeleteFunc(ports, func(p pipeline.ServicePort) bool { return p.IPProto == pipeline.IPProtoSCTP })
 	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.2.10:8080"}) {
 		t.Errorf("internalTrafficPolicy Local: %v", got)
 	}
-	if withSCTP := servicePorts(local, all, "node-2", ids, true); len(withSCTP) != 4 || withSCTP[1].IPProto != pipeline.IPProtoSCTP {
+	if withSCTP := servicePorts(local, all, "node-2", ids, true); len(withSCTP) != 4 || withSCTP[1].IPProto != pipeline.IPProtoSCTP || withSCTP[1].Stateless {
 		t.Errorf("with a datapath that NATs SCTP, want the SCTP port too: %+v", withSCTP)
 	}
 	if got := eps(ports, 0, true); !slices.Equal(got, []string{"10.244.2.10:8080"}) || ports[0].NodePort != 30080 {

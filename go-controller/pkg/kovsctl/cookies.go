@@ -43,7 +43,7 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 	case pipeline.CategoryService:
 		return o.describeService(c)
 	case pipeline.CategoryLearned:
-		return "learned reply of an SCTP association policy allowed"
+		return "learned SCTP flow (the reply of an association policy allowed, or its Service un-NAT)"
 	case 0:
 		return "not a kovs flow"
 	}

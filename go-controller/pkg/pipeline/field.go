@@ -96,9 +96,9 @@ func (f Field) spec() fieldSpec {
 	case FieldIPv6Dst:
 		return fieldSpec{"ipv6_dst", "", "NXM_NX_IPV6_DST", 16, formatIPv6, 81}
 	case FieldIPv4Src:
-		return fieldSpec{"nw_src", "", "NXM_OF_IP_SRC", 4, formatIPv4, 82}
+		return fieldSpec{"nw_src", "ip_src", "NXM_OF_IP_SRC", 4, formatIPv4, 82}
 	case FieldIPv4Dst:
-		return fieldSpec{"nw_dst", "", "NXM_OF_IP_DST", 4, formatIPv4, 83}
+		return fieldSpec{"nw_dst", "ip_dst", "NXM_OF_IP_DST", 4, formatIPv4, 83}
 	case FieldARPSpa:
 		return fieldSpec{"arp_spa", "", "NXM_OF_ARP_SPA", 4, formatIPv4, 82}
 	case FieldARPTpa:

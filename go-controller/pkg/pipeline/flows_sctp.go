@@ -21,6 +21,10 @@ import "fmt"
 //     and the agent deletes them all after every policy change, so a change that denies a
 //     peer cuts its replies too (the next allowed packet of a live association learns its
 //     reply again).
+//   - SCTP Services on the userspace datapath are translated without conntrack
+//     (flows_sctp_service.go): after SCTPReply, ConntrackState resubmits SCTP packets to
+//     SCTPUnNAT, so replies are recognised by the backend's real address and port, then
+//     rewritten back to the ClusterIP.
 //
 // SCTP packets still go through conntrack (Service NAT and related ICMP need it), and new
 // ones are committed; only the state is ignored.
@@ -48,7 +52,7 @@ func (b *Builder) sctpFlows(s *flowSet) {
 	for _, family := range b.families() {
 		sctp, _ := TransportProtocol(IPProtoSCTP, family == ProtoIPv6)
 		s.add(ConntrackState, prioCTSCTP, MatchProtocol(sctp),
-			LoadReg(SCTPStatePolicy.Mark()), Resubmit{Table: SCTPReply}, Goto(next))
+			LoadReg(SCTPStatePolicy.Mark()), Resubmit{Table: SCTPReply}, Resubmit{Table: SCTPUnNAT}, Goto(next))
 		learn := LearnSCTPReply{Table: SCTPReply, Priority: prioSCTPReplyFlow, IdleTimeout: sctpReplyIdleTimeout,
 			Cookie: NewCookie(b.round, CategoryLearned, 0), IPv6: family == ProtoIPv6}
 		checked := MatchProtocol(sctp).Reg(SCTPStatePolicy.Mark())

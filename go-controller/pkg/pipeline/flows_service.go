@@ -80,6 +80,9 @@ func (b *Builder) ServiceHairpinFlows(ports []ServicePort, pods []PodPort) []Flo
 func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]Group) {
 	proto := p.protocol()
 	newConn := MatchProtocol(proto).CTState(CTNew|CTTracked, 0).IPDst(host(p.ClusterIP))
+	if p.Stateless {
+		newConn = MatchProtocol(proto).IPDst(host(p.ClusterIP)) // every packet, whatever conntrack says
+	}
 	var used []ServiceGroup
 	if len(p.Internal.Endpoints) > 0 {
 		s.add(ServiceLB, prioServiceLB, newConn.TpDst(p.Port, 0xffff), b.balance(p, p.Internal)...)
@@ -129,16 +132,19 @@ func (b *Builder) serviceGroup(s *flowSet, p ServicePort, g ServiceGroup) Group 
 		key := EndpointKey(ep)
 		group.Buckets = append(group.Buckets, []Action{LoadReg(EndpointKeyField.Mark(key)), Resubmit{Table: EndpointDNAT}})
 		m := MatchProtocol(proto).Reg(EndpointKeyField.Mark(key)).Reg(ServiceGroupField.Mark(g.ID))
-		dnat := CT{Commit: true, Zone: CTZone, Recirculate: true, Table: ServiceHairpin, NATDst: ep}
+		dnat := []Action{CT{Commit: true, Zone: CTZone, Recirculate: true, Table: ServiceHairpin, NATDst: ep}}
+		if p.Stateless {
+			dnat = b.statelessEndpointActions(p, ep)
+		}
 		if p.AffinityTimeout == 0 {
-			s.add(EndpointDNAT, prioEndpointDNAT, m, dnat)
+			s.add(EndpointDNAT, prioEndpointDNAT, m, dnat...)
 			continue
 		}
 		// Learned here, not in the bucket: OVS runs a bucket's actions as an action set,
 		// which has no learn. Every new connection of the client refreshes its flow.
 		learn := LearnAffinity{Table: ServiceAffinity, Priority: prioAffinityLearned,
 			IdleTimeout: p.AffinityTimeout, IPv6: p.ClusterIP.Is6(), IPProto: p.IPProto}
-		s.add(EndpointDNAT, prioEndpointDNAT, m, learn, dnat)
+		s.add(EndpointDNAT, prioEndpointDNAT, m, append([]Action{learn}, dnat...)...)
 	}
 	if p.AffinityTimeout != 0 && len(eps) > 0 {
 		s.add(EndpointDNAT, prioAffinityMiss, MatchProtocol(proto).Reg(ServiceGroupField.Mark(g.ID)), GroupOutput{ID: g.ID})

@@ -57,6 +57,10 @@ type ServicePort struct {
 	// source address (the host does not masquerade it) and External holds only the
 	// node's own endpoints.
 	ExternalLocal bool
+	// Stateless translates the port without conntrack, with set_field and a learned
+	// reverse flow (flows_sctp_service.go): SCTP on the userspace datapath, whose
+	// conntrack cannot NAT SCTP ports. Only for SCTP, without a NodePort.
+	Stateless bool
 }
 
 // ServiceGroup is the endpoints one select group balances over.
@@ -126,6 +130,9 @@ func (p ServicePort) Validate() error {
 	}
 	if p.Port == 0 {
 		return errors.New("port 0")
+	}
+	if p.Stateless && (p.IPProto != IPProtoSCTP || p.NodePort != 0) {
+		return errors.New("stateless translation is for SCTP ports without a NodePort only")
 	}
 	for _, g := range []ServiceGroup{p.Internal, p.External} {
 		if !IsServiceGroup(g.ID) {

@@ -14,10 +14,13 @@ import (
 //	default/local:http/TCP  10.96.0.30:80 -> web-1, web-2 :8080, NodePort 30090 with
 //	                        externalTrafficPolicy Local: NodePort traffic only to web-1
 //	default/empty:http/TCP  10.96.0.20:80, no endpoints
+//	default/sig:sig/SCTP    10.96.0.40:132 and fd00:10:96::28:132 -> web-2, web-3 :9132,
+//	                        stateless (the userspace datapath)
 var (
 	webVIP4, webVIP6 = ip("10.96.0.10"), ip("fd00:10:96::a")
 	dnsVIP           = ip("10.96.0.53")
 	localVIP         = ip("10.96.0.30")
+	sigVIP4, sigVIP6 = ip("10.96.0.40"), ip("fd00:10:96::28")
 	emptyVIP         = ip("10.96.0.20")
 )
 
@@ -29,7 +32,11 @@ func serviceScenarioPorts() []ServicePort {
 	dns := ServiceGroup{ID: ServiceGroupBase | 3, Endpoints: []netip.AddrPort{ep("10.244.2.10:5353"), ep("10.244.3.10:5353")}}
 	local := ServiceGroup{ID: ServiceGroupBase | 4, Endpoints: []netip.AddrPort{ep("10.244.1.10:8080"), ep("10.244.2.10:8080")}}
 	localExt := ServiceGroup{ID: ServiceGroupBase | 5, Endpoints: []netip.AddrPort{ep("10.244.1.10:8080")}}
+	sig4 := ServiceGroup{ID: ServiceGroupBase | 7, Endpoints: []netip.AddrPort{ep("10.244.2.10:9132"), ep("10.244.3.10:9132")}}
+	sig6 := ServiceGroup{ID: ServiceGroupBase | 8, Endpoints: []netip.AddrPort{ep("[fd00:10:244:2::a]:9132"), ep("[fd00:10:244:3::a]:9132")}}
 	return []ServicePort{
+		{Name: "default/sig:sig/SCTP", ClusterIP: sigVIP4, IPProto: IPProtoSCTP, Port: 132, Internal: sig4, External: sig4, Stateless: true},
+		{Name: "default/sig:sig/SCTP", ClusterIP: sigVIP6, IPProto: IPProtoSCTP, Port: 132, Internal: sig6, External: sig6, Stateless: true},
 		{Name: "default/web:http/TCP", ClusterIP: webVIP4, IPProto: IPProtoTCP, Port: 80, NodePort: 30080, Internal: web4, External: web4},
 		{Name: "default/web:http/TCP", ClusterIP: webVIP6, IPProto: IPProtoTCP, Port: 80, NodePort: 30080, Internal: web6, External: web6},
 		{Name: "default/dns:dns/UDP", ClusterIP: dnsVIP, IPProto: IPProtoUDP, Port: 53, Internal: dns, External: dns, AffinityTimeout: 60},

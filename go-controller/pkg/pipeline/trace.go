@@ -204,6 +204,14 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 			return Table{}, false, fmt.Errorf("%s executed: clause flows only take part in lookups", a)
 		case LearnSCTPReply:
 			st.tr.learn(a.LearnedFlow(st.pkt))
+		case LearnSCTPUnNAT:
+			st.tr.learn(a.LearnedFlow(st.pkt))
+		case SetSCTPPort:
+			if a.Src {
+				st.pkt.SrcPort = a.Port
+			} else {
+				st.pkt.DstPort = a.Port
+			}
 		case Resubmit, GroupOutput, LearnAffinity:
 			next, cont, err := st.executeService(a, r)
 			if err != nil || cont {

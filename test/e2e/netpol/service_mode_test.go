@@ -33,10 +33,9 @@ import (
 // denied cell. A pod reaching itself through its Service is hairpin traffic; the cases
 // keep it allowed.
 //
-// SCTP Service ports are not load-balanced on the userspace (netdev) datapath the sandbox
-// runs (OVS 3.1's userspace conntrack cannot translate SCTP ports; docs/services.md), so
-// unless built with -tags kovs_kernel_datapath the SCTP probes are left out of the cases
-// here (the pod-address suite keeps them), and a case that probes only SCTP is left out.
+// SCTP probes go through the Services too: on the userspace (netdev) datapath the sandbox
+// runs, kovs translates SCTP ClusterIPs statelessly, without conntrack (docs/services.md).
+// That leaves out SCTP hairpin, so a pod probes itself over SCTP at its own address.
 //
 // Run a subset with -run, for example 'TestTruthTableViaService/ipv4/(01|36)-'.
 func TestTruthTableViaService(t *testing.T) {
@@ -47,11 +46,6 @@ func TestTruthTableViaService(t *testing.T) {
 	}
 	byFamily := map[string][]Case{}
 	for _, c := range cases {
-		c, ok := withoutSCTPProbes(c)
-		if !ok {
-			t.Logf("case %s left out: it probes only SCTP, which Services do not carry on the userspace datapath", c.Name)
-			continue
-		}
 		f := c.Family
 		if f == "" {
 			f = "ipv4"
@@ -220,28 +214,4 @@ func probePortOf(p *corev1.Pod) string {
 		}
 	}
 	return first
-}
-
-// withoutSCTPProbes returns the case without its SCTP probes when Services do not carry
-// SCTP (serviceSCTP false); ok is false when a step would be left with nothing to probe.
-func withoutSCTPProbes(c Case) (Case, bool) {
-	if serviceSCTP {
-		return c, true
-	}
-	steps := make([]Step, len(c.Steps))
-	for i, st := range c.Steps {
-		var ports []string
-		for _, p := range st.Expect.ports() {
-			if !strings.HasSuffix(strings.ToLower(p), "/sctp") {
-				ports = append(ports, p)
-			}
-		}
-		if len(ports) == 0 {
-			return c, false
-		}
-		st.Expect.Probe = ports
-		steps[i] = st
-	}
-	c.Steps = steps
-	return c, true
 }

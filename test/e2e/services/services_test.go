@@ -19,7 +19,7 @@ func TestServicesIPv4(t *testing.T) {
 	c := newSvcCluster(t, "ipv4")
 	t.Run("ClusterIPTCP", c.testClusterIPTCP)
 	t.Run("ClusterIPUDP", c.testClusterIPUDP)
-	t.Run("SCTPRejectedOnUserspaceDatapath", c.testSCTPRejectedOnUserspace)
+	t.Run("ClusterIPSCTP", c.testClusterIPSCTP)
 	t.Run("MultiplePorts", c.testMultiplePorts)
 	// Before any item deletes its namespace: the deletions change flows on their own.
 	t.Run("EndpointChangeIsIncremental", c.testEndpointChangeIsIncremental)
