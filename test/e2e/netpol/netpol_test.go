@@ -21,6 +21,12 @@ import (
 const realizeTimeout = 30 * time.Second
 
 func TestNetworkPolicyTruthTable(t *testing.T) {
+	runTruthTable(t, newModelCluster)
+}
+
+// runTruthTable runs every case, one sandbox per IP family, on the model cluster newCluster
+// sets up (pods probed directly, or through Services).
+func runTruthTable(t *testing.T, newCluster func(*testing.T, *framework.Sandbox, []ModelPod) *modelCluster) {
 	env := framework.Require(t)
 	cases, err := loadCases("cases")
 	if err != nil {
@@ -42,7 +48,7 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 	for _, family := range families {
 		t.Run(family, func(t *testing.T) {
 			s := framework.Up(t, env, "--nodes", "3", "--ip-family", family)
-			m := newModelCluster(t, s, standardPods())
+			m := newCluster(t, s, standardPods())
 			for _, c := range byFamily[family] {
 				t.Run(c.Name, func(t *testing.T) { m.runCase(t, c) })
 			}

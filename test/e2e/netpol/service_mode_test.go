@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -39,33 +38,7 @@ import (
 //
 // Run a subset with -run, for example 'TestTruthTableViaService/ipv4/(01|36)-'.
 func TestTruthTableViaService(t *testing.T) {
-	env := framework.Require(t)
-	cases, err := loadCases("cases")
-	if err != nil {
-		t.Fatal(err)
-	}
-	byFamily := map[string][]Case{}
-	for _, c := range cases {
-		f := c.Family
-		if f == "" {
-			f = "ipv4"
-		}
-		byFamily[f] = append(byFamily[f], c)
-	}
-	families := make([]string, 0, len(byFamily))
-	for f := range byFamily {
-		families = append(families, f)
-	}
-	sort.Strings(families)
-	for _, family := range families {
-		t.Run(family, func(t *testing.T) {
-			s := framework.Up(t, env, "--nodes", "3", "--ip-family", family)
-			m := newModelClusterViaService(t, s, standardPods())
-			for _, c := range byFamily[family] {
-				t.Run(c.Name, func(t *testing.T) { m.runCase(t, c) })
-			}
-		})
-	}
+	runTruthTable(t, newModelClusterViaService)
 }
 
 // newModelClusterViaService is newModelCluster in service mode.
