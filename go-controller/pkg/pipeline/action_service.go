@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // GroupOutput hands the packet to an OpenFlow group: a select group picks one bucket (a
@@ -31,10 +30,7 @@ type LearnAffinity struct {
 }
 
 func (a LearnAffinity) String() string {
-	ethType, src, dst := "0x800", "NXM_OF_IP_SRC[]", "NXM_OF_IP_DST[]"
-	if a.IPv6 {
-		ethType, src, dst = "0x86dd", "NXM_NX_IPV6_SRC[]", "NXM_NX_IPV6_DST[]"
-	}
+	src, dst := learnAddrFields(a.IPv6)
 	port := "NXM_OF_TCP_DST[]"
 	switch a.IPProto {
 	case IPProtoUDP:
@@ -43,17 +39,9 @@ func (a LearnAffinity) String() string {
 		port = "OXM_OF_SCTP_DST[]"
 	}
 	hit, _ := AffinityHitField.Mark(1).bits()
-	parts := []string{
-		fmt.Sprintf("table=%d", a.Table.ID),
-		fmt.Sprintf("idle_timeout=%d", a.IdleTimeout),
-		fmt.Sprintf("priority=%d", a.Priority),
-		"eth_type=" + ethType,
-		fmt.Sprintf("nw_proto=%d", a.IPProto),
-		src, dst, port,
-		"load:" + EndpointKeyField.subfield() + "->" + EndpointKeyField.subfield(),
-		fmt.Sprintf("load:%#x->%s", hit>>AffinityHitField.Start, bitSubfield(AffinityHitField)),
-	}
-	return "learn(" + strings.Join(parts, ",") + ")"
+	return learnAction(a.Table, a.IdleTimeout, a.Priority, 0, a.IPv6, a.IPProto, src, dst, port,
+		"load:"+EndpointKeyField.subfield()+"->"+EndpointKeyField.subfield(),
+		fmt.Sprintf("load:%#x->%s", hit>>AffinityHitField.Start, bitSubfield(AffinityHitField)))
 }
 
 // bitSubfield renders a register range the way OVS prints it inside learn: a single bit

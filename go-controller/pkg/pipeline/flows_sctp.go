@@ -76,22 +76,13 @@ type LearnSCTPReply struct {
 
 // String renders the action as ovs-ofctl dump-flows prints it.
 func (a LearnSCTPReply) String() string {
-	ethType, src, dst := "0x800", "NXM_OF_IP_SRC[]", "NXM_OF_IP_DST[]"
-	if a.IPv6 {
-		ethType, src, dst = "0x86dd", "NXM_NX_IPV6_SRC[]", "NXM_NX_IPV6_DST[]"
-	}
 	mark := SCTPStateReply.Mark()
-	return fmt.Sprintf("learn(table=%d,idle_timeout=%d,priority=%d,cookie=%s,eth_type=%s,nw_proto=%d,"+
-		"%s=%s,%s=%s,OXM_OF_SCTP_SRC[]=OXM_OF_SCTP_DST[],OXM_OF_SCTP_DST[]=OXM_OF_SCTP_SRC[],load:%#x->%s)",
-		a.Table.ID, a.IdleTimeout, a.Priority, a.Cookie, ethType, IPProtoSCTP,
-		src, dst, dst, src, mark.Value, mark.Field.subfield())
+	return learnAction(a.Table, a.IdleTimeout, a.Priority, a.Cookie, a.IPv6, IPProtoSCTP,
+		append(learnSCTPReverse(a.IPv6), fmt.Sprintf("load:%#x->%s", mark.Value, mark.Field.subfield()))...)
 }
 
 // LearnedFlow is the flow the action learns from pkt: the match of pkt's replies.
 func (a LearnSCTPReply) LearnedFlow(pkt Packet) Flow {
-	proto, _ := TransportProtocol(IPProtoSCTP, a.IPv6)
-	m := MatchProtocol(proto).IPSrc(host(pkt.IPDst)).IPDst(host(pkt.IPSrc)).
-		with(FieldTpSrc, uintValue(uint64(pkt.DstPort), 2), allOnes(2)).TpDst(pkt.SrcPort, 0xffff)
-	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: m,
+	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: sctpReplyMatch(pkt, a.IPv6),
 		Actions: []Action{LoadReg(SCTPStateReply.Mark())}}
 }

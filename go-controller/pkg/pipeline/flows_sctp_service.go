@@ -76,28 +76,22 @@ type LearnSCTPUnNAT struct {
 
 // String renders the action as ovs-ofctl dump-flows prints it.
 func (a LearnSCTPUnNAT) String() string {
-	ethType, src, dst := "0x800", "NXM_OF_IP_SRC[]", "NXM_OF_IP_DST[]"
-	if a.Service.Addr().Is6() {
-		ethType, src, dst = "0x86dd", "NXM_NX_IPV6_SRC[]", "NXM_NX_IPV6_DST[]"
-	}
-	return fmt.Sprintf("learn(table=%d,idle_timeout=%d,priority=%d,cookie=%s,eth_type=%s,nw_proto=%d,"+
-		"%s=%s,%s=%s,OXM_OF_SCTP_SRC[]=OXM_OF_SCTP_DST[],OXM_OF_SCTP_DST[]=OXM_OF_SCTP_SRC[],"+
-		"load:%s->%s,load:%#x->OXM_OF_SCTP_SRC[])",
-		a.Table.ID, a.IdleTimeout, a.Priority, a.Cookie, ethType, IPProtoSCTP,
-		src, dst, dst, src, subvalue(a.Service.Addr().AsSlice()), src, a.Service.Port())
+	ipv6 := a.Service.Addr().Is6()
+	src, _ := learnAddrFields(ipv6)
+	return learnAction(a.Table, a.IdleTimeout, a.Priority, a.Cookie, ipv6, IPProtoSCTP,
+		append(learnSCTPReverse(ipv6), "load:"+subvalue(a.Service.Addr().AsSlice())+"->"+src,
+			fmt.Sprintf("load:%#x->OXM_OF_SCTP_SRC[]", a.Service.Port()))...)
 }
 
 // LearnedFlow is the flow the action learns from pkt (already translated): the match of
 // the endpoint's replies, rewritten to come from the Service.
 func (a LearnSCTPUnNAT) LearnedFlow(pkt Packet) Flow {
-	proto, _ := TransportProtocol(IPProtoSCTP, a.Service.Addr().Is6())
-	m := MatchProtocol(proto).IPSrc(host(pkt.IPDst)).IPDst(host(pkt.IPSrc)).
-		with(FieldTpSrc, uintValue(uint64(pkt.DstPort), 2), allOnes(2)).TpDst(pkt.SrcPort, 0xffff)
+	ipv6 := a.Service.Addr().Is6()
 	src := setExact(FieldIPv4Src, a.Service.Addr().AsSlice())
-	if a.Service.Addr().Is6() {
+	if ipv6 {
 		src = setExact(FieldIPv6Src, a.Service.Addr().AsSlice())
 	}
-	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: m,
+	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: sctpReplyMatch(pkt, ipv6),
 		Actions: []Action{src, SetSCTPPort{Src: true, Port: a.Service.Port()}}}
 }
 

@@ -1,0 +1,46 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+)
+
+// learnAction renders a learn action as ovs-ofctl prints it: the learned flow's table,
+// idle timeout, priority and cookie (none when 0), the eth_type and IP protocol it
+// matches, then specs (its other match fields and its actions).
+func learnAction(table Table, idle, priority uint16, cookie Cookie, ipv6 bool, ipProto uint8, specs ...string) string {
+	ethType := "0x800"
+	if ipv6 {
+		ethType = "0x86dd"
+	}
+	parts := []string{fmt.Sprintf("table=%d", table.ID), fmt.Sprintf("idle_timeout=%d", idle), fmt.Sprintf("priority=%d", priority)}
+	if cookie != 0 {
+		parts = append(parts, "cookie="+cookie.String())
+	}
+	parts = append(parts, "eth_type="+ethType, fmt.Sprintf("nw_proto=%d", ipProto))
+	return "learn(" + strings.Join(append(parts, specs...), ",") + ")"
+}
+
+// learnAddrFields names a family's source and destination address fields as learn specs
+// name them.
+func learnAddrFields(ipv6 bool) (src, dst string) {
+	if ipv6 {
+		return "NXM_NX_IPV6_SRC[]", "NXM_NX_IPV6_DST[]"
+	}
+	return "NXM_OF_IP_SRC[]", "NXM_OF_IP_DST[]"
+}
+
+// learnSCTPReverse are the specs of a learned flow that matches the replies of the SCTP
+// packet being processed: addresses and ports swapped.
+func learnSCTPReverse(ipv6 bool) []string {
+	src, dst := learnAddrFields(ipv6)
+	return []string{src + "=" + dst, dst + "=" + src,
+		"OXM_OF_SCTP_SRC[]=OXM_OF_SCTP_DST[]", "OXM_OF_SCTP_DST[]=OXM_OF_SCTP_SRC[]"}
+}
+
+// sctpReplyMatch is the match learnSCTPReverse learns from pkt.
+func sctpReplyMatch(pkt Packet, ipv6 bool) Match {
+	proto, _ := TransportProtocol(IPProtoSCTP, ipv6)
+	return MatchProtocol(proto).IPSrc(host(pkt.IPDst)).IPDst(host(pkt.IPSrc)).
+		with(FieldTpSrc, uintValue(uint64(pkt.DstPort), 2), allOnes(2)).TpDst(pkt.SrcPort, 0xffff)
+}
