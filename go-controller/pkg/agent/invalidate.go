@@ -45,9 +45,9 @@ func touchesPolicy(texts []string) bool {
 //     skip policy, and the new policy may deny that association. They are all deleted,
 //     after the purge (which may still run learn actions of the old translations); a live
 //     association the new policy allows learns its reply again on its next packet. The
-//     same cookie deletes the learned un-NAT flows of stateless SCTP Services
-//     (pipeline.SCTPUnNAT): an association through a Service loses its replies until its
-//     next forward packet learns the flow again (every forward packet does).
+//     learned translations of stateless SCTP Services (pipeline.SCTPPin and SCTPUnNAT)
+//     stay: they let nothing skip policy, and a live association needs them to keep its
+//     endpoint.
 func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, deletes, adds []string) {
 	if !touchesPolicy(deletes) && !touchesPolicy(adds) {
 		return
@@ -75,8 +75,8 @@ func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDelete
 	if err := v.PurgeDatapathFlows(ctx); err != nil {
 		log.WithError(err).Warn("purge datapath flows after a policy change")
 	}
-	learned := pipeline.LearnedFilter()
+	learned := pipeline.LearnedReplyFilter()
 	if err := of.DeleteFlows(ctx, uint64(learned.Value), uint64(learned.Mask)); err != nil {
-		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP flows after a policy change")
+		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP replies after a policy change")
 	}
 }

@@ -55,9 +55,9 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 			eps := endpointsOf(slices, sp, vip.Is6(), node)
 			p := servicePort(svc, sp, vip, proto, eps, ids)
 			if proto == pipeline.IPProtoSCTP && !sctp {
-				// Translated without conntrack (see pipeline/flows_sctp_service.go), the
-				// ClusterIP only: no NodePort, so the host gives it no NodePort rules.
-				p.Stateless, p.NodePort, p.ExternalLocal, p.External = true, 0, false, p.Internal
+				// Translated without conntrack (see pipeline/flows_sctp_service.go). The
+				// host's own (kernel) conntrack still DNATs its NodePort to the ClusterIP.
+				p.Stateless = true
 			}
 			out = append(out, p)
 		}

@@ -89,7 +89,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 		s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		s.Spec.Ports[0].NodePort = 30080
-		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP})
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP, NodePort: 30009})
 		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](86400)}}
 	})
@@ -97,8 +97,8 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 	if len(ports) != 4 || !ports[2].ClusterIP.Is6() {
 		t.Fatalf("want two ports of each family, got %+v", ports)
 	}
-	if sctp := ports[1]; sctp.IPProto != pipeline.IPProtoSCTP || !sctp.Stateless || sctp.NodePort != 0 || sctp.ExternalLocal {
-		t.Errorf("SCTP on the userspace datapath: want a stateless port without a NodePort, got %+v", sctp)
+	if sctp := ports[1]; sctp.IPProto != pipeline.IPProtoSCTP || !sctp.Stateless || sctp.NodePort != 30009 || !sctp.ExternalLocal {
+		t.Errorf("SCTP on the userspace datapath: want a stateless port with its NodePort and externalTrafficPolicy Local, got %+v", sctp)
 	}
 	ports = slices.DeleteFunc(ports, func(p pipeline.ServicePort) bool { return p.IPProto == pipeline.IPProtoSCTP })
 	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.2.10:8080"}) {

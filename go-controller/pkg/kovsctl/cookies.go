@@ -43,7 +43,10 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 	case pipeline.CategoryService:
 		return o.describeService(c)
 	case pipeline.CategoryLearned:
-		return "learned SCTP flow (the reply of an association policy allowed, or its Service un-NAT)"
+		if c.Object() == pipeline.LearnedTranslations {
+			return "learned SCTP Service translation (an association's pin to its endpoint, or its replies' un-NAT)"
+		}
+		return "learned SCTP reply (of an association policy allowed)"
 	case 0:
 		return "not a kovs flow"
 	}

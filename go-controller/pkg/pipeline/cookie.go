@@ -110,6 +110,21 @@ func (c Cookie) Learned() bool { return c.Category() == CategoryLearned }
 // LearnedFilter selects every learned flow, of any round.
 func LearnedFilter() CookieFilter { return CategoryFilter(CategoryLearned) }
 
+// Objects of learned flows: what a learned flow does decides whether a NetworkPolicy
+// change must delete it.
+const (
+	// LearnedReplies: SCTPReply's flows, which let an association's replies skip policy;
+	// deleted after every policy change (LearnedReplyFilter).
+	LearnedReplies uint32 = 0
+	// LearnedTranslations: SCTPUnNAT's and SCTPPin's flows, which only translate a
+	// stateless SCTP Service association (policy still sees every packet); they outlive
+	// policy changes, so a live association keeps its endpoint and its replies.
+	LearnedTranslations uint32 = 1
+)
+
+// LearnedReplyFilter selects the learned flows that let replies skip policy, of any round.
+func LearnedReplyFilter() CookieFilter { return ObjectFilter(CategoryLearned, LearnedReplies) }
+
 // PolicyKind is what a NetworkPolicy flow (CategoryPolicy) does, in the cookie's bits
 // 39..32. The object is a rule's PolicyRuleObjectID for rule and clause flows, and a
 // pod's ofport for default-deny flows.

@@ -18,13 +18,14 @@ import "fmt"
 //     learns it after egress policy, the destination node after ingress policy, so each
 //     lets through the replies its own policy would otherwise meet.
 //   - Learned flows carry a CategoryLearned cookie: the agent's flow sync leaves them alone,
-//     and the agent deletes them all after every policy change, so a change that denies a
-//     peer cuts its replies too (the next allowed packet of a live association learns its
-//     reply again).
+//     and the agent deletes the replies (LearnedReplyFilter) after every policy change, so
+//     a change that denies a peer cuts its replies too (the next allowed packet of a live
+//     association learns its reply again).
 //   - SCTP Services on the userspace datapath are translated without conntrack
 //     (flows_sctp_service.go): after SCTPReply, ConntrackState resubmits SCTP packets to
 //     SCTPUnNAT, so replies are recognised by the backend's real address and port, then
-//     rewritten back to the ClusterIP.
+//     rewritten back to the ClusterIP; and then to SCTPPin, which translates the later
+//     packets of an association to the endpoint its first packet was given.
 //
 // SCTP packets still go through conntrack (Service NAT and related ICMP need it), and new
 // ones are committed; only the state is ignored.
@@ -52,9 +53,9 @@ func (b *Builder) sctpFlows(s *flowSet) {
 	for _, family := range b.families() {
 		sctp, _ := TransportProtocol(IPProtoSCTP, family == ProtoIPv6)
 		s.add(ConntrackState, prioCTSCTP, MatchProtocol(sctp),
-			LoadReg(SCTPStatePolicy.Mark()), Resubmit{Table: SCTPReply}, Resubmit{Table: SCTPUnNAT}, Goto(next))
+			LoadReg(SCTPStatePolicy.Mark()), Resubmit{Table: SCTPReply}, Resubmit{Table: SCTPUnNAT}, Resubmit{Table: SCTPPin}, Goto(next))
 		learn := LearnSCTPReply{Table: SCTPReply, Priority: prioSCTPReplyFlow, IdleTimeout: sctpReplyIdleTimeout,
-			Cookie: NewCookie(b.round, CategoryLearned, 0), IPv6: family == ProtoIPv6}
+			Cookie: NewCookie(b.round, CategoryLearned, LearnedReplies), IPv6: family == ProtoIPv6}
 		checked := MatchProtocol(sctp).Reg(SCTPStatePolicy.Mark())
 		s.add(ConntrackCommit, prioCommitSCTPNew, checked.CTState(CTNew|CTTracked, 0),
 			learn, CT{Commit: true, Zone: CTZone}, Goto(Output))

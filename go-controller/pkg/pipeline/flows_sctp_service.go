@@ -10,33 +10,95 @@ import (
 // datapath a Service's SCTP port is therefore translated statelessly
 // (ServicePort.Stateless):
 //
-//   - ServiceLB sends every SCTP packet to ClusterIP:port (not only +new: conntrack state
-//     means nothing for SCTP here) to the port's group, whose hash over addresses and
-//     ports keeps an association on one endpoint.
-//   - The endpoint's EndpointDNAT flow rewrites the destination with set_field (OVS
-//     recomputes the SCTP checksum) and learns, in SCTPUnNAT, the flow of the replies:
-//     from the endpoint's address and port to the client's, rewritten to come from
-//     ClusterIP:port. Every forward packet learns it again, so it lives while the
-//     association does (sctpReplyIdleTimeout without packets). The packet then goes on to
-//     EgressPolicy, which, like the backend's IngressPolicy, sees the real endpoint.
-//   - Replies: ConntrackState looks SCTP packets up in SCTPReply (learned in
-//     ConntrackCommit from the translated packet, so it matches the endpoint's real
-//     address) and only then in SCTPUnNAT, which rewrites the source back.
-//   - The learned flows carry a CategoryLearned cookie, so the agent deletes them with the
-//     SCTP replies after every policy change; the next forward packet of a live
-//     association learns its flow again, and replies sent before it are lost (SCTP
-//     retransmits them).
-//
-// Left out: NodePorts (the agent gives stateless ports none) and hairpin (a pod reaching
-// itself through the Service gets its own packet back, which its kernel drops).
+//   - ServiceLB sends every SCTP packet to ClusterIP:port (or ClusterIP:nodePort from the
+//     gateway) that no pin translated (below) to the port's group, whose hash over
+//     addresses and ports picks an endpoint.
+//   - The endpoint's EndpointDNAT flow learns two flows, then rewrites the destination
+//     with set_field (OVS recomputes the SCTP checksum) and goes on to EgressPolicy, which,
+//     like the backend's IngressPolicy, sees the real endpoint:
+//     a pin in SCTPPin: this association's later packets (client address and port,
+//     ClusterIP and port) are rewritten to this endpoint, whatever the group says later;
+//     the un-NAT flow in SCTPUnNAT: the replies, from the endpoint's address and port to
+//     the client's, are rewritten to come from the address and port the client used.
+//     Both are learned before the rewrite, from the packet as the client sent it, so the
+//     same flows serve ClusterIP:port and ClusterIP:nodePort.
+//   - ConntrackState resubmits every SCTP packet to SCTPReply (learned in ConntrackCommit
+//     from the translated packet, so it matches the endpoint's real address), then to
+//     SCTPUnNAT (replies are rewritten back), then to SCTPPin (later packets of an
+//     association are rewritten to its endpoint; ServiceLB then no longer matches them).
+//     A pinned association keeps its endpoint while the Service's endpoints change, and
+//     even after its endpoint left the Service (its packets never reach the group again),
+//     as conntrack keeps a TCP connection's translation: established associations finish.
+//   - Pins and un-NAT flows are kept alive by their own packets (forward and reply) for
+//     sctpReplyIdleTimeout; they carry the LearnedTranslations cookie and outlive policy
+//     changes (they decide nothing: policy still sees every packet).
+//   - Hairpin: a pod reaching itself through the Service matches its own EndpointDNAT
+//     flow (in_port and source = the pod), which also rewrites the source to the hairpin
+//     address (the pod's kernel drops a packet from itself) and learns pin and un-NAT
+//     flows that do the same; EgressPolicy lets the hairpin address through, as
+//     IngressPolicy does.
 
 // statelessEndpointActions are the EndpointDNAT actions of one endpoint of a stateless
-// SCTP port (after the affinity learn, which needs the ClusterIP as destination).
-func (b *Builder) statelessEndpointActions(p ServicePort, ep netip.AddrPort) []Action {
-	learn := LearnSCTPUnNAT{Table: SCTPUnNAT, Priority: prioSCTPUnNATFlow, IdleTimeout: sctpReplyIdleTimeout,
-		Cookie: NewCookie(b.round, CategoryLearned, 0), Service: netip.AddrPortFrom(p.ClusterIP, p.Port)}
-	return []Action{SetIPDst(ep.Addr()), SetSCTPPort{Port: ep.Port()}, learn, Goto(EgressPolicy)}
+// SCTP port (after the affinity learn, which needs the ClusterIP as destination). With a
+// valid hairpin address, the source is rewritten to it.
+func (b *Builder) statelessEndpointActions(ep netip.AddrPort, hairpin netip.Addr) []Action {
+	cookie := NewCookie(b.round, CategoryLearned, LearnedTranslations)
+	pin := LearnSCTPPin{Table: SCTPPin, Priority: prioSCTPPinFlow, IdleTimeout: sctpReplyIdleTimeout,
+		Cookie: cookie, Endpoint: ep, Hairpin: hairpin}
+	unNAT := LearnSCTPUnNAT{Table: SCTPUnNAT, Priority: prioSCTPUnNATFlow, IdleTimeout: sctpReplyIdleTimeout,
+		Cookie: cookie, Endpoint: ep, Hairpin: hairpin}
+	out := []Action{pin, unNAT}
+	out = append(out, pin.rewrite()...)
+	return append(out, Goto(EgressPolicy))
 }
+
+// statelessHairpinFlows are the EndpointDNAT flows of local pods that reach themselves
+// through a stateless SCTP port they are an endpoint of (above the endpoint's own flow),
+// and EgressPolicy's pass for the hairpin address.
+func (b *Builder) statelessHairpinFlows(s *flowSet, ports []ServicePort, pods []PodPort) {
+	local := map[netip.Addr]PodPort{}
+	for _, pod := range pods {
+		for _, ip := range pod.IPs {
+			local[ip] = pod
+		}
+	}
+	families := map[Protocol]bool{}
+	for _, p := range ports {
+		if !p.Stateless || !b.node.hasFamily(p.ClusterIP.Is6()) {
+			continue
+		}
+		proto := p.protocol()
+		for _, ep := range p.Internal.Endpoints {
+			pod, ok := local[ep.Addr()]
+			if !ok {
+				continue
+			}
+			families[ipProto(ep.Addr())] = true
+			m := MatchProtocol(proto).InPort(pod.OFPort).IPSrc(host(ep.Addr())).
+				Reg(EndpointKeyField.Mark(EndpointKey(ep))).Reg(ServiceGroupField.Mark(p.Internal.ID))
+			var actions []Action
+			if p.AffinityTimeout != 0 {
+				actions = append(actions, p.learnAffinity())
+			}
+			s.add(EndpointDNAT, prioEndpointDNATHairpin, m,
+				append(actions, b.statelessEndpointActions(ep, hairpinAddr(ipProto(ep.Addr())))...)...)
+		}
+	}
+	for _, family := range b.families() {
+		if families[family] {
+			sctp, _ := TransportProtocol(IPProtoSCTP, family == ProtoIPv6)
+			// The hairpin address is never a pod's (SpoofGuard): only these translations
+			// carry it. A pod reaching itself is always allowed.
+			s.add(EgressPolicy, prioPolicySCTPReply, MatchProtocol(sctp).IPSrc(host(hairpinAddr(family))), Goto(L3Forwarding))
+		}
+	}
+}
+
+// Priorities of the stateless SCTP flows.
+const (
+	prioEndpointDNATHairpin = 210 // EndpointDNAT: a pod reaching itself
+	prioSCTPPinFlow         = 100 // SCTPPin: the learned flows
+)
 
 // prioSCTPUnNATFlow is the priority of the learned flows in SCTPUnNAT.
 const prioSCTPUnNATFlow = 100
@@ -62,37 +124,108 @@ func (a SetSCTPPort) String() string {
 	return fmt.Sprintf("set_field:%d->sctp_dst", a.Port)
 }
 
-// LearnSCTPUnNAT learns, from an SCTP packet translated to a Service endpoint, a flow in
-// Table that matches the endpoint's replies (addresses and ports swapped) and rewrites
-// their source to Service (ClusterIP and port), with Cookie, removed after IdleTimeout
-// seconds without packets.
+// SetIPSrc writes the packet's source address (IPv4 or IPv6).
+func SetIPSrc(a netip.Addr) SetField {
+	if a.Is6() {
+		return setExact(FieldIPv6Src, a.AsSlice())
+	}
+	return setExact(FieldIPv4Src, a.AsSlice())
+}
+
+// LearnSCTPPin learns, from the first packet of an SCTP association to a Service port
+// (before its translation), a flow in Table that matches the association's later packets
+// (the same addresses and ports) and rewrites them to Endpoint, and with a valid Hairpin
+// address their source to it, with Cookie, removed after IdleTimeout seconds without
+// packets.
+type LearnSCTPPin struct {
+	Table       Table
+	Priority    uint16
+	IdleTimeout uint16
+	Cookie      Cookie
+	Endpoint    netip.AddrPort
+	Hairpin     netip.Addr
+}
+
+// String renders the action as ovs-ofctl dump-flows prints it.
+func (a LearnSCTPPin) String() string {
+	ipv6 := a.Endpoint.Addr().Is6()
+	src, dst := learnAddrFields(ipv6)
+	specs := []string{src, dst, "OXM_OF_SCTP_SRC[]", "OXM_OF_SCTP_DST[]",
+		"load:" + subvalue(a.Endpoint.Addr().AsSlice()) + "->" + dst,
+		fmt.Sprintf("load:%#x->OXM_OF_SCTP_DST[]", a.Endpoint.Port())}
+	if a.Hairpin.IsValid() {
+		specs = append(specs, "load:"+subvalue(a.Hairpin.AsSlice())+"->"+src)
+	}
+	return learnAction(a.Table, a.IdleTimeout, a.Priority, a.Cookie, ipv6, IPProtoSCTP, specs...)
+}
+
+// rewrite is the translation the pin's flow does, and the EndpointDNAT flow before it.
+func (a LearnSCTPPin) rewrite() []Action {
+	out := []Action{SetIPDst(a.Endpoint.Addr()), SetSCTPPort{Port: a.Endpoint.Port()}}
+	if a.Hairpin.IsValid() {
+		out = append(out, SetIPSrc(a.Hairpin))
+	}
+	return out
+}
+
+// LearnedFlow is the flow the action learns from pkt (not yet translated).
+func (a LearnSCTPPin) LearnedFlow(pkt Packet) Flow {
+	proto, _ := TransportProtocol(IPProtoSCTP, a.Endpoint.Addr().Is6())
+	m := MatchProtocol(proto).IPSrc(host(pkt.IPSrc)).IPDst(host(pkt.IPDst)).
+		with(FieldTpSrc, uintValue(uint64(pkt.SrcPort), 2), allOnes(2)).TpDst(pkt.DstPort, 0xffff)
+	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: m, Actions: a.rewrite()}
+}
+
+// LearnSCTPUnNAT learns, from an SCTP packet to a Service port (before its translation to
+// Endpoint), a flow in Table that matches the endpoint's replies (from Endpoint to the
+// client's address and port; to the Hairpin address instead, if valid) and rewrites their
+// source to the address and port the client sent to (and with Hairpin their destination
+// back to the client), with Cookie, removed after IdleTimeout seconds without packets.
 type LearnSCTPUnNAT struct {
 	Table       Table
 	Priority    uint16
 	IdleTimeout uint16
 	Cookie      Cookie
-	Service     netip.AddrPort
+	Endpoint    netip.AddrPort
+	Hairpin     netip.Addr
 }
 
 // String renders the action as ovs-ofctl dump-flows prints it.
 func (a LearnSCTPUnNAT) String() string {
-	ipv6 := a.Service.Addr().Is6()
-	src, _ := learnAddrFields(ipv6)
-	return learnAction(a.Table, a.IdleTimeout, a.Priority, a.Cookie, ipv6, IPProtoSCTP,
-		append(learnSCTPReverse(ipv6), "load:"+subvalue(a.Service.Addr().AsSlice())+"->"+src,
-			fmt.Sprintf("load:%#x->OXM_OF_SCTP_SRC[]", a.Service.Port()))...)
+	ipv6 := a.Endpoint.Addr().Is6()
+	src, dst := learnAddrFields(ipv6)
+	name := "ip"
+	if ipv6 {
+		name = "ipv6"
+	}
+	client := dst + "=" + src
+	if a.Hairpin.IsValid() {
+		client = name + "_dst=" + a.Hairpin.String()
+	}
+	specs := []string{name + "_src=" + a.Endpoint.Addr().String(), client,
+		fmt.Sprintf("sctp_src=%d", a.Endpoint.Port()), "OXM_OF_SCTP_DST[]=OXM_OF_SCTP_SRC[]",
+		"load:" + dst + "->" + src, "load:OXM_OF_SCTP_DST[]->OXM_OF_SCTP_SRC[]"}
+	if a.Hairpin.IsValid() {
+		specs = append(specs, "load:"+subvalue(a.Endpoint.Addr().AsSlice())+"->"+dst)
+	}
+	return learnAction(a.Table, a.IdleTimeout, a.Priority, a.Cookie, ipv6, IPProtoSCTP, specs...)
 }
 
-// LearnedFlow is the flow the action learns from pkt (already translated): the match of
-// the endpoint's replies, rewritten to come from the Service.
+// LearnedFlow is the flow the action learns from pkt (not yet translated): the match of
+// the endpoint's replies, rewritten to come from where pkt went.
 func (a LearnSCTPUnNAT) LearnedFlow(pkt Packet) Flow {
-	ipv6 := a.Service.Addr().Is6()
-	src := setExact(FieldIPv4Src, a.Service.Addr().AsSlice())
-	if ipv6 {
-		src = setExact(FieldIPv6Src, a.Service.Addr().AsSlice())
+	proto, _ := TransportProtocol(IPProtoSCTP, a.Endpoint.Addr().Is6())
+	client := pkt.IPSrc
+	if a.Hairpin.IsValid() {
+		client = a.Hairpin
 	}
-	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: sctpReplyMatch(pkt, ipv6),
-		Actions: []Action{src, SetSCTPPort{Src: true, Port: a.Service.Port()}}}
+	m := MatchProtocol(proto).IPSrc(host(a.Endpoint.Addr())).IPDst(host(client)).
+		with(FieldTpSrc, uintValue(uint64(a.Endpoint.Port()), 2), allOnes(2)).TpDst(pkt.SrcPort, 0xffff)
+	actions := []Action{SetIPSrc(pkt.IPDst), SetSCTPPort{Src: true, Port: pkt.DstPort}}
+	if a.Hairpin.IsValid() {
+		actions = append(actions, SetIPDst(a.Endpoint.Addr()))
+	}
+	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: m, Actions: actions}
 }
 
 // subvalue prints an immediate as OVS prints learn's load values: hex without leading

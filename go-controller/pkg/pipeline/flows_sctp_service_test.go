@@ -34,7 +34,7 @@ func TestStatelessSCTPServiceTranslationAndReply(t *testing.T) {
 				backend = out.IPDst
 			}
 			if i == 0 && !tc.vip.Is6() {
-				wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "SCTPReply", "SCTPUnNAT",
+				wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "SCTPReply", "SCTPUnNAT", "SCTPPin",
 					"ServiceLB", "EndpointDNAT", "EgressPolicy", "L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output")
 			} else if out.IPDst != backend {
 				t.Errorf("%s: packet %d (ct %s) went to %s, the association's first to %s", tc.vip, i, ct, out.IPDst, backend)
@@ -46,8 +46,8 @@ func TestStatelessSCTPServiceTranslationAndReply(t *testing.T) {
 		for _, f := range learned {
 			tables = append(tables, f.Table.Name)
 		}
-		if got := strings.Join(tables, " "); got != "SCTPReply SCTPUnNAT" {
-			t.Fatalf("%s: learned flows in %q, want one in SCTPReply and one in SCTPUnNAT: %v", tc.vip, got, learned)
+		if got := strings.Join(tables, " "); got != "SCTPReply SCTPUnNAT SCTPPin" {
+			t.Fatalf("%s: learned flows in %q, want one each in SCTPReply, SCTPUnNAT and SCTPPin: %v", tc.vip, got, learned)
 		}
 
 		// The reply from the endpoint, through the tunnel from its node.

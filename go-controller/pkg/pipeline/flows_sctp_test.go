@@ -11,8 +11,8 @@ import (
 func TestSCTPFlowsText(t *testing.T) {
 	sc := threeNodesDualStack(1)
 	want := []string{
-		"cookie=0x1010000000000, table=31, priority=195,sctp actions=set_field:0x100/0x300->reg0,resubmit(,32),resubmit(,46),goto_table:40",
-		"cookie=0x1010000000000, table=31, priority=195,sctp6 actions=set_field:0x100/0x300->reg0,resubmit(,32),resubmit(,46),goto_table:40",
+		"cookie=0x1010000000000, table=31, priority=195,sctp actions=set_field:0x100/0x300->reg0,resubmit(,32),resubmit(,46),resubmit(,47),goto_table:40",
+		"cookie=0x1010000000000, table=31, priority=195,sctp6 actions=set_field:0x100/0x300->reg0,resubmit(,32),resubmit(,46),resubmit(,47),goto_table:40",
 		"cookie=0x1010000000000, table=50, priority=220,reg0=0x200/0x300 actions=goto_table:60",
 		"cookie=0x1010000000000, table=70, priority=220,reg0=0x200/0x300 actions=goto_table:80",
 		"cookie=0x1010000000000, table=70, priority=210,ct_state=-new+est+trk,reg0=0/0x300 actions=goto_table:80",
@@ -96,7 +96,7 @@ func TestSCTPPolicySourceNode(t *testing.T) {
 	out := sctpFrom(fromLocal(t, a, remoteS4, IPProtoSCTP, 0), 40000, 9999)
 	r := trace(t, tr, out, CTNew)
 	wantDelivered(t, r, tunnelPort)
-	wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "SCTPReply", "SCTPUnNAT", "ServiceLB",
+	wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "SCTPReply", "SCTPUnNAT", "SCTPPin", "ServiceLB",
 		"EgressPolicy", "L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output")
 	learned := tr.Flows(LearnedFilter())
 	want := "sctp,nw_src=10.244.3.10,nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000"

@@ -73,7 +73,10 @@ func (b *Builder) ServiceHairpinFlows(ports []ServicePort, pods []PodPort) []Flo
 			}
 		}
 	}
-	return b.hairpinFlows(pods, endpoints)
+	flows := b.hairpinFlows(pods, endpoints)
+	s := b.owner(CategoryService, 0)
+	b.statelessHairpinFlows(s, ports, pods)
+	return append(flows, s.flows...)
 }
 
 // servicePortFlows adds one Service port's flows to s and its groups to groups.
@@ -134,22 +137,26 @@ func (b *Builder) serviceGroup(s *flowSet, p ServicePort, g ServiceGroup) Group 
 		m := MatchProtocol(proto).Reg(EndpointKeyField.Mark(key)).Reg(ServiceGroupField.Mark(g.ID))
 		dnat := []Action{CT{Commit: true, Zone: CTZone, Recirculate: true, Table: ServiceHairpin, NATDst: ep}}
 		if p.Stateless {
-			dnat = b.statelessEndpointActions(p, ep)
+			dnat = b.statelessEndpointActions(ep, netip.Addr{})
 		}
 		if p.AffinityTimeout == 0 {
 			s.add(EndpointDNAT, prioEndpointDNAT, m, dnat...)
 			continue
 		}
-		// Learned here, not in the bucket: OVS runs a bucket's actions as an action set,
-		// which has no learn. Every new connection of the client refreshes its flow.
-		learn := LearnAffinity{Table: ServiceAffinity, Priority: prioAffinityLearned,
-			IdleTimeout: p.AffinityTimeout, IPv6: p.ClusterIP.Is6(), IPProto: p.IPProto}
-		s.add(EndpointDNAT, prioEndpointDNAT, m, append([]Action{learn}, dnat...)...)
+		s.add(EndpointDNAT, prioEndpointDNAT, m, append([]Action{p.learnAffinity()}, dnat...)...)
 	}
 	if p.AffinityTimeout != 0 && len(eps) > 0 {
 		s.add(EndpointDNAT, prioAffinityMiss, MatchProtocol(proto).Reg(ServiceGroupField.Mark(g.ID)), GroupOutput{ID: g.ID})
 	}
 	return group
+}
+
+// learnAffinity is the learn action of the port's session affinity. It runs in the
+// endpoint's EndpointDNAT flow, not in the group's bucket: OVS runs a bucket's actions as
+// an action set, which has no learn. Every new connection of the client refreshes its flow.
+func (p ServicePort) learnAffinity() LearnAffinity {
+	return LearnAffinity{Table: ServiceAffinity, Priority: prioAffinityLearned,
+		IdleTimeout: p.AffinityTimeout, IPv6: p.ClusterIP.Is6(), IPProto: p.IPProto}
 }
 
 // hairpinFlows let a local pod reach itself through a Service: the connection's source

@@ -59,7 +59,7 @@ type ServicePort struct {
 	ExternalLocal bool
 	// Stateless translates the port without conntrack, with set_field and a learned
 	// reverse flow (flows_sctp_service.go): SCTP on the userspace datapath, whose
-	// conntrack cannot NAT SCTP ports. Only for SCTP, without a NodePort.
+	// conntrack cannot NAT SCTP ports. Only for SCTP.
 	Stateless bool
 }
 
@@ -131,8 +131,8 @@ func (p ServicePort) Validate() error {
 	if p.Port == 0 {
 		return errors.New("port 0")
 	}
-	if p.Stateless && (p.IPProto != IPProtoSCTP || p.NodePort != 0) {
-		return errors.New("stateless translation is for SCTP ports without a NodePort only")
+	if p.Stateless && p.IPProto != IPProtoSCTP {
+		return errors.New("stateless translation is for SCTP ports only")
 	}
 	for _, g := range []ServiceGroup{p.Internal, p.External} {
 		if !IsServiceGroup(g.ID) {

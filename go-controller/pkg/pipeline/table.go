@@ -92,6 +92,7 @@ var (
 	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
 	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Stage: StageServiceLB, Miss: MissDrop}
 	SCTPUnNAT       = Table{ID: 46, Name: "SCTPUnNAT", Stage: StageServiceLB, Miss: MissDrop} // resubmit only
+	SCTPPin         = Table{ID: 47, Name: "SCTPPin", Stage: StageServiceLB, Miss: MissDrop}   // resubmit only
 	EgressPolicy    = Table{ID: 50, Name: "EgressPolicy", Stage: StageEgressPolicy, Miss: MissNext}
 	L3Forwarding    = Table{ID: 60, Name: "L3Forwarding", Stage: StageRouting, Miss: MissDrop}
 	L3DecTTL        = Table{ID: 61, Name: "L3DecTTL", Stage: StageRouting, Miss: MissDrop}
@@ -104,7 +105,7 @@ var (
 func Tables() []Table {
 	return []Table{
 		Classifier, SpoofGuard, ARPResponder, NDResponder, NDReply, ConntrackZone,
-		ConntrackState, SCTPReply, ServiceLB, ServiceAffinity, EndpointDNAT, ServiceHairpin, HairpinUnSNAT, SCTPUnNAT, EgressPolicy, L3Forwarding, L3DecTTL, IngressPolicy,
+		ConntrackState, SCTPReply, ServiceLB, ServiceAffinity, EndpointDNAT, ServiceHairpin, HairpinUnSNAT, SCTPUnNAT, SCTPPin, EgressPolicy, L3Forwarding, L3DecTTL, IngressPolicy,
 		ConntrackCommit, Output,
 	}
 }

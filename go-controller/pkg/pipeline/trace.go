@@ -206,6 +206,8 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 			st.tr.learn(a.LearnedFlow(st.pkt))
 		case LearnSCTPUnNAT:
 			st.tr.learn(a.LearnedFlow(st.pkt))
+		case LearnSCTPPin:
+			st.tr.learn(a.LearnedFlow(st.pkt))
 		case SetSCTPPort:
 			if a.Src {
 				st.pkt.SrcPort = a.Port
