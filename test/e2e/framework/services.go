@@ -117,6 +117,21 @@ func (s *Sandbox) ProbeFrom(c Client, addr netip.Addr, port string, timeout time
 	return res
 }
 
+// ProbeSCTPFromPort probes addr:port/sctp from the client's namespace from source port
+// srcPort: probes from one port are, to the network, packets of one association.
+func (s *Sandbox) ProbeSCTPFromPort(c Client, addr netip.Addr, port uint16, srcPort uint16, timeout time.Duration) responder.Result {
+	var res responder.Result
+	err := ns.WithNetNSPath(c.NetNS, func(ns.NetNS) error {
+		t := responder.Target{Addr: addr, Port: responder.Port{Number: port, Protocol: responder.SCTP}}
+		res = responder.ProbeSCTPFromPort(context.Background(), t, srcPort, timeout)
+		return nil
+	})
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res
+}
+
 // DialFrom opens a long-lived session (responder.Session) from the client to addr:port/tcp.
 func (s *Sandbox) DialFrom(c Client, addr netip.Addr, port string, timeout time.Duration) (*responder.Session, error) {
 	p, err := responder.ParsePort(port)

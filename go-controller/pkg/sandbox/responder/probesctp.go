@@ -21,6 +21,28 @@ const (
 // every retransmitInterval, until an INIT-ACK (connected) or an ABORT
 // (refused) answers it, or the deadline passes.
 func probeSCTP(ctx context.Context, t Target, deadline time.Time) Result {
+	return probeSCTPFrom(ctx, t, uint16(firstDynamicPort+rand.IntN(numDynamicPorts)), deadline)
+}
+
+// ProbeSCTPFromPort is Probe of an SCTP target from source port port. To the network,
+// probes from one port are packets of one association (same addresses and ports), so
+// repeating them shows whether an association keeps its path, e.g. its Service endpoint.
+func ProbeSCTPFromPort(ctx context.Context, target Target, port uint16, timeout time.Duration) Result {
+	start := time.Now()
+	var res Result
+	if target.Port.Protocol != SCTP || !target.Addr.IsValid() || port == 0 {
+		res.Error = fmt.Sprintf("ProbeSCTPFromPort: want an SCTP target with an address and a source port, got %s from port %d", target, port)
+	} else {
+		target.Addr = target.Addr.Unmap()
+		res = probeSCTPFrom(ctx, target, port, start.Add(timeout))
+	}
+	res.Target = target
+	res.Duration = time.Since(start)
+	return res
+}
+
+// probeSCTPFrom is probeSCTP from source port port.
+func probeSCTPFrom(ctx context.Context, t Target, port uint16, deadline time.Time) Result {
 	src, err := sourceAddr(t)
 	if err != nil {
 		return failed(ctx, err, deadline)
@@ -33,7 +55,6 @@ func probeSCTP(ctx context.Context, t Target, deadline time.Time) Result {
 	if err := s.bindConnect(src, t.Addr); err != nil {
 		return failed(ctx, err, deadline)
 	}
-	port := uint16(firstDynamicPort + rand.IntN(numDynamicPorts))
 	tag := randomTag()
 	local := netip.AddrPortFrom(src, port)
 	init := newInit(port, t.Port.Number, tag).marshal()
