@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# build-k8s.sh: build kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the
-# k8s.io/kubernetes module in a scratch build module (never the project's go.mod), and
-# cache them under $KOVS_CACHE (default $HOME/.cache/kovs). A second run takes seconds.
+# build-k8s.sh: build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and
+# kube-proxy (for `kovs-sandbox up --kube-proxy`) from the k8s.io/kubernetes module in a
+# scratch build module (never the project's go.mod), and cache them under $KOVS_CACHE
+# (default $HOME/.cache/kovs). A second run takes seconds.
 #
 # The k8s.io/kubernetes module cannot be built with `go install` because of its replace
 # directives for the staging modules; the scratch module repeats them, pinned to v0.X.Y.
@@ -9,7 +10,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 CACHE=${KOVS_CACHE:-$HOME/.cache/kovs}
 OUT=$CACHE/k8s-v$K8S_VERSION/bin
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy)
 
 missing=()
 for c in "${COMPONENTS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done

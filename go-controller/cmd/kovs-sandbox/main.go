@@ -23,7 +23,7 @@ import (
 const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
 
 commands:
-  up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none]
+  up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -73,8 +73,9 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	nodes := fs.Int("nodes", 3, "number of nodes")
 	family := fs.String("ip-family", "ipv4", "ipv4, ipv6 or dual")
 	network := fs.String("network", "auto", "auto (kovs if its binaries are next to kovs-sandbox), kovs or none")
-	k8sBin := fs.String("k8s-bin-dir", defaultK8sBinDir(), "kube-apiserver, kube-controller-manager and kube-scheduler")
+	k8sBin := fs.String("k8s-bin-dir", defaultK8sBinDir(), "kube-apiserver, kube-controller-manager, kube-scheduler (and kube-proxy)")
 	etcd := fs.String("etcd", "/usr/bin/etcd", "etcd binary")
+	kubeProxy := fs.Bool("kube-proxy", false, "run kube-proxy (nftables mode) in every node and kovs-agent with --service-proxy=none")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
 	if err != nil {
@@ -84,7 +85,8 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self, Out: os.Stdout}
+	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
+		KubeProxy: *kubeProxy, Out: os.Stdout}
 	switch *network {
 	case "auto", "kovs":
 		opts.KovsBinDir = filepath.Dir(self)

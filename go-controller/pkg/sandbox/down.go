@@ -12,8 +12,9 @@ import (
 )
 
 // stopOrder ranks processes by the suffix of their name: node emulators first (they would
-// otherwise keep recreating pods), then kovs, the control plane, and OVS last.
-var stopOrder = []string{"emulator", "kovs-agent", "kovs-controller", "kube-scheduler",
+// otherwise keep recreating pods), then kube-proxy and kovs, the control plane, and OVS
+// last.
+var stopOrder = []string{"emulator", "kube-proxy", "kovs-agent", "kovs-controller", "kube-scheduler",
 	"kube-controller-manager", "kube-apiserver", "etcd", "ovs-vswitchd", "ovsdb-server"}
 
 func stopRank(name string) int {

@@ -98,10 +98,10 @@ func (u *upRun) kovs() error {
 }
 
 // agentArgs is the contract between the sandbox and kovs-agent: where the node's OVS,
-// kube-apiserver and CNI directories are.
+// kube-apiserver and CNI directories are, and whether kube-proxy serves Services.
 func (u *upRun) agentArgs(n Node) []string {
 	l := u.layout
-	return []string{
+	args := []string{
 		"--node-name", n.Name,
 		"--kubeconfig", l.NodeKubeconfig(n.Name),
 		"--ovsdb", "unix:" + l.OVSDBSocket(n.Name),
@@ -116,6 +116,10 @@ func (u *upRun) agentArgs(n Node) []string {
 		"--controller-token-file", l.ControllerTokenFile(n.Name),
 		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeAgentMetricsPort)),
 	}
+	if u.opts.KubeProxy {
+		args = append(args, "--service-proxy", "none")
+	}
+	return args
 }
 
 // agentTokens creates the agents' ServiceAccount and gives each node's agent a token of

@@ -70,6 +70,8 @@ type State struct {
 	// AgentMetricsPort is where every node's kovs-agent serves /metrics, /healthz,
 	// /readyz and /status: on the loopback of the node's own namespace.
 	AgentMetricsPort int `json:"agentMetricsPort,omitempty"`
+	// KubeProxy: every node runs kube-proxy and its kovs-agent leaves Services to it.
+	KubeProxy bool `json:"kubeProxy,omitempty"`
 }
 
 // APIServerURL is the kube-apiserver address in the root namespace.

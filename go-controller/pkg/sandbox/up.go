@@ -25,7 +25,10 @@ type Options struct {
 	// KovsBinDir holds kovs-controller, kovs-agent and kovs-cni; kovs is started only when
 	// all three are there. Empty: nodes get no network plugin.
 	KovsBinDir string
-	Out        io.Writer
+	// KubeProxy runs the upstream kube-proxy (nftables mode, from K8sBinDir) in every node
+	// namespace and kovs-agent with --service-proxy=none: Services are kube-proxy's.
+	KubeProxy bool
+	Out       io.Writer
 }
 
 // upRun is one execution of Up.
@@ -68,6 +71,11 @@ func (o *Options) validate() error {
 			return fmt.Errorf("%s is missing: run `make tools` (builds the Kubernetes binaries and installs etcd and OVS)", f)
 		}
 	}
+	if o.KubeProxy {
+		if err := kubeProxyPresent(o.K8sBinDir); err != nil {
+			return err
+		}
+	}
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -89,16 +97,16 @@ func (u *upRun) run() error {
 	if err := l.saveState(state); err != nil {
 		return err
 	}
-	steps := []struct {
-		what string
-		do   func() error
-	}{
+	steps := []upStep{
 		{"underlay", u.underlay},
 		{"control plane", func() error { return u.controlPlane(u.ctx) }},
 		{"nodes", u.nodes},
 		// kovs after the Nodes exist: each agent's token is bound to its Node.
 		{"node registration", u.waitNodesRegistered},
 		{"kovs", u.kovs},
+	}
+	if u.opts.KubeProxy {
+		steps = append(steps, upStep{"kube-proxy", u.kubeProxies})
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -110,9 +118,15 @@ func (u *upRun) run() error {
 	return l.saveState(state)
 }
 
+// upStep is one timed step of Up.
+type upStep struct {
+	what string
+	do   func() error
+}
+
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
-		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family)}
+		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort()
 		if err != nil {
