@@ -195,11 +195,6 @@ func (m *modelCluster) probe(t *testing.T, pods []*corev1.Pod, ports []string) m
 		for _, from := range pods {
 			for _, to := range pods {
 				dst, ok := m.destination(to)
-				if from == to && m.services != nil && strings.HasSuffix(port, "/sctp") {
-					// SCTP hairpin through a Service is not supported on the userspace
-					// datapath (docs/services.md): a pod probes itself over SCTP directly.
-					dst, ok = firstIP(to)
-				}
 				if !ok {
 					t.Fatalf("pod %s has no address", key(to))
 				}

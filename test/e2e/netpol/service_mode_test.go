@@ -32,9 +32,9 @@ import (
 // denied cell. A pod reaching itself through its Service is hairpin traffic; the cases
 // keep it allowed.
 //
-// SCTP probes go through the Services too: on the userspace (netdev) datapath the sandbox
-// runs, kovs translates SCTP ClusterIPs statelessly, without conntrack (docs/services.md).
-// That leaves out SCTP hairpin, so a pod probes itself over SCTP at its own address.
+// SCTP probes go through the Services too, a pod's probe of itself included: on the
+// userspace (netdev) datapath the sandbox runs, kovs translates SCTP Service ports
+// statelessly, without conntrack (docs/services.md).
 //
 // Run a subset with -run, for example 'TestTruthTableViaService/ipv4/(01|36)-'.
 func TestTruthTableViaService(t *testing.T) {
