@@ -2,13 +2,16 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +85,9 @@ func (u *upRun) kovs() error {
 	}}); err != nil {
 		return err
 	}
+	if err := u.waitController(); err != nil {
+		return err
+	}
 	if err := u.agentTokens(); err != nil {
 		return fmt.Errorf("agent tokens: %w", err)
 	}
@@ -95,6 +101,28 @@ func (u *upRun) kovs() error {
 		}
 	}
 	return nil
+}
+
+// waitController waits until kovs-controller answers /healthz; if it exits first (it
+// could not listen, say), waiting stops at once and the error shows its log.
+func (u *upRun) waitController() error {
+	url := fmt.Sprintf("http://%s/healthz", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)))
+	client := &http.Client{Timeout: 2 * time.Second}
+	err := waitFor(u.ctx, 30*time.Second, "kovs-controller to answer "+url, func() error {
+		if !u.layout.Running(kovsController) {
+			return permanent(errors.New("kovs-controller exited"))
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	})
+	return u.withLog(err, kovsController)
 }
 
 // agentArgs is the contract between the sandbox and kovs-agent: where the node's OVS,

@@ -3,10 +3,12 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // IPFamily selects the address families of the underlay, the services and the pods.
@@ -151,12 +153,40 @@ func (l Layout) LoadState() (*State, error) {
 	return &s, nil
 }
 
-// freePort asks the kernel for a free loopback TCP port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
+// freePort picks a free loopback TCP port for one of the sandbox's listeners, none of
+// taken, and adds it to taken. It picks below the kernel's ephemeral range: a port the
+// kernel hands out for listening on :0 comes from that range, and by the time the
+// sandbox's process binds it some outgoing connection may use it as its source port
+// (kovs-controller was seen to die with "address already in use").
+func freePort(taken map[int]bool) (int, error) {
+	first, n := portsBelowEphemeral()
+	for range 200 {
+		port := first + rand.IntN(n)
+		if taken[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		taken[port] = true
+		return port, nil
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free loopback port in %d-%d after 200 tries", first, first+n-1)
+}
+
+// portsBelowEphemeral is the range freePort picks from: up to 12,000 ports just below
+// net.ipv4.ip_local_port_range (32768 when it cannot be read), from 1024 at the lowest.
+func portsBelowEphemeral() (first, n int) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
+				low = v
+			}
+		}
+	}
+	first = max(1024, low-12000)
+	return first, low - first
 }

@@ -127,8 +127,9 @@ type upStep struct {
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
 		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy}
+	taken := map[int]bool{}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
-		port, err := freePort()
+		port, err := freePort(taken)
 		if err != nil {
 			return nil, err
 		}
