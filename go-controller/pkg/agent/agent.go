@@ -91,6 +91,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
 	a.syncer = NewRenderedFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.RenderedFlows)
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
+	a.syncer.OnSynced(a.evictTranslations)
 	a.syncer.metrics = a.metrics
 	if cfg.PolicyFeed != nil {
 		// Pods stay closed until their policy arrives, restored ones included.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 
@@ -78,5 +79,22 @@ func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDelete
 	learned := pipeline.LearnedReplyFilter()
 	if err := of.DeleteFlows(ctx, uint64(learned.Value), uint64(learned.Mask)); err != nil {
 		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP replies after a policy change")
+	}
+}
+
+// evictTranslations deletes the learned SCTP translations to endpoints that left their
+// Service's EndpointSlices, once generation gen, whose flows no longer choose those
+// endpoints, is installed (NodeState.TakeEvictions).
+func (a *Agent) evictTranslations(gen uint64) {
+	filters := a.state.TakeEvictions(gen)
+	if len(filters) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, f := range filters {
+		if err := a.of.DeleteFlows(ctx, uint64(f.Value), uint64(f.Mask)); err != nil {
+			log.WithError(err).WithField("cookie", f).Warn("delete the learned SCTP translations of an endpoint that left its Service")
+		}
 	}
 }

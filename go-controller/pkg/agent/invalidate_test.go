@@ -44,13 +44,13 @@ func (r *recordingCaches) DeleteFlows(_ context.Context, cookie, mask uint64) er
 	return nil
 }
 
-// TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge: only the replies (object 0),
-// not the learned translations of stateless SCTP Services.
+// TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge: only the replies (kind 0,
+// object 0), not the learned translations of stateless SCTP Services.
 func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
 	for _, netdev := range []bool{true, false} {
 		r := &recordingCaches{}
 		invalidatePolicyCaches(context.Background(), r, r, netdev)
-		want := []string{"purge", "del-flows cookie=0x70000000000/0xff00ffffffff"}
+		want := []string{"purge", "del-flows cookie=0x70000000000/0xffffffffffff"}
 		if netdev {
 			want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
 		}

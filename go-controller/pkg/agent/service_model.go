@@ -57,7 +57,7 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 			if proto == pipeline.IPProtoSCTP && !sctp {
 				// Translated without conntrack (see pipeline/flows_sctp_service.go). The
 				// host's own (kernel) conntrack still DNATs its NodePort to the ClusterIP.
-				p.Stateless = true
+				p.Stateless, p.Listed = true, listed(eps)
 			}
 			out = append(out, p)
 		}
@@ -148,6 +148,16 @@ func usable(eps []serviceEndpoint, local bool) []netip.AddrPort {
 	}
 	slices.SortFunc(ready, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return slices.Compact(ready)
+}
+
+// listed are the endpoints' addresses whatever their conditions, sorted, once each.
+func listed(eps []serviceEndpoint) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, e := range eps {
+		out = append(out, e.addr)
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(out)
 }
 
 // endpointsOf collects the endpoints of Service port sp of one family: each slice names

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -289,4 +290,36 @@ func TestRenderedFlowsKeepUnchangedServices(t *testing.T) {
 	same("x/db back")
 	state.SetNode(testNodeConfig()) // a new node configuration: everything is compiled again
 	same("node configuration replaced")
+}
+
+// TestEvictionsOfEndpointsThatLeftTheSlices: an endpoint of a stateless SCTP port that
+// the EndpointSlices no longer list (not one that is merely not ready: Listed keeps it)
+// has its learned translations deleted, once the generation without it is installed.
+func TestEvictionsOfEndpointsThatLeftTheSlices(t *testing.T) {
+	s := NewNodeState(1, nil)
+	a, b := netip.MustParseAddrPort("10.244.1.5:9132"), netip.MustParseAddrPort("10.244.2.5:9132")
+	port := func(listed ...netip.AddrPort) []pipeline.ServicePort {
+		g := pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 1, Endpoints: listed[:1]}
+		return []pipeline.ServicePort{{Name: "x/s:sctp/SCTP", ClusterIP: netip.MustParseAddr("10.96.0.9"), IPProto: pipeline.IPProtoSCTP,
+			Port: 9, Internal: g, External: g, Stateless: true, Listed: listed}}
+	}
+	s.SetServices(map[string][]pipeline.ServicePort{"x/s": port(a, b)})
+	if got := s.TakeEvictions(100); len(got) != 0 {
+		t.Fatalf("first sync evicts %v", got)
+	}
+	gen := s.SetService("x/s", port(a))
+	if got := s.TakeEvictions(gen - 1); len(got) != 0 {
+		t.Errorf("evicted before the generation without the endpoint was installed: %v", got)
+	}
+	want := pipeline.SCTPTranslationFilter(port(a, b)[0], b)
+	if got := s.TakeEvictions(gen); len(got) != 1 || got[0] != want {
+		t.Errorf("after generation %d: %v, want %v", gen, got, want)
+	}
+	if got := s.TakeEvictions(gen); len(got) != 0 {
+		t.Errorf("evictions taken twice: %v", got)
+	}
+	gen = s.SetService("x/s", nil) // the Service is deleted
+	if got := s.TakeEvictions(gen); len(got) != 1 || got[0] != pipeline.SCTPTranslationFilter(port(a)[0], a) {
+		t.Errorf("deleted Service: %v", got)
+	}
 }

@@ -33,6 +33,9 @@ type NodeState struct {
 	groups   []pipeline.Group
 	// serviceCache keeps the Services' rendered flows between RenderedFlows calls.
 	serviceCache serviceFlowCache
+	// evictions are learned SCTP translations to delete once their generation is
+	// installed (service_state.go).
+	evictions []pendingEviction
 }
 
 // NewNodeState returns an empty state; onChange is called after every change.

@@ -43,7 +43,7 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 	case pipeline.CategoryService:
 		return o.describeService(c)
 	case pipeline.CategoryLearned:
-		if c.Object() == pipeline.LearnedTranslations {
+		if c.LearnedTranslation() {
 			return "learned SCTP Service translation (an association's pin to its endpoint, or its replies' un-NAT)"
 		}
 		return "learned SCTP reply (of an association policy allowed)"

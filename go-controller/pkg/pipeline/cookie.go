@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"hash/fnv"
+	"net/netip"
 )
 
 // Cookie says who owns a flow. Layout (64 bits):
@@ -110,20 +111,48 @@ func (c Cookie) Learned() bool { return c.Category() == CategoryLearned }
 // LearnedFilter selects every learned flow, of any round.
 func LearnedFilter() CookieFilter { return CategoryFilter(CategoryLearned) }
 
-// Objects of learned flows: what a learned flow does decides whether a NetworkPolicy
-// change must delete it.
+// Kinds of learned flows, in the cookie's bits 39..32: what a learned flow does decides
+// when the agent deletes it.
 const (
-	// LearnedReplies: SCTPReply's flows, which let an association's replies skip policy;
-	// deleted after every policy change (LearnedReplyFilter).
-	LearnedReplies uint32 = 0
-	// LearnedTranslations: SCTPUnNAT's and SCTPPin's flows, which only translate a
-	// stateless SCTP Service association (policy still sees every packet); they outlive
-	// policy changes, so a live association keeps its endpoint and its replies.
-	LearnedTranslations uint32 = 1
+	// learnedKindReply: SCTPReply's flows (object 0), which let an association's replies
+	// skip policy; deleted after every policy change (LearnedReplyFilter).
+	learnedKindReply = 0
+	// learnedKindTranslation: SCTPPin's and SCTPUnNAT's flows, which only translate an
+	// association to a stateless SCTP Service port (policy still sees every packet). The
+	// object is SCTPTranslationObjectID of the port and endpoint; they outlive policy
+	// changes and are deleted when the endpoint leaves the port's EndpointSlices
+	// (SCTPTranslationFilter).
+	learnedKindTranslation = 1
 )
 
 // LearnedReplyFilter selects the learned flows that let replies skip policy, of any round.
-func LearnedReplyFilter() CookieFilter { return ObjectFilter(CategoryLearned, LearnedReplies) }
+func LearnedReplyFilter() CookieFilter {
+	return CookieFilter{Value: NewCookie(0, CategoryLearned, 0), Mask: categoryMask | kindMask | objectMask}
+}
+
+// SCTPTranslationObjectID is the cookie object of the learned translations to endpoint ep
+// of stateless port p: FNV-1a of "<port name>|<ClusterIP>|<ep>". Two may collide; deleting
+// one's translations then also moves the other's associations to a new endpoint.
+func SCTPTranslationObjectID(p ServicePort, ep netip.AddrPort) uint32 {
+	return PeerObjectID(p.Name + "|" + p.ClusterIP.String() + "|" + ep.String())
+}
+
+// sctpTranslationCookie is the cookie of the learned translations to ep of p.
+func sctpTranslationCookie(r Round, p ServicePort, ep netip.AddrPort) Cookie {
+	return NewCookie(r, CategoryLearned, SCTPTranslationObjectID(p, ep)) | learnedKindTranslation<<kindShift
+}
+
+// SCTPTranslationFilter selects the learned translations to endpoint ep of stateless port
+// p, of any round.
+func SCTPTranslationFilter(p ServicePort, ep netip.AddrPort) CookieFilter {
+	return CookieFilter{Value: sctpTranslationCookie(0, p, ep), Mask: categoryMask | kindMask | objectMask}
+}
+
+// LearnedTranslation reports whether the flow is a learned translation of a stateless
+// SCTP Service port (SCTPPin, SCTPUnNAT).
+func (c Cookie) LearnedTranslation() bool {
+	return c.Learned() && (c&kindMask)>>kindShift == learnedKindTranslation
+}
 
 // PolicyKind is what a NetworkPolicy flow (CategoryPolicy) does, in the cookie's bits
 // 39..32. The object is a rule's PolicyRuleObjectID for rule and clause flows, and a

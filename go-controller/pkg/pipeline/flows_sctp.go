@@ -55,7 +55,7 @@ func (b *Builder) sctpFlows(s *flowSet) {
 		s.add(ConntrackState, prioCTSCTP, MatchProtocol(sctp),
 			LoadReg(SCTPStatePolicy.Mark()), Resubmit{Table: SCTPReply}, Resubmit{Table: SCTPUnNAT}, Resubmit{Table: SCTPPin}, Goto(next))
 		learn := LearnSCTPReply{Table: SCTPReply, Priority: prioSCTPReplyFlow, IdleTimeout: sctpReplyIdleTimeout,
-			Cookie: NewCookie(b.round, CategoryLearned, LearnedReplies), IPv6: family == ProtoIPv6}
+			Cookie: NewCookie(b.round, CategoryLearned, 0), IPv6: family == ProtoIPv6}
 		checked := MatchProtocol(sctp).Reg(SCTPStatePolicy.Mark())
 		s.add(ConntrackCommit, prioCommitSCTPNew, checked.CTState(CTNew|CTTracked, 0),
 			learn, CT{Commit: true, Zone: CTZone}, Goto(Output))

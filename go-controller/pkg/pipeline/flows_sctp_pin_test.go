@@ -146,3 +146,38 @@ func TestStatelessSCTPHairpin(t *testing.T) {
 		t.Errorf("hairpin reply to %s, want %s:40000", got, self)
 	}
 }
+
+// TestStatelessSCTPEvictedTranslationsMoveTheAssociation: once the agent deletes the
+// learned translations of an endpoint that left the Service (SCTPTranslationFilter), the
+// association's next packet goes to a current endpoint; other endpoints' translations,
+// and the other learned flows, stay.
+func TestStatelessSCTPEvictedTranslationsMoveTheAssociation(t *testing.T) {
+	port := sigPort(0, "10.244.2.10", "10.244.3.10")
+	sc, tr := sigTracer(t, []ServicePort{port}, nil)
+	client := sc.pods[1]
+	backends := map[uint16]netip.Addr{}
+	for sport := uint16(40000); sport < 40020; sport++ {
+		backends[sport] = wantDelivered(t, trace(t, tr, servicePacket(t, client, sigVIP4, IPProtoSCTP, sport, 132), CTNew), tunnelPort).IPDst
+	}
+	gone := ip("10.244.2.10")
+	now := sigPort(0, "10.244.3.10", "10.244.3.11")
+	_, tr = sigTracer(t, []ServicePort{now}, tr.Flows(LearnedFilter()))
+	before := len(tr.Flows(LearnedFilter()))
+	tr.DeleteFlows(SCTPTranslationFilter(port, netip.AddrPortFrom(gone, 9132)))
+	evicted := before - len(tr.Flows(LearnedFilter()))
+	moved := 0
+	for sport, was := range backends {
+		out := wantDelivered(t, trace(t, tr, servicePacket(t, client, sigVIP4, IPProtoSCTP, sport, 132), CTEstablished), tunnelPort)
+		switch {
+		case was == gone && out.IPDst == gone:
+			t.Errorf("association from port %d still goes to the evicted endpoint %s", sport, gone)
+		case was == gone:
+			moved++
+		case out.IPDst != was:
+			t.Errorf("association from port %d moved from %s to %s, though its endpoint stayed", sport, was, out.IPDst)
+		}
+	}
+	if moved == 0 || evicted != 2*moved {
+		t.Errorf("%d associations moved, %d learned flows deleted: want some, and a pin and an un-NAT flow each", moved, evicted)
+	}
+}

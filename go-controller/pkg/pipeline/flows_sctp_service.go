@@ -26,12 +26,16 @@ import (
 //     from the translated packet, so it matches the endpoint's real address), then to
 //     SCTPUnNAT (replies are rewritten back), then to SCTPPin (later packets of an
 //     association are rewritten to its endpoint; ServiceLB then no longer matches them).
-//     A pinned association keeps its endpoint while the Service's endpoints change, and
-//     even after its endpoint left the Service (its packets never reach the group again),
-//     as conntrack keeps a TCP connection's translation: established associations finish.
+//     A pinned association keeps its endpoint while the Service's endpoints change (its
+//     packets never reach the group again), as conntrack keeps a TCP connection's
+//     translation.
 //   - Pins and un-NAT flows are kept alive by their own packets (forward and reply) for
-//     sctpReplyIdleTimeout; they carry the LearnedTranslations cookie and outlive policy
-//     changes (they decide nothing: policy still sees every packet).
+//     sctpReplyIdleTimeout. Their cookie names the port and endpoint
+//     (SCTPTranslationFilter): they outlive policy changes (they decide nothing: policy
+//     still sees every packet) and an endpoint that is not ready or terminating, so
+//     established associations finish; the agent deletes them once the endpoint has left
+//     the port's EndpointSlices (ServicePort.Listed), so a client that keeps its port does
+//     not stay pinned to a pod that is gone.
 //   - Hairpin: a pod reaching itself through the Service matches its own EndpointDNAT
 //     flow (in_port and source = the pod), which also rewrites the source to the hairpin
 //     address (the pod's kernel drops a packet from itself) and learns pin and un-NAT
@@ -41,8 +45,8 @@ import (
 // statelessEndpointActions are the EndpointDNAT actions of one endpoint of a stateless
 // SCTP port (after the affinity learn, which needs the ClusterIP as destination). With a
 // valid hairpin address, the source is rewritten to it.
-func (b *Builder) statelessEndpointActions(ep netip.AddrPort, hairpin netip.Addr) []Action {
-	cookie := NewCookie(b.round, CategoryLearned, LearnedTranslations)
+func (b *Builder) statelessEndpointActions(p ServicePort, ep netip.AddrPort, hairpin netip.Addr) []Action {
+	cookie := sctpTranslationCookie(b.round, p, ep)
 	pin := LearnSCTPPin{Table: SCTPPin, Priority: prioSCTPPinFlow, IdleTimeout: sctpReplyIdleTimeout,
 		Cookie: cookie, Endpoint: ep, Hairpin: hairpin}
 	unNAT := LearnSCTPUnNAT{Table: SCTPUnNAT, Priority: prioSCTPUnNATFlow, IdleTimeout: sctpReplyIdleTimeout,
@@ -81,7 +85,7 @@ func (b *Builder) statelessHairpinFlows(s *flowSet, ports []ServicePort, pods []
 				actions = append(actions, p.learnAffinity())
 			}
 			s.add(EndpointDNAT, prioEndpointDNATHairpin, m,
-				append(actions, b.statelessEndpointActions(ep, hairpinAddr(ipProto(ep.Addr())))...)...)
+				append(actions, b.statelessEndpointActions(p, ep, hairpinAddr(ipProto(ep.Addr())))...)...)
 		}
 	}
 	for _, family := range b.families() {

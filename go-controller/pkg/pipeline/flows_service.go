@@ -137,7 +137,7 @@ func (b *Builder) serviceGroup(s *flowSet, p ServicePort, g ServiceGroup) Group 
 		m := MatchProtocol(proto).Reg(EndpointKeyField.Mark(key)).Reg(ServiceGroupField.Mark(g.ID))
 		dnat := []Action{CT{Commit: true, Zone: CTZone, Recirculate: true, Table: ServiceHairpin, NATDst: ep}}
 		if p.Stateless {
-			dnat = b.statelessEndpointActions(ep, netip.Addr{})
+			dnat = b.statelessEndpointActions(p, ep, netip.Addr{})
 		}
 		if p.AffinityTimeout == 0 {
 			s.add(EndpointDNAT, prioEndpointDNAT, m, dnat...)

@@ -61,6 +61,11 @@ type ServicePort struct {
 	// reverse flow (flows_sctp_service.go): SCTP on the userspace datapath, whose
 	// conntrack cannot NAT SCTP ports. Only for SCTP.
 	Stateless bool
+	// Listed are the endpoints the port's EndpointSlices list, whatever their conditions
+	// (stateless ports only): the learned translations of associations to a listed
+	// endpoint live on; the agent deletes those of an endpoint no longer listed
+	// (SCTPTranslationFilter).
+	Listed []netip.AddrPort
 }
 
 // ServiceGroup is the endpoints one select group balances over.

@@ -91,8 +91,10 @@ func (c *svcCluster) testSCTPHairpin(t *testing.T) {
 
 // testSCTPAssociationKeepsEndpoint: an association (its client's address and port) stays
 // on the endpoint its first packet reached while the Service's endpoints change, even once
-// that endpoint has left the Service, and across a NetworkPolicy change (which deletes
-// the learned SCTP replies); new associations go to the current endpoints only.
+// that endpoint is no longer ready, and across a NetworkPolicy change (which deletes the
+// learned SCTP replies); new associations go to the current endpoints only. Once the
+// endpoint has left the EndpointSlice altogether (its pod is gone), the association
+// moves to a current endpoint instead of staying pinned to it.
 func (c *svcCluster) testSCTPAssociationKeepsEndpoint(t *testing.T) {
 	name := "sctp-pin"
 	ns := c.namespace(t, name)
@@ -119,14 +121,18 @@ func (c *svcCluster) testSCTPAssociationKeepsEndpoint(t *testing.T) {
 		t.Fatalf("association from port %d: %s", srcPort, framework.Describe(first))
 	}
 	gone, rest := splitBackends(t, c.web[:2], first.Reply.Identity)
-	t.Logf("association from port %d reached %s; replacing it in the Service by %s", srcPort, key(gone), key(c.web[2]))
+	t.Logf("association from port %d reached %s; marking it not ready and adding %s", srcPort, key(gone), key(c.web[2]))
 	var current []framework.SliceEndpoint
+	notReady := framework.SliceEndpoint{}
 	for i, p := range c.web {
 		if p != gone {
 			current = append(current, web[i])
+		} else {
+			notReady = web[i]
+			notReady.Ready, notReady.Serving, notReady.Terminating = false, false, false
 		}
 	}
-	write(current...)
+	write(append(current, notReady)...)
 	now := []string{key(rest), key(c.web[2])}
 	framework.Eventually(t, programTimeout, "new associations to reach only "+strings.Join(now, " and "), func() error {
 		return allOf(c.s.Spread(from, ip, "132/sctp", 20, probeTimeout), now...)
@@ -144,9 +150,9 @@ func (c *svcCluster) testSCTPAssociationKeepsEndpoint(t *testing.T) {
 			}
 		}
 	}
-	checkAssociation("after its endpoint left the Service")
+	checkAssociation("after its endpoint turned not ready")
 	if err := onlyFrom(c.s.Spread(from, ip, "132/sctp", drainProbes, probeTimeout), now...); err != nil {
-		t.Errorf("new associations after %s left the Service: %v", key(gone), err)
+		t.Errorf("new associations after %s turned not ready: %v", key(gone), err)
 	}
 
 	// A NetworkPolicy change on the client's node deletes the learned SCTP replies, not the
@@ -164,7 +170,7 @@ func (c *svcCluster) testSCTPAssociationKeepsEndpoint(t *testing.T) {
 		for _, f := range c.s.DumpFlows(t, "node3") {
 			switch cookie := pipeline.Cookie(f.Cookie); {
 			case !pipeline.LearnedFilter().Matches(cookie):
-			case cookie.Object() == pipeline.LearnedReplies:
+			case !cookie.LearnedTranslation():
 				replies++
 			case strings.HasPrefix(f.Text, fmt.Sprintf("table=%d,", pipeline.SCTPPin.ID)):
 				pins++
@@ -179,4 +185,16 @@ func (c *svcCluster) testSCTPAssociationKeepsEndpoint(t *testing.T) {
 		return nil
 	})
 	checkAssociation("after a NetworkPolicy change")
+
+	write(current...)
+	framework.Eventually(t, programTimeout, "the association to move off "+key(gone)+" once the slice no longer lists it", func() error {
+		r := association()
+		if !r.Connected || r.Reply == nil {
+			return fmt.Errorf("association from port %d: %s", srcPort, framework.Describe(r))
+		}
+		if !slices.Contains(now, r.Reply.Identity) {
+			return fmt.Errorf("association from port %d still answered by %s", srcPort, r.Reply.Identity)
+		}
+		return nil
+	})
 }
