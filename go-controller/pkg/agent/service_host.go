@@ -26,7 +26,8 @@ import (
 //     ClusterIP:nodePort, where br-int's NodePort flows pick the endpoint), masquerade to the
 //     gateway address for externalTrafficPolicy Cluster (replies then come back through this
 //     node), and a reject (TCP reset, ICMP port unreachable) of connections to Service ports
-//     without endpoints, which br-int hands to the host.
+//     without endpoints, which br-int hands to the host, and to ClusterIPs on ports that
+//     are no Service port.
 const (
 	serviceNFTable = "kovs-services"
 	// routeProtoKovs marks the routes this file owns (rtnetlink protocol number).
@@ -98,12 +99,15 @@ func (h *serviceHost) sync(all map[string][]pipeline.ServicePort, full bool) {
 // nftScript is the whole table, replaced atomically.
 func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 	var dnat, masq, reject []string
+	vips, known := map[string][]string{}, map[string][]string{} // by nftables family
 	for _, p := range ports {
 		fam, l4 := "ip", protoName(p.IPProto)
 		vip := p.ClusterIP.String()
 		if p.ClusterIP.Is6() {
 			fam, vip = "ip6", "["+vip+"]"
 		}
+		vips[fam] = append(vips[fam], p.ClusterIP.String())
+		known[fam] = append(known[fam], fmt.Sprintf("%s . %s . %d", p.ClusterIP, l4, p.Port))
 		if p.NodePort != 0 {
 			dnat = append(dnat, fmt.Sprintf("meta nfproto %s %s dport %d fib daddr type local %s daddr != %s dnat %s to %s:%d",
 				nfproto(fam), l4, p.NodePort, fam, loopback(fam), fam, vip, p.NodePort))
@@ -125,10 +129,33 @@ func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 	chain(&b, "nodeport_dnat", "type nat hook prerouting priority -100", dnat)
 	chain(&b, "nodeport_dnat_local", "type nat hook output priority -100", dnat)
 	chain(&b, "nodeport_snat", "type nat hook postrouting priority 100", prefix("oifname \""+h.gateway+"\" ", masq))
-	chain(&b, "no_endpoints", "type filter hook forward priority 0", reject)
-	chain(&b, "no_endpoints_local", "type filter hook output priority 0", reject)
+	unknown := unknownPorts(vips, known)
+	chain(&b, "no_endpoints", "type filter hook forward priority 0", append(slices.Clone(reject), unknown...))
+	chain(&b, "no_endpoints_local", "type filter hook output priority 0", append(reject, unknown...))
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// unknownPorts reject connections to a ClusterIP on a port that is no port of its
+// Service: br-int has no ServiceLB flow for them and hands a pod's to the host, which
+// routes it back to br-int, which drops it (it never sends a packet back out the port it
+// came in on); the node's own would go the same way. The client would wait for its
+// timeout; kube-proxy's nftables mode rejects these too. Traffic the host DNATed (NodePorts
+// to ClusterIP:nodePort) is let through first. known are "<ClusterIP> . <proto> . <port>"
+// by nftables family, vips the ClusterIPs.
+func unknownPorts(vips, known map[string][]string) []string {
+	if len(vips) == 0 {
+		return nil
+	}
+	rules := []string{"ct status dnat accept"}
+	for _, fam := range slices.Sorted(maps.Keys(vips)) {
+		set := func(elems []string) string {
+			return "{ " + strings.Join(slices.Compact(slices.Sorted(slices.Values(elems))), ", ") + " }"
+		}
+		m := fmt.Sprintf("%s daddr %s %s daddr . meta l4proto . th dport != %s ", fam, set(vips[fam]), fam, set(known[fam]))
+		rules = append(rules, m+"meta l4proto tcp reject with tcp reset", m+"reject")
+	}
+	return rules
 }
 
 func chain(b *strings.Builder, name, hook string, rules []string) {

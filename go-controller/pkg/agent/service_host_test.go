@@ -31,6 +31,10 @@ func TestServiceHostRules(t *testing.T) {
 		"dnat ip6 to [fd00:10:96::a]:30080",
 		`oifname "kovs-gw0" ip daddr 10.96.0.10 tcp dport 30080 ct status dnat masquerade`,
 		"ip daddr 10.96.0.20 udp dport 53 reject",
+		// A ClusterIP on a port that is no Service port: rejected, not looped.
+		"ct status dnat accept",
+		"ip daddr { 10.96.0.10, 10.96.0.20 } ip daddr . meta l4proto . th dport != { 10.96.0.10 . tcp . 80, 10.96.0.20 . udp . 53 } meta l4proto tcp reject with tcp reset",
+		"ip6 daddr { fd00:10:96::a } ip6 daddr . meta l4proto . th dport != { fd00:10:96::a . tcp . 80 } reject",
 	} {
 		if !strings.Contains(script, want) {
 			t.Errorf("rules lack %q:\n%s", want, script)

@@ -170,6 +170,26 @@ func (c *svcCluster) testNoEndpointsRejects(t *testing.T) {
 	}
 }
 
+// testUnknownPortRejects: a connection to a ClusterIP on a port that is no port of its
+// Service is refused (TCP reset, ICMP port unreachable), from a pod and from a node,
+// instead of circling between br-int and the host until it times out.
+func (c *svcCluster) testUnknownPortRejects(t *testing.T) {
+	svc := c.webService(t, "unknown-port", nil, svcPort("http", 80, intstr.FromInt32(8080), corev1.ProtocolTCP))
+	ip := framework.ClusterIPs(svc)[0]
+	c.waitAnswered(t, c.client("node1"), ip, "80/tcp", "ClusterIP")
+	for _, from := range []framework.Client{c.client("node1"), c.s.NodeClient(t, "node2")} {
+		for _, p := range []string{"8099/tcp", "8099/udp"} {
+			framework.Eventually(t, programTimeout, target(ip, p)+" (no Service port) from "+from.Name+" to be rejected", func() error {
+				r := c.s.ProbeFrom(from, ip, p, 3*time.Second)
+				if !r.Refused {
+					return fmt.Errorf("after %s: %s (want a TCP reset or ICMP unreachable)", r.Duration.Round(time.Millisecond), framework.Describe(r))
+				}
+				return nil
+			})
+		}
+	}
+}
+
 // testHairpin: a pod reaches itself through its own Service, TCP and UDP.
 func (c *svcCluster) testHairpin(t *testing.T) {
 	ns := c.namespace(t, "hairpin")

@@ -32,7 +32,8 @@ type Result struct {
 	// an SCTP INIT was answered with an INIT-ACK.
 	Connected bool `json:"connected"`
 	// Refused: a TCP RST, an ICMP port (or, for SCTP, protocol) unreachable,
-	// or an SCTP ABORT. Neither Connected nor Refused means no answer.
+	// an SCTP ABORT, or a send the sending host's own firewall rejected (EPERM).
+	// Neither Connected nor Refused means no answer.
 	Refused bool `json:"refused"`
 	// Reply is the responder line, when one was received and parsed.
 	Reply *Line `json:"reply,omitempty"`
@@ -186,6 +187,10 @@ func failed(ctx context.Context, err error, deadline time.Time) Result {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return Result{Refused: true, Error: err.Error()}
+	case errors.Is(err, syscall.EPERM):
+		// A REJECT in the sending host's own netfilter output path: the kernel fails
+		// the send (UDP) instead of delivering an ICMP error to the socket.
+		return Result{Refused: true, Error: "refused by the sending host's firewall: " + err.Error()}
 	case ctx.Err() != nil:
 		return Result{Error: fmt.Sprintf("probe cancelled: %v", err)}
 	case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
