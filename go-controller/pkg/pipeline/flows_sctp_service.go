@@ -46,11 +46,10 @@ import (
 // SCTP port (after the affinity learn, which needs the ClusterIP as destination). With a
 // valid hairpin address, the source is rewritten to it.
 func (b *Builder) statelessEndpointActions(p ServicePort, ep netip.AddrPort, hairpin netip.Addr) []Action {
-	cookie := sctpTranslationCookie(b.round, p, ep)
-	pin := LearnSCTPPin{Table: SCTPPin, Priority: prioSCTPPinFlow, IdleTimeout: sctpReplyIdleTimeout,
-		Cookie: cookie, Endpoint: ep, Hairpin: hairpin}
-	unNAT := LearnSCTPUnNAT{Table: SCTPUnNAT, Priority: prioSCTPUnNATFlow, IdleTimeout: sctpReplyIdleTimeout,
-		Cookie: cookie, Endpoint: ep, Hairpin: hairpin}
+	learned := SCTPTranslation{Priority: prioSCTPTranslationFlow, IdleTimeout: sctpReplyIdleTimeout,
+		Cookie: sctpTranslationCookie(b.round, p, ep), Endpoint: ep, Hairpin: hairpin}
+	pin, unNAT := LearnSCTPPin(learned), LearnSCTPUnNAT(learned)
+	pin.Table, unNAT.Table = SCTPPin, SCTPUnNAT
 	out := []Action{pin, unNAT}
 	out = append(out, pin.rewrite()...)
 	return append(out, Goto(EgressPolicy))
@@ -101,18 +100,20 @@ func (b *Builder) statelessHairpinFlows(s *flowSet, ports []ServicePort, pods []
 // Priorities of the stateless SCTP flows.
 const (
 	prioEndpointDNATHairpin = 210 // EndpointDNAT: a pod reaching itself
-	prioSCTPPinFlow         = 100 // SCTPPin: the learned flows
+	prioSCTPTranslationFlow = 100 // SCTPPin, SCTPUnNAT: the learned flows
 )
 
-// prioSCTPUnNATFlow is the priority of the learned flows in SCTPUnNAT.
-const prioSCTPUnNATFlow = 100
-
 // SetIPDst writes the packet's destination address (IPv4 or IPv6).
-func SetIPDst(a netip.Addr) SetField {
+func SetIPDst(a netip.Addr) SetField { return setAddr(a, FieldIPv4Dst, FieldIPv6Dst) }
+
+// SetIPSrc writes the packet's source address (IPv4 or IPv6).
+func SetIPSrc(a netip.Addr) SetField { return setAddr(a, FieldIPv4Src, FieldIPv6Src) }
+
+func setAddr(a netip.Addr, v4, v6 Field) SetField {
 	if a.Is6() {
-		return setExact(FieldIPv6Dst, a.AsSlice())
+		return setExact(v6, a.AsSlice())
 	}
-	return setExact(FieldIPv4Dst, a.AsSlice())
+	return setExact(v4, a.AsSlice())
 }
 
 // SetSCTPPort writes the packet's SCTP destination port, or with Src its source port.
@@ -128,20 +129,11 @@ func (a SetSCTPPort) String() string {
 	return fmt.Sprintf("set_field:%d->sctp_dst", a.Port)
 }
 
-// SetIPSrc writes the packet's source address (IPv4 or IPv6).
-func SetIPSrc(a netip.Addr) SetField {
-	if a.Is6() {
-		return setExact(FieldIPv6Src, a.AsSlice())
-	}
-	return setExact(FieldIPv4Src, a.AsSlice())
-}
-
-// LearnSCTPPin learns, from the first packet of an SCTP association to a Service port
-// (before its translation), a flow in Table that matches the association's later packets
-// (the same addresses and ports) and rewrites them to Endpoint, and with a valid Hairpin
-// address their source to it, with Cookie, removed after IdleTimeout seconds without
-// packets.
-type LearnSCTPPin struct {
+// SCTPTranslation is what the two learn actions of a stateless SCTP Service endpoint
+// share: learned flows in Table with Priority and Cookie, removed after IdleTimeout
+// seconds without packets, for associations translated to Endpoint (and, with a valid
+// Hairpin address, from it).
+type SCTPTranslation struct {
 	Table       Table
 	Priority    uint16
 	IdleTimeout uint16
@@ -149,6 +141,12 @@ type LearnSCTPPin struct {
 	Endpoint    netip.AddrPort
 	Hairpin     netip.Addr
 }
+
+// LearnSCTPPin learns, from the first packet of an SCTP association to a Service port
+// (before its translation), a flow that matches the association's later packets (the
+// same addresses and ports) and rewrites them to Endpoint, and with a valid Hairpin
+// address their source to it.
+type LearnSCTPPin SCTPTranslation
 
 // String renders the action as ovs-ofctl dump-flows prints it.
 func (a LearnSCTPPin) String() string {
@@ -181,18 +179,11 @@ func (a LearnSCTPPin) LearnedFlow(pkt Packet) Flow {
 }
 
 // LearnSCTPUnNAT learns, from an SCTP packet to a Service port (before its translation to
-// Endpoint), a flow in Table that matches the endpoint's replies (from Endpoint to the
-// client's address and port; to the Hairpin address instead, if valid) and rewrites their
-// source to the address and port the client sent to (and with Hairpin their destination
-// back to the client), with Cookie, removed after IdleTimeout seconds without packets.
-type LearnSCTPUnNAT struct {
-	Table       Table
-	Priority    uint16
-	IdleTimeout uint16
-	Cookie      Cookie
-	Endpoint    netip.AddrPort
-	Hairpin     netip.Addr
-}
+// Endpoint), a flow that matches the endpoint's replies (from Endpoint to the client's
+// address and port; to the Hairpin address instead, if valid) and rewrites their source
+// to the address and port the client sent to (and with Hairpin their destination back to
+// the client).
+type LearnSCTPUnNAT SCTPTranslation
 
 // String renders the action as ovs-ofctl dump-flows prints it.
 func (a LearnSCTPUnNAT) String() string {
