@@ -98,6 +98,13 @@ func (l Layout) pidOf(name string) int {
 // file that outlived its process never makes us signal someone else's process.
 func (l Layout) owns(pid int) bool {
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	// Right after start the environment may read empty: execve wakes the parent (it closes
+	// the close-on-exec pipe exec.Cmd.Start waits on) before it sets the new environment
+	// up. up once took a kovs-controller it had just started for dead this way.
+	for try := 0; err == nil && len(env) == 0 && try < 20; try++ {
+		time.Sleep(5 * time.Millisecond)
+		env, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	}
 	if err != nil {
 		return false
 	}
