@@ -103,7 +103,7 @@ func TestDescribePolicyCookies(t *testing.T) {
 			"default deny of x/web-0 (its NetworkPolicy has not arrived from kovs-controller yet)"},
 		{pipeline.NewPolicyCookie(1, pipeline.PolicyKindRule, 7), "NetworkPolicy rule 0x7 (no current NetworkPolicy rule has this ID hash)"},
 		{pipeline.NewCookie(1, pipeline.CategoryLearned, 0), "learned SCTP reply (of an association policy allowed)"},
-		{pipeline.NewCookie(1, pipeline.CategoryLearned, 7)|1<<32, "learned SCTP Service translation (an association's pin to its endpoint, or its replies' un-NAT)"},
+		{pipeline.NewCookie(1, pipeline.CategoryLearned, 7) | 1<<32, "learned SCTP Service translation (an association's pin to its endpoint, or its replies' un-NAT)"},
 		{pipeline.NewCookie(1, pipeline.CategoryService, pipeline.ServiceObjectID("x/web:http/TCP")), "Service x/web:http/TCP"},
 		{pipeline.NewCookie(1, pipeline.CategoryService, 0), "Service hairpin (a pod reaching itself through a Service)"},
 	} {
