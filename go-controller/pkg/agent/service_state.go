@@ -31,7 +31,7 @@ func (s *NodeState) SetService(key string, ports []pipeline.ServicePort) uint64 
 		return gen
 	}
 	return s.change(func() {
-		s.queueEvictionsLocked(old, ports)
+		s.queueEvictionsLocked(s.services[key], ports)
 		if s.services == nil {
 			s.services = map[string][]pipeline.ServicePort{}
 		}
