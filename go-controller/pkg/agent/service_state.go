@@ -2,7 +2,6 @@ package agent
 
 import (
 	"maps"
-	"net/netip"
 	"reflect"
 	"slices"
 
@@ -83,19 +82,16 @@ type pendingEviction struct {
 // that now's ports no longer list: their associations must not stay pinned to a pod that
 // is gone. Called inside change, with mu held.
 func (s *NodeState) queueEvictionsLocked(old, now []pipeline.ServicePort) {
-	key := func(p pipeline.ServicePort, ep netip.AddrPort) string {
-		return p.Name + "|" + p.ClusterIP.String() + "|" + ep.String()
-	}
 	still := map[string]bool{}
 	for _, p := range now {
 		for _, ep := range p.Listed {
-			still[key(p, ep)] = true
+			still[pipeline.SCTPTranslationKey(p, ep)] = true
 		}
 	}
 	var gone []pipeline.CookieFilter
 	for _, p := range old {
 		for _, ep := range p.Listed {
-			if p.Stateless && !still[key(p, ep)] {
+			if p.Stateless && !still[pipeline.SCTPTranslationKey(p, ep)] {
 				gone = append(gone, pipeline.SCTPTranslationFilter(p, ep))
 			}
 		}

@@ -130,11 +130,17 @@ func LearnedReplyFilter() CookieFilter {
 	return CookieFilter{Value: NewCookie(0, CategoryLearned, 0), Mask: categoryMask | kindMask | objectMask}
 }
 
+// SCTPTranslationKey names the learned translations to endpoint ep of stateless port p:
+// "<port name>|<ClusterIP>|<ep>".
+func SCTPTranslationKey(p ServicePort, ep netip.AddrPort) string {
+	return p.Name + "|" + p.ClusterIP.String() + "|" + ep.String()
+}
+
 // SCTPTranslationObjectID is the cookie object of the learned translations to endpoint ep
-// of stateless port p: FNV-1a of "<port name>|<ClusterIP>|<ep>". Two may collide; deleting
-// one's translations then also moves the other's associations to a new endpoint.
+// of stateless port p: FNV-1a of SCTPTranslationKey. Two may collide; deleting one's
+// translations then also moves the other's associations to a new endpoint.
 func SCTPTranslationObjectID(p ServicePort, ep netip.AddrPort) uint32 {
-	return PeerObjectID(p.Name + "|" + p.ClusterIP.String() + "|" + ep.String())
+	return PeerObjectID(SCTPTranslationKey(p, ep))
 }
 
 // sctpTranslationCookie is the cookie of the learned translations to ep of p.

@@ -172,9 +172,7 @@ func (a LearnSCTPPin) rewrite() []Action {
 
 // LearnedFlow is the flow the action learns from pkt (not yet translated).
 func (a LearnSCTPPin) LearnedFlow(pkt Packet) Flow {
-	proto, _ := TransportProtocol(IPProtoSCTP, a.Endpoint.Addr().Is6())
-	m := MatchProtocol(proto).IPSrc(host(pkt.IPSrc)).IPDst(host(pkt.IPDst)).
-		with(FieldTpSrc, uintValue(uint64(pkt.SrcPort), 2), allOnes(2)).TpDst(pkt.DstPort, 0xffff)
+	m := sctpMatch(netip.AddrPortFrom(pkt.IPSrc, pkt.SrcPort), netip.AddrPortFrom(pkt.IPDst, pkt.DstPort))
 	return Flow{Table: a.Table, Priority: a.Priority, Cookie: a.Cookie, Match: m, Actions: a.rewrite()}
 }
 
@@ -209,13 +207,11 @@ func (a LearnSCTPUnNAT) String() string {
 // LearnedFlow is the flow the action learns from pkt (not yet translated): the match of
 // the endpoint's replies, rewritten to come from where pkt went.
 func (a LearnSCTPUnNAT) LearnedFlow(pkt Packet) Flow {
-	proto, _ := TransportProtocol(IPProtoSCTP, a.Endpoint.Addr().Is6())
 	client := pkt.IPSrc
 	if a.Hairpin.IsValid() {
 		client = a.Hairpin
 	}
-	m := MatchProtocol(proto).IPSrc(host(a.Endpoint.Addr())).IPDst(host(client)).
-		with(FieldTpSrc, uintValue(uint64(a.Endpoint.Port()), 2), allOnes(2)).TpDst(pkt.SrcPort, 0xffff)
+	m := sctpMatch(a.Endpoint, netip.AddrPortFrom(client, pkt.SrcPort))
 	actions := []Action{SetIPSrc(pkt.IPDst), SetSCTPPort{Src: true, Port: pkt.DstPort}}
 	if a.Hairpin.IsValid() {
 		actions = append(actions, SetIPDst(a.Endpoint.Addr()))

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -40,7 +41,13 @@ func learnSCTPReverse(ipv6 bool) []string {
 
 // sctpReplyMatch is the match learnSCTPReverse learns from pkt.
 func sctpReplyMatch(pkt Packet, ipv6 bool) Match {
-	proto, _ := TransportProtocol(IPProtoSCTP, ipv6)
-	return MatchProtocol(proto).IPSrc(host(pkt.IPDst)).IPDst(host(pkt.IPSrc)).
-		with(FieldTpSrc, uintValue(uint64(pkt.DstPort), 2), allOnes(2)).TpDst(pkt.SrcPort, 0xffff)
+	return sctpMatch(netip.AddrPortFrom(pkt.IPDst, pkt.DstPort), netip.AddrPortFrom(pkt.IPSrc, pkt.SrcPort))
+}
+
+// sctpMatch matches the SCTP packets from src to dst (addresses and ports), as the flows
+// learned from SCTP packets do.
+func sctpMatch(src, dst netip.AddrPort) Match {
+	proto, _ := TransportProtocol(IPProtoSCTP, src.Addr().Is6())
+	return MatchProtocol(proto).IPSrc(host(src.Addr())).IPDst(host(dst.Addr())).
+		with(FieldTpSrc, uintValue(uint64(src.Port()), 2), allOnes(2)).TpDst(dst.Port(), 0xffff)
 }
