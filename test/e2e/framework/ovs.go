@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 // Flow is one flow of a node's br-int as ovs-ofctl dumps it.
@@ -16,6 +18,8 @@ type Flow struct {
 	Age time.Duration
 	// Text is the flow without its cookie and counters: table, priority, match, actions.
 	Text string
+	// Table and Priority as ovs.ParseFlow reads them (Table -1 if it could not).
+	Table, Priority int
 }
 
 // flowCounters are the fields of a dumped flow that change by themselves.
@@ -42,6 +46,10 @@ func ParseFlow(line string) (f Flow, ok bool) {
 		return Flow{}, false
 	}
 	f.Text = flowCounters.ReplaceAllString(line, "")
+	f.Table, f.Priority = -1, ovs.DefaultPriority
+	if e, err := ovs.ParseFlow(line); err == nil {
+		f.Table, f.Priority = e.Table, e.Priority
+	}
 	c, _, _ := strings.Cut(strings.TrimPrefix(line, "cookie="), ",")
 	f.Cookie, _ = strconv.ParseUint(c, 0, 64)
 	if m := flowDuration.FindStringSubmatch(line); m != nil {

@@ -106,24 +106,25 @@ func (s *Sandbox) ProbeFrom(c Client, addr netip.Addr, port string, timeout time
 	if err != nil {
 		return responder.Result{Error: err.Error()}
 	}
-	var res responder.Result
-	err = ns.WithNetNSPath(c.NetNS, func(ns.NetNS) error {
-		res = responder.Probe(context.Background(), responder.Target{Addr: addr, Port: p}, timeout)
-		return nil
+	return probeIn(c, func() responder.Result {
+		return responder.Probe(context.Background(), responder.Target{Addr: addr, Port: p}, timeout)
 	})
-	if err != nil {
-		res.Error = err.Error()
-	}
-	return res
 }
 
 // ProbeSCTPFromPort probes addr:port/sctp from the client's namespace from source port
 // srcPort: probes from one port are, to the network, packets of one association.
 func (s *Sandbox) ProbeSCTPFromPort(c Client, addr netip.Addr, port uint16, srcPort uint16, timeout time.Duration) responder.Result {
+	return probeIn(c, func() responder.Result {
+		t := responder.Target{Addr: addr, Port: responder.Port{Number: port, Protocol: responder.SCTP}}
+		return responder.ProbeSCTPFromPort(context.Background(), t, srcPort, timeout)
+	})
+}
+
+// probeIn runs probe on an OS thread in the client's network namespace.
+func probeIn(c Client, probe func() responder.Result) responder.Result {
 	var res responder.Result
 	err := ns.WithNetNSPath(c.NetNS, func(ns.NetNS) error {
-		t := responder.Target{Addr: addr, Port: responder.Port{Number: port, Protocol: responder.SCTP}}
-		res = responder.ProbeSCTPFromPort(context.Background(), t, srcPort, timeout)
+		res = probe()
 		return nil
 	})
 	if err != nil {
@@ -156,15 +157,22 @@ type Answers struct {
 
 // Spread makes n probes one after the other and counts who answered.
 func (s *Sandbox) Spread(c Client, addr netip.Addr, port string, n int, timeout time.Duration) Answers {
-	a := Answers{ByIdentity: map[string]int{}}
+	var results []responder.Result
 	for range n {
-		r := s.ProbeFrom(c, addr, port, timeout)
+		results = append(results, s.ProbeFrom(c, addr, port, timeout))
+	}
+	return CountAnswers(results)
+}
+
+// CountAnswers counts who answered each of results.
+func CountAnswers(results []responder.Result) Answers {
+	a := Answers{ByIdentity: map[string]int{}, Results: results}
+	for _, r := range results {
 		id := ""
 		if r.Connected && r.Reply != nil {
 			id = r.Reply.Identity
 		}
 		a.ByIdentity[id]++
-		a.Results = append(a.Results, r)
 	}
 	return a
 }

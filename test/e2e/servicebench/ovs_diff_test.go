@@ -50,6 +50,9 @@ func TestParseFlow(t *testing.T) {
 	if !ok || f.Cookie != 0x1060000000001 || f.Age.Seconds() != 1.5 || f.Text != want {
 		t.Errorf("ParseFlow = %+v, %v; want cookie 0x1060000000001, age 1.5s, text %q", f, ok, want)
 	}
+	if f.Table != 40 || f.Priority != 200 {
+		t.Errorf("ParseFlow: table %d, priority %d; want 40, 200", f.Table, f.Priority)
+	}
 	if _, ok := framework.ParseFlow("NXST_FLOW reply (xid=0x4):"); ok {
 		t.Error("a header line parsed as a flow")
 	}

@@ -5,9 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"os/exec"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,15 +47,7 @@ func (k *kubeProxyFixture) probeAtOnce(from framework.Client, addr netip.Addr, p
 		wg.Go(func() { results[i] = k.s.ProbeFrom(from, addr, port, timeout) })
 	}
 	wg.Wait()
-	a := framework.Answers{ByIdentity: map[string]int{}, Results: results}
-	for _, r := range results {
-		id := ""
-		if r.Connected && r.Reply != nil {
-			id = r.Reply.Identity
-		}
-		a.ByIdentity[id]++
-	}
-	return a
+	return framework.CountAnswers(results)
 }
 
 // kovsServiceState lists what kovs would have programmed for Services on node, had it
@@ -71,7 +61,7 @@ func (k *kubeProxyFixture) kovsServiceState(t *testing.T, node string) []error {
 			errs = append(errs, fmt.Errorf("br-int has a Service flow (cookie %#x): %s", f.Cookie, f.Text))
 			continue
 		}
-		if table, ok := flowTableOf(f); ok && table.Stage == pipeline.StageServiceLB && !isMissFlow(f) {
+		if table, ok := pipeline.TableByID(uint8(f.Table)); f.Table >= 0 && ok && table.Stage == pipeline.StageServiceLB && f.Priority != 0 {
 			errs = append(errs, fmt.Errorf("br-int table %s has more than its miss flow: %s", table.Name, f.Text))
 		}
 	}
@@ -87,31 +77,6 @@ func (k *kubeProxyFixture) kovsServiceState(t *testing.T, node string) []error {
 
 // maxListed bounds how many unexpected flows or groups a failure names.
 const maxListed = 4
-
-var (
-	flowTable    = regexp.MustCompile(`\btable=(\d+)`)
-	flowPriority = regexp.MustCompile(`\bpriority=(\d+)`)
-)
-
-// flowTableOf is the pipeline table a dumped flow is in.
-func flowTableOf(f framework.Flow) (pipeline.Table, bool) {
-	m := flowTable.FindStringSubmatch(f.Text)
-	if m == nil {
-		return pipeline.Table{}, false
-	}
-	id, err := strconv.ParseUint(m[1], 10, 8)
-	if err != nil {
-		return pipeline.Table{}, false
-	}
-	return pipeline.TableByID(uint8(id))
-}
-
-// isMissFlow reports whether a dumped flow has priority 0 (ovs-ofctl omits priority
-// 32768, the default, so a flow without one is not a miss flow).
-func isMissFlow(f framework.Flow) bool {
-	m := flowPriority.FindStringSubmatch(f.Text)
-	return m != nil && m[1] == "0"
-}
 
 // kubeProxyHostState checks the host side of node: kube-proxy's nftables table exists and
 // maps the Service's ClusterIP, and kovs put neither its kovs-services table nor a route

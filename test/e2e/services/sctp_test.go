@@ -172,7 +172,7 @@ func (c *svcCluster) testSCTPAssociationKeepsEndpoint(t *testing.T) {
 			case !pipeline.LearnedFilter().Matches(cookie):
 			case !cookie.LearnedTranslation():
 				replies++
-			case strings.HasPrefix(f.Text, fmt.Sprintf("table=%d,", pipeline.SCTPPin.ID)):
+			case f.Table == int(pipeline.SCTPPin.ID):
 				pins++
 			}
 		}
