@@ -204,6 +204,18 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, check func
 	}
 }
 
+// waitWhileRunning is waitFor for something the named process must do: waiting stops at
+// once if the process exits, and a failure shows the end of its log.
+func (u *upRun) waitWhileRunning(name string, timeout time.Duration, what string, check func() error) error {
+	err := waitFor(u.ctx, timeout, what, func() error {
+		if !u.layout.Running(name) {
+			return permanent(fmt.Errorf("%s exited", name))
+		}
+		return check()
+	})
+	return u.withLog(err, name)
+}
+
 // permanentError ends waitFor at once: waiting longer cannot help.
 type permanentError struct{ err error }
 

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -108,10 +107,7 @@ func (u *upRun) kovs() error {
 func (u *upRun) waitController() error {
 	url := fmt.Sprintf("http://%s/healthz", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)))
 	client := &http.Client{Timeout: 2 * time.Second}
-	err := waitFor(u.ctx, 30*time.Second, "kovs-controller to answer "+url, func() error {
-		if !u.layout.Running(kovsController) {
-			return permanent(errors.New("kovs-controller exited"))
-		}
+	return u.waitWhileRunning(kovsController, 30*time.Second, "kovs-controller to answer "+url, func() error {
 		resp, err := client.Get(url)
 		if err != nil {
 			return err
@@ -122,7 +118,6 @@ func (u *upRun) waitController() error {
 		}
 		return nil
 	})
-	return u.withLog(err, kovsController)
 }
 
 // agentArgs is the contract between the sandbox and kovs-agent: where the node's OVS,

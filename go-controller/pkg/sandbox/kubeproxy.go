@@ -108,17 +108,9 @@ func (u *upRun) kubeProxyArgs(n Node) []string {
 // table exists in the node namespace); if it exits first, waiting stops at once and the
 // error names its log.
 func (u *upRun) waitKubeProxy(n Node) error {
-	name := KubeProxyProcess(n.Name)
-	err := waitFor(u.ctx, 60*time.Second, "kube-proxy of "+n.Name+" to write its nftables table", func() error {
-		if !u.layout.Running(name) {
-			return permanent(fmt.Errorf("kube-proxy of %s exited", n.Name))
-		}
+	return u.waitWhileRunning(KubeProxyProcess(n.Name), 60*time.Second, "kube-proxy of "+n.Name+" to write its nftables table", func() error {
 		return runIn(u.layout.NodeNetNS(n.Name), "nft", "list", "table", u.kubeProxyFamily(), KubeProxyNFTable)
 	})
-	if err != nil {
-		return u.withLog(fmt.Errorf("%w (its log: %s.log)", err, name), name)
-	}
-	return nil
 }
 
 // kubeProxyFamily is the nftables family of the table waitKubeProxy looks for: that of the
