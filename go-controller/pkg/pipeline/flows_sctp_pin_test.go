@@ -22,16 +22,8 @@ func sigPort(nodePort uint16, endpoints ...string) ServicePort {
 func sigTracer(t *testing.T, ports []ServicePort, learned []Flow) (scenario, *Tracer) {
 	t.Helper()
 	sc := threeNodesDualStack(1)
-	flows := sc.flows(t)
-	b, err := NewBuilder(sc.node, testRound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, groups, err := b.ServiceFlows(ports, sc.pods)
-	if err != nil {
-		t.Fatalf("ServiceFlows: %v", err)
-	}
-	flows = append(append(flows, svc...), learned...)
+	flows, groups := withServices(t, sc, ports)
+	flows = append(flows, learned...)
 	SortFlows(flows)
 	return sc, NewTracer(flows).WithGroups(groups)
 }

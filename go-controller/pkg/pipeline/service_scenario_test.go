@@ -51,16 +51,23 @@ func serviceScenario(t *testing.T) (scenario, []Flow, []Group) {
 	t.Helper()
 	sc := threeNodesDualStack(1)
 	sc.name, sc.title = "three-nodes-dual-stack-node-1-services", "three nodes, dual-stack: node-1 with Services"
+	flows, groups := withServices(t, sc, serviceScenarioPorts())
+	return sc, flows, groups
+}
+
+// withServices compiles sc's node with Service ports: its flows, sorted, and groups.
+func withServices(t *testing.T, sc scenario, ports []ServicePort) ([]Flow, []Group) {
+	t.Helper()
 	flows := sc.flows(t)
 	b, err := NewBuilder(sc.node, testRound)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svcFlows, groups, err := b.ServiceFlows(serviceScenarioPorts(), sc.pods)
+	svcFlows, groups, err := b.ServiceFlows(ports, sc.pods)
 	if err != nil {
 		t.Fatalf("ServiceFlows: %v", err)
 	}
 	flows = append(flows, svcFlows...)
 	SortFlows(flows)
-	return sc, flows, groups
+	return flows, groups
 }
