@@ -10,7 +10,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 CACHE=${KOVS_CACHE:-$HOME/.cache/kovs}
 OUT=$CACHE/k8s-v$K8S_VERSION/bin
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet)
 
 missing=()
 for c in "${COMPONENTS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done
