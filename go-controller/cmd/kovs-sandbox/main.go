@@ -24,6 +24,7 @@ const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
 
 commands:
   up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
+     [--runtime emulator|containerd] [--images DIR] [--dist DIR]
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -57,6 +58,7 @@ func main() {
 	cmds := map[string]func(context.Context, sandbox.Layout, []string) error{
 		"up": cmdUp, "down": cmdDown, "status": cmdStatus, "kubeconfig": cmdKubeconfig,
 		"exec": cmdExec, "probe": cmdProbe, "matrix": cmdMatrix, "restart": cmdRestart, "node-emulator": cmdNodeEmulator,
+		"node-host": cmdNodeHost, "relays": cmdRelays,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -76,17 +78,24 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	k8sBin := fs.String("k8s-bin-dir", defaultK8sBinDir(), "kube-apiserver, kube-controller-manager, kube-scheduler (and kube-proxy)")
 	etcd := fs.String("etcd", "/usr/bin/etcd", "etcd binary")
 	kubeProxy := fs.Bool("kube-proxy", false, "run kube-proxy (nftables mode) in every node and kovs-agent with --service-proxy=none")
+	runtime := fs.String("runtime", "emulator", "what runs pods: emulator (the node emulator) or containerd (real kubelet, containerd and runc; kovs installed from --dist with kubectl apply -k)")
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "--runtime containerd: the image archives (make images) imported into every node")
+	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "--runtime containerd: the kustomization kovs is installed from")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
+	rt, err := sandbox.ParseRuntime(*runtime)
 	if err != nil {
 		return err
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
-		KubeProxy: *kubeProxy, Out: os.Stdout}
+		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist), Out: os.Stdout}
 	switch *network {
 	case "auto", "kovs":
 		opts.KovsBinDir = filepath.Dir(self)
@@ -191,6 +200,18 @@ func cmdNodeEmulator(ctx context.Context, l sandbox.Layout, args []string) error
 	_ = fs.Parse(args)
 	log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
 	return sandbox.RunNodeEmulator(ctx, l, *node)
+}
+
+func cmdNodeHost(ctx context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("node-host", flag.ExitOnError)
+	node := fs.String("node", "", "real node whose mount namespace to hold")
+	_ = fs.Parse(args)
+	return sandbox.RunNodeHost(ctx, l, *node)
+}
+
+func cmdRelays(ctx context.Context, l sandbox.Layout, _ []string) error {
+	log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
+	return sandbox.RunRelays(ctx, l)
 }
 
 func defaultK8sBinDir() string {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/emulator"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/relay"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 )
 
@@ -50,11 +51,11 @@ func RunNodeEmulator(ctx context.Context, l Layout, node string) error {
 // nodeForwards are the servers of the root namespace's loopback a node reaches on its own
 // loopback: kube-apiserver on NodeAPIServerPort and kovs-controller's policy stream on
 // NodeControllerPort.
-func nodeForwards(s *State) []emulator.Forward {
+func nodeForwards(s *State) []relay.Forward {
 	loopback := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-	fwds := []emulator.Forward{{Name: "kube-apiserver", Listen: loopback(NodeAPIServerPort), Target: loopback(s.APIServerPort)}}
+	fwds := []relay.Forward{{Name: "kube-apiserver", Listen: loopback(NodeAPIServerPort), Target: loopback(s.APIServerPort)}}
 	if s.ControllerPort != 0 {
-		fwds = append(fwds, emulator.Forward{Name: "kovs-controller", Listen: loopback(NodeControllerPort), Target: loopback(s.ControllerPort)})
+		fwds = append(fwds, relay.Forward{Name: "kovs-controller", Listen: loopback(NodeControllerPort), Target: loopback(s.ControllerPort)})
 	}
 	return fwds
 }

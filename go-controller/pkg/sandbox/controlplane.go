@@ -40,7 +40,15 @@ func (u *upRun) controlPlane(ctx context.Context) error {
 	}); err != nil {
 		return u.withLog(err, "etcd")
 	}
-	if _, err := l.start(u.apiserver()); err != nil {
+	apiserver := u.apiserver()
+	if u.opts.Runtime == RuntimeContainerd {
+		extra, err := u.realNodeAPIServerArgs()
+		if err != nil {
+			return err
+		}
+		apiserver.Args = append(apiserver.Args, extra...)
+	}
+	if _, err := l.start(apiserver); err != nil {
 		return err
 	}
 	client, err := l.Client()
@@ -138,10 +146,20 @@ func (u *upRun) withLog(err error, process string) error {
 // admin client certificate embedded.
 func writeKubeconfig(path, server, pki string) error {
 	read := func(f string) []byte { b, _ := os.ReadFile(filepath.Join(pki, f)); return b }
+	return writeKubeconfigFor(path, server, pki, "admin", read(adminCert), read(adminKey))
+}
+
+// writeKubeconfigFor writes a kubeconfig for server with the sandbox's CA and the given
+// user's client certificate and key (PEM) embedded.
+func writeKubeconfigFor(path, server, pki, user string, cert, key []byte) error {
+	ca, err := os.ReadFile(filepath.Join(pki, caCert))
+	if err != nil {
+		return err
+	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["kovs-sandbox"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: read(caCert)}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: read(adminCert), ClientKeyData: read(adminKey)}
-	cfg.Contexts["kovs-sandbox"] = &clientcmdapi.Context{Cluster: "kovs-sandbox", AuthInfo: "admin"}
+	cfg.Clusters["kovs-sandbox"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["kovs-sandbox"] = &clientcmdapi.Context{Cluster: "kovs-sandbox", AuthInfo: user}
 	cfg.CurrentContext = "kovs-sandbox"
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		return fmt.Errorf("write kubeconfig %s: %w", path, err)

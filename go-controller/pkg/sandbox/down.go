@@ -1,21 +1,27 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// stopOrder ranks processes by the suffix of their name: node emulators first (they would
-// otherwise keep recreating pods), then kube-proxy and kovs, the control plane, and OVS
-// last.
-var stopOrder = []string{"emulator", "kube-proxy", "kovs-agent", "kovs-controller", "kube-scheduler",
-	"kube-controller-manager", "kube-apiserver", "etcd", "ovs-vswitchd", "ovsdb-server"}
+// stopOrder ranks processes by the suffix of their name: node emulators and kubelets
+// first (they would otherwise keep recreating pods), then the containers of real nodes
+// (podsRank), containerd, kube-proxy and kovs, the relays and the control plane, and a
+// real node's mount namespace and OVS last.
+var stopOrder = []string{"emulator", "kubelet", "containerd", "kube-proxy", "kovs-agent", "kovs-controller", relaysProcess,
+	"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd", "host", "ovs-vswitchd", "ovsdb-server"}
+
+// podsRank is where the containers of real nodes are killed: once their kubelets stopped.
+const podsRank = 2
 
 func stopRank(name string) int {
 	for i, suffix := range stopOrder {
@@ -23,24 +29,33 @@ func stopRank(name string) int {
 			return i
 		}
 	}
-	return 1
+	return podsRank - 1
 }
 
-// Down stops every process of the sandbox, deletes its network namespaces and its state
-// directory. It works from whatever Up left behind, including a crashed Up, and is
-// idempotent.
+// Down stops every process of the sandbox, the containers of its real nodes, deletes its
+// network namespaces, cgroups and state directory. It works from whatever Up left behind,
+// including a crashed Up, and is idempotent.
 func Down(l Layout, out io.Writer) error {
 	names := l.processNames()
 	sort.SliceStable(names, func(i, j int) bool { return stopRank(names[i]) < stopRank(names[j]) })
 	var errs []error
+	podsKilled := false
 	for _, n := range names {
+		if !podsKilled && stopRank(n) >= podsRank {
+			errs = append(errs, l.killContainers(out)...)
+			podsKilled = true
+		}
 		if err := l.stop(n, 5*time.Second); err != nil {
 			errs = append(errs, err)
 		} else {
 			fmt.Fprintf(out, "stopped %s\n", n)
 		}
 	}
-	// Anything still carrying our marker (a child whose pid file was never written).
+	if !podsKilled {
+		errs = append(errs, l.killContainers(out)...)
+	}
+	// Anything still carrying our marker (a child whose pid file was never written, the
+	// containerd shims of real nodes).
 	for _, pid := range l.OwnedPIDs() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		fmt.Fprintf(out, "killed leftover pid %d\n", pid)
@@ -61,6 +76,37 @@ func Down(l Layout, out io.Writer) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// killContainers kills the containers of the sandbox's real nodes, which outlive kubelet
+// and containerd, through their cgroups, and removes those cgroups.
+func (l Layout) killContainers(out io.Writer) []error {
+	var errs []error
+	for _, root := range l.cgroupRoots() {
+		if err := killCgroupTree(context.Background(), root); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintf(out, "removed cgroup %s\n", root)
+		}
+	}
+	return errs
+}
+
+// cgroupRoots lists the cgroup roots of this sandbox's real nodes that exist.
+func (l Layout) cgroupRoots() []string {
+	seen := map[string]bool{}
+	var roots []string
+	for _, h := range cgroupHierarchies() {
+		dirs, _ := filepath.Glob(filepath.Join(h, l.NetNSPrefix()+"*"))
+		for _, d := range dirs {
+			if r := "/" + filepath.Base(d); !seen[r] {
+				seen[r] = true
+				roots = append(roots, r)
+			}
+		}
+	}
+	sort.Strings(roots)
+	return roots
 }
 
 // NetNamespaces lists the named network namespaces of this sandbox.

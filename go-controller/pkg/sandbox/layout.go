@@ -133,3 +133,55 @@ func (l Layout) Exists() bool {
 	_, err := os.Stat(l.Dir())
 	return err == nil
 }
+
+// The paths of a real node (kubelet and containerd, `up --runtime containerd`). Each is a
+// directory of the node's state directory that the node's mount namespace binds over the
+// host path a production node keeps it at (NodeBinds).
+
+// nodePath is a directory of a node's state directory.
+func (l Layout) nodePath(node, dir string) string { return filepath.Join(l.NodeDir(node), dir) }
+
+// ContainerdSocket is the node's containerd API socket as seen from the root mount
+// namespace (the node sees it at /run/containerd/containerd.sock).
+func (l Layout) ContainerdSocket(node string) string {
+	return filepath.Join(l.nodePath(node, "run-containerd"), "containerd.sock")
+}
+
+// KubeletKubeconfig is the kubeconfig of the node's kubelet: the node's own client
+// certificate (system:node:<node>), through the node's forwarder.
+func (l Layout) KubeletKubeconfig(node string) string {
+	return filepath.Join(l.NodeDir(node), "kubelet.kubeconfig")
+}
+
+// EgressSocket is where kube-apiserver's egress proxy listens (relay.EgressProxy).
+func (l Layout) EgressSocket() string { return filepath.Join(l.Dir(), "egress.sock") }
+
+// CgroupRoot is the cgroup every container of a real node lives under (kubelet's
+// cgroupRoot), in every cgroup v1 hierarchy.
+func (l Layout) CgroupRoot(node string) string { return "/" + l.NetNSPrefix() + node }
+
+// Bind is a directory of a node bound over a host path in the node's mount namespace.
+type Bind struct {
+	Source string
+	Target string
+}
+
+// NodeBinds are the host paths a real node's kubelet, containerd, CNI plugins and the
+// host-path volumes of its pods see as their own, what kind gets from one container per
+// node. /var/run is a symlink to /run on Debian, so the targets are under /run.
+func (l Layout) NodeBinds(node string) []Bind {
+	return []Bind{
+		{l.CNIConfDir(node), "/etc/cni/net.d"},
+		{l.CNIBinDir(node), "/opt/cni/bin"},
+		{l.CNICacheDir(node), "/var/lib/cni"},
+		{l.OVSDir(node), "/run/openvswitch"},
+		{l.nodePath(node, "etc-openvswitch"), "/etc/openvswitch"},
+		{l.nodePath(node, "kovs-run"), "/run/kovs"},
+		{l.nodePath(node, "kubelet"), "/var/lib/kubelet"},
+		{l.nodePath(node, "containerd"), "/var/lib/containerd"},
+		{l.nodePath(node, "run-containerd"), "/run/containerd"},
+		{l.nodePath(node, "netns"), "/run/netns"},
+		{l.nodePath(node, "log-pods"), "/var/log/pods"},
+		{l.nodePath(node, "log-containers"), "/var/log/containers"},
+	}
+}

@@ -63,6 +63,9 @@ func (u *upRun) node(n Node) error {
 	if err := writeKubeconfig(l.NodeKubeconfig(n.Name), fmt.Sprintf("https://127.0.0.1:%d", NodeAPIServerPort), l.PKIDir()); err != nil {
 		return err
 	}
+	if u.opts.Runtime == RuntimeContainerd {
+		return u.realNode(n)
+	}
 	_, err := l.start(u.emulator(n))
 	return err
 }

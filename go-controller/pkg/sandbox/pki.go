@@ -27,6 +27,9 @@ const (
 	adminKey      = "admin.key"
 	saKey         = "sa.key"
 	saPub         = "sa.pub"
+	// kube-apiserver's client certificate towards the kubelets (exec, logs, port-forward).
+	kubeletClientCert = "apiserver-kubelet-client.crt"
+	kubeletClientKey  = "apiserver-kubelet-client.key"
 )
 
 // certAuthority signs the sandbox's serving and client certificates.
@@ -64,6 +67,13 @@ func writePKI(dir string, serviceIPs []net.IP) error {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if err := ca.issue(dir, adminCert, adminKey, admin); err != nil {
+		return err
+	}
+	kubeletClient := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := ca.issue(dir, kubeletClientCert, kubeletClientKey, kubeletClient); err != nil {
 		return err
 	}
 	return writeServiceAccountKey(dir)
@@ -108,6 +118,59 @@ func (ca *certAuthority) issue(dir, certFile, keyFile string, tmpl *x509.Certifi
 		return err
 	}
 	return writeCertAndKey(dir, certFile, keyFile, cert, key)
+}
+
+// loadCA reads the CA writePKI wrote.
+func loadCA(dir string) (*certAuthority, error) {
+	cb, err := os.ReadFile(filepath.Join(dir, caCert))
+	if err != nil {
+		return nil, err
+	}
+	kb, err := os.ReadFile(filepath.Join(dir, caKey))
+	if err != nil {
+		return nil, err
+	}
+	cblock, _ := pem.Decode(cb)
+	kblock, _ := pem.Decode(kb)
+	if cblock == nil || kblock == nil {
+		return nil, fmt.Errorf("%s: the CA certificate or key is not PEM", dir)
+	}
+	cert, err := x509.ParseCertificate(cblock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%s: the CA key cannot sign", dir)
+	}
+	return &certAuthority{cert: cert, key: signer}, nil
+}
+
+// issueNodeClientCert issues a node's kubelet client certificate (user system:node:<node>
+// in group system:nodes, which the Node authorizer and NodeRestriction know) and returns
+// it and its key as PEM.
+func issueNodeClientCert(dir, node string) (certPEM, keyPEM []byte, err error) {
+	ca, err := loadCA(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := "kubelet-" + node
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := ca.issue(dir, name+".crt", name+".key", tmpl); err != nil {
+		return nil, nil, err
+	}
+	if certPEM, err = os.ReadFile(filepath.Join(dir, name+".crt")); err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = os.ReadFile(filepath.Join(dir, name+".key"))
+	return certPEM, keyPEM, err
 }
 
 func setValidity(c *x509.Certificate) {

@@ -23,6 +23,13 @@ type Process struct {
 	Env  []string
 	// NetNS, if set, runs the process inside that named network namespace.
 	NetNS string
+	// NewMountNS starts the process in a mount namespace of its own (every mount private
+	// to it): a real node's namespace holder (RunNodeHost).
+	NewMountNS bool `json:",omitempty"`
+	// MountNSOf, if set, runs the process in the mount namespace of the named process (a
+	// node's holder) and in NetNS, entered with setns (nsenter): `ip netns exec` would also
+	// remount /sys, which hides the cgroup mounts kubelet needs.
+	MountNSOf string `json:",omitempty"`
 }
 
 // start launches p in its own session so it outlives the command that started it, and
@@ -41,14 +48,18 @@ func (l Layout) start(p Process) (int, error) {
 		return 0, err
 	}
 	defer logf.Close()
-	path, args := p.Path, p.Args
-	if p.NetNS != "" {
-		path, args = "ip", append([]string{"netns", "exec", p.NetNS, p.Path}, p.Args...)
+	path, args, err := l.commandLine(p)
+	if err != nil {
+		return 0, err
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(append(os.Environ(), markerEnv+"="+l.Marker()), p.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if p.NewMountNS {
+		// Go makes every mount of the new namespace private (MS_REC|MS_PRIVATE on /).
+		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", p.Name, err)
 	}
@@ -60,6 +71,26 @@ func (l Layout) start(p Process) (int, error) {
 	// Reap it if it exits while we are still around; nobody waits for it otherwise.
 	go func() { _ = cmd.Wait() }()
 	return pid, nil
+}
+
+// commandLine is how p is started: directly, through `ip netns exec`, or through nsenter
+// into a node's mount and network namespaces.
+func (l Layout) commandLine(p Process) (string, []string, error) {
+	switch {
+	case p.MountNSOf != "":
+		holder := l.pidOf(p.MountNSOf)
+		if holder == 0 {
+			return "", nil, fmt.Errorf("start %s: %s, which holds its mount namespace, is not running", p.Name, p.MountNSOf)
+		}
+		args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder)}
+		if p.NetNS != "" {
+			args = append(args, "--net="+NetNSPath(p.NetNS))
+		}
+		return "nsenter", append(append(args, "--", p.Path), p.Args...), nil
+	case p.NetNS != "":
+		return "ip", append([]string{"netns", "exec", p.NetNS, p.Path}, p.Args...), nil
+	}
+	return p.Path, p.Args, nil
 }
 
 // Restart stops the named process and starts it again with the same command line, as a
@@ -200,4 +231,12 @@ func run(name string, args ...string) error {
 // runIn executes a short command inside a named network namespace.
 func runIn(netns, name string, args ...string) error {
 	return run("ip", append([]string{"netns", "exec", netns, name}, args...)...)
+}
+
+// killPID sends SIGKILL to pid; a process already gone is no error.
+func killPID(pid int) error {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
 }

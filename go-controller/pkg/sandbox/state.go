@@ -74,6 +74,8 @@ type State struct {
 	AgentMetricsPort int `json:"agentMetricsPort,omitempty"`
 	// KubeProxy: every node runs kube-proxy and its kovs-agent leaves Services to it.
 	KubeProxy bool `json:"kubeProxy,omitempty"`
+	// Runtime runs the nodes' pods (RuntimeEmulator or RuntimeContainerd).
+	Runtime Runtime `json:"runtime,omitempty"`
 }
 
 // APIServerURL is the kube-apiserver address in the root namespace.

@@ -28,6 +28,12 @@ type Options struct {
 	// KubeProxy runs the upstream kube-proxy (nftables mode, from K8sBinDir) in every node
 	// namespace and kovs-agent with --service-proxy=none: Services are kube-proxy's.
 	KubeProxy bool
+	// Runtime runs the nodes' pods: the node emulator (default) or real kubelets and
+	// containerd (RuntimeContainerd), which install kovs from DistDir with kubectl apply -k
+	// using the images of ImagesDir.
+	Runtime   Runtime
+	ImagesDir string
+	DistDir   string
 	Out       io.Writer
 }
 
@@ -76,6 +82,17 @@ func (o *Options) validate() error {
 			return err
 		}
 	}
+	if o.Runtime == "" {
+		o.Runtime = RuntimeEmulator
+	}
+	if o.Runtime == RuntimeContainerd {
+		if o.KubeProxy {
+			return fmt.Errorf("--kube-proxy is not supported with --runtime containerd yet")
+		}
+		if err := o.validateRealNodes(); err != nil {
+			return err
+		}
+	}
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -97,18 +114,7 @@ func (u *upRun) run() error {
 	if err := l.saveState(state); err != nil {
 		return err
 	}
-	steps := []upStep{
-		{"underlay", u.underlay},
-		{"control plane", func() error { return u.controlPlane(u.ctx) }},
-		{"nodes", u.nodes},
-		// kovs after the Nodes exist: each agent's token is bound to its Node.
-		{"node registration", u.waitNodesRegistered},
-		{"kovs", u.kovs},
-	}
-	if u.opts.KubeProxy {
-		steps = append(steps, upStep{"kube-proxy", u.kubeProxies})
-	}
-	for _, s := range steps {
+	for _, s := range u.steps() {
 		start := time.Now()
 		if err := s.do(); err != nil {
 			return fmt.Errorf("%s: %w", s.what, err)
@@ -116,6 +122,33 @@ func (u *upRun) run() error {
 		fmt.Fprintf(u.opts.Out, "%-18s %6.2fs\n", s.what, time.Since(start).Seconds())
 	}
 	return l.saveState(state)
+}
+
+// steps are what Up does, in order, for the sandbox's runtime.
+func (u *upRun) steps() []upStep {
+	steps := []upStep{
+		{"underlay", u.underlay},
+		{"control plane", func() error { return u.controlPlane(u.ctx) }},
+		{"nodes", u.nodes},
+	}
+	if u.opts.Runtime == RuntimeContainerd {
+		return append(steps,
+			upStep{"image import", u.importImages},
+			upStep{"relays", u.startRelays},
+			upStep{"kubelets", u.startKubelets},
+			upStep{"node registration", u.waitNodesRegistered},
+			upStep{"kovs (kubectl apply -k)", u.installKovs},
+		)
+	}
+	steps = append(steps,
+		// kovs after the Nodes exist: each agent's token is bound to its Node.
+		upStep{"node registration", u.waitNodesRegistered},
+		upStep{"kovs", u.kovs},
+	)
+	if u.opts.KubeProxy {
+		steps = append(steps, upStep{"kube-proxy", u.kubeProxies})
+	}
+	return steps
 }
 
 // upStep is one timed step of Up.
@@ -126,7 +159,7 @@ type upStep struct {
 
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
-		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy}
+		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime}
 	taken := map[int]bool{}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort(taken)
@@ -154,7 +187,11 @@ func (u *upRun) waitNodesRegistered() error {
 	}
 	return waitFor(u.ctx, 60*time.Second, "every node emulator to register its Node", func() error {
 		for _, n := range u.state.Nodes {
-			if p := n.Name + "-emulator"; !u.layout.Running(p) {
+			p := n.Name + "-emulator"
+			if u.opts.Runtime == RuntimeContainerd {
+				p = KubeletProcess(n.Name)
+			}
+			if !u.layout.Running(p) {
 				return permanent(u.withLog(fmt.Errorf("%s exited", p), p))
 			}
 		}

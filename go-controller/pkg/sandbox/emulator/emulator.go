@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/relay"
 )
 
 // Config describes the node being emulated.
@@ -43,7 +45,7 @@ type Config struct {
 	CNICacheDir    string
 	// Forwards make kube-apiserver and kovs-controller, which listen on the root
 	// namespace's loopback, reachable on the node's loopback.
-	Forwards []Forward
+	Forwards []relay.Forward
 	Workers  int
 }
 
@@ -87,7 +89,7 @@ func (e *Emulator) Run(ctx context.Context) error {
 
 	fwdErr := make(chan error, len(e.cfg.Forwards))
 	for _, fwd := range e.cfg.Forwards {
-		go func() { fwdErr <- fwd.run(ctx, e.cfg.NodeNetNSPath) }()
+		go func() { fwdErr <- fwd.Run(ctx, e.cfg.NodeNetNSPath) }()
 	}
 
 	e.network.refresh(ctx)

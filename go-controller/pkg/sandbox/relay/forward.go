@@ -1,4 +1,9 @@
-package emulator
+// Package relay connects the sandbox's network namespaces to the servers of the root
+// namespace and back: a Forward makes a root-namespace loopback server reachable on a
+// node's own loopback, and an EgressProxy lets kube-apiserver, which runs in the root
+// namespace, open connections that start inside a node namespace (to kubelets, pods and
+// Services), as a control plane on the nodes' network would.
+package relay
 
 import (
 	"context"
@@ -13,8 +18,8 @@ import (
 
 // Forward makes a server on the root namespace's loopback (kube-apiserver,
 // kovs-controller's policy stream) reachable on the node's own loopback, for the processes
-// inside the node namespace (kovs-agent, kubectl run there): it listens inside the node
-// namespace and dials Target from the root namespace. A listening socket keeps the
+// inside the node namespace (kovs-agent, kubelet, kubectl run there): it listens inside the
+// node namespace and dials Target from the root namespace. A listening socket keeps the
 // namespace it was created in, so only the listen happens inside the namespace.
 type Forward struct {
 	// Name says what is forwarded, for logs.
@@ -23,7 +28,8 @@ type Forward struct {
 	Target string
 }
 
-func (f Forward) run(ctx context.Context, netnsPath string) error {
+// Run serves the forward until ctx ends.
+func (f Forward) Run(ctx context.Context, netnsPath string) error {
 	var ln net.Listener
 	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
 		var err error
@@ -57,16 +63,22 @@ func (f Forward) relay(in net.Conn) {
 		return
 	}
 	defer out.Close()
+	pipe(in, out)
+}
+
+// pipe copies both ways until both directions are done, half-closing each as its source
+// ends.
+func pipe(a, b net.Conn) {
 	var wg sync.WaitGroup
 	wg.Add(2)
-	pipe := func(dst, src net.Conn) {
+	half := func(dst, src net.Conn) {
 		defer wg.Done()
 		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
+		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
 		}
 	}
-	go pipe(out, in)
-	go pipe(in, out)
+	go half(a, b)
+	go half(b, a)
 	wg.Wait()
 }
