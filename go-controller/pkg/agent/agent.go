@@ -50,6 +50,7 @@ type Agent struct {
 	health   agentHealth
 	// peersChanged wakes the tunnel neighbour seeding.
 	peersChanged chan struct{}
+	uninstall    uninstallWatch
 }
 
 // Run runs the agent until ctx ends.
@@ -76,6 +77,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
 		return fmt.Errorf("informers did not sync")
 	}
+	a.watchUninstall(ctx)
 	self, err := a.waitForSubnets(ctx)
 	if err != nil {
 		return err
@@ -161,6 +163,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 	if err := removeCNIConf(a.cfg.CNIConfDir); err != nil {
 		log.WithError(err).Warn("remove CNI config")
 	}
+	a.cleanNodeIfUninstalled()
 	return nil
 }
 

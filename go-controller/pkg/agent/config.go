@@ -54,6 +54,14 @@ type Config struct {
 	// /metrics gathers (nil: no metrics).
 	MetricsListen string
 	Registry      *prometheus.Registry
+	// PodNamespace and PodName name the agent's own Pod (a DaemonSet's). When set, the
+	// agent watches the DaemonSet that owns it: once that is deleted (`kubectl delete -k
+	// dist/`), the agent's shutdown removes what kovs put on the node (br-int with its
+	// ports and flows, the CNI config, socket and binary in CNIBinDir, the Service host
+	// rules). A restart, an upgrade or a rolling update leaves everything in place.
+	PodNamespace string
+	PodName      string
+	CNIBinDir    string
 }
 
 // Defaults fills in what was left empty.

@@ -56,7 +56,10 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"list", "pods", "", true}, {"watch", "pods", "", true}, {"get", "configmaps/kovs-ca", "kube-system", true},
 			{"list", "services", "", true}, {"watch", "services", "", true},
 			{"list", "endpointslices.discovery.k8s.io", "", true}, {"watch", "endpointslices.discovery.k8s.io", "", true},
+			{"watch", "daemonsets.apps", "kube-system", true},
 			// and nothing more
+			{"watch", "daemonsets.apps", "default", false}, {"delete", "daemonsets.apps", "kube-system", false},
+			{"update", "daemonsets.apps", "kube-system", false},
 			{"update", "services", "default", false}, {"delete", "services", "default", false},
 			{"create", "endpointslices.discovery.k8s.io", "default", false}, {"update", "endpointslices.discovery.k8s.io", "default", false},
 			{"patch", "nodes", "", false}, {"patch", "pods", "default", false}, {"delete", "pods", "default", false},

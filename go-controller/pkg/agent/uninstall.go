@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// cniBinary is the plugin binary the DaemonSet's init container installs.
+const cniBinary = "kovs-cni"
+
+// uninstallWatch tells whether the DaemonSet running this agent has been deleted: then
+// kovs is being uninstalled, not restarted, and the agent's shutdown cleans the node.
+//
+// The signal is the DaemonSet's deletion as the agent's watch delivers it. `kubectl
+// delete -k dist/` deletes the RBAC objects and the ServiceAccount before the DaemonSet,
+// so the agent cannot ask the API at shutdown; a watch opened earlier keeps delivering
+// events. When the agent does not see the deletion, it leaves the node as it is: tearing
+// the datapath down on a guess would cut traffic on a plain restart.
+type uninstallWatch struct {
+	removed atomic.Bool
+}
+
+// watchUninstall starts watching the DaemonSet that owns the agent's pod. Without a pod
+// identity (a process started by hand, the emulator sandbox) it watches nothing.
+func (a *Agent) watchUninstall(ctx context.Context) {
+	if a.cfg.PodName == "" || a.cfg.PodNamespace == "" {
+		return
+	}
+	pod, err := a.pods.Pods(a.cfg.PodNamespace).Get(a.cfg.PodName)
+	if err != nil {
+		log.WithError(err).WithField("pod", a.cfg.PodNamespace+"/"+a.cfg.PodName).Warn("own pod not found: the node is not cleaned up on uninstall")
+		return
+	}
+	ds := ""
+	for _, o := range pod.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			ds = o.Name
+		}
+	}
+	if ds == "" {
+		log.WithField("pod", pod.Namespace+"/"+pod.Name).Info("not run by a DaemonSet: the node is not cleaned up on uninstall")
+		return
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithNamespace(pod.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ds).String()
+		}))
+	informer := factory.Apps().V1().DaemonSets().Informer()
+	mark := func(obj any, deleted bool) {
+		d, ok := obj.(*appsv1.DaemonSet)
+		if deleted || (ok && d.DeletionTimestamp != nil) {
+			if !a.uninstall.removed.Swap(true) {
+				log.WithField("daemonset", pod.Namespace+"/"+ds).Info("DaemonSet deleted: kovs is being uninstalled; the node is cleaned up at shutdown")
+			}
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { mark(obj, false) },
+		UpdateFunc: func(_, obj any) { mark(obj, false) },
+		DeleteFunc: func(obj any) { mark(obj, true) },
+	}); err != nil {
+		log.WithError(err).Warn("watch own DaemonSet")
+		return
+	}
+	factory.Start(ctx.Done())
+}
+
+// cleanNodeIfUninstalled removes what kovs put on the node, once its DaemonSet is gone:
+// br-int (its ports, flows and groups go with it; the gateway's addresses and routes with
+// its port), the Service host rules, the CNI socket and the kovs-cni binary. The CNI
+// config was removed already, so the runtime starts no new pod on kovs meanwhile.
+func (a *Agent) cleanNodeIfUninstalled() {
+	if !a.uninstall.removed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := log.WithField("node", a.cfg.NodeName)
+	removeServiceHost(a.cfg.GatewayName)
+	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
+		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)
+	}
+	for _, f := range []string{a.cfg.CNISocket, filepath.Join(a.cfg.CNIBinDir, cniBinary)} {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			l.WithError(err).Error(fmt.Sprintf("uninstall: remove %s", f))
+		}
+	}
+	l.WithField("bridge", a.cfg.Bridge).Info("uninstalled: kovs removed its bridge, CNI config, socket and binary from the node")
+}
