@@ -20,12 +20,12 @@ func nodeHostProcess(node string) string { return node + "-host" }
 // node's mount namespace shows kubelet these values instead (a file of the node bound
 // over each /proc/sys entry that differs), and the machine keeps its own.
 var kubeletSysctls = map[string]int{
-	"vm/overcommit_memory":       1,
-	"vm/panic_on_oom":            0,
-	"kernel/panic":               10,
-	"kernel/panic_on_oops":       1,
-	"kernel/keys/root_maxkeys":   1000000,
-	"kernel/keys/root_maxbytes":  25000000,
+	"vm/overcommit_memory":      1,
+	"vm/panic_on_oom":           0,
+	"kernel/panic":              10,
+	"kernel/panic_on_oops":      1,
+	"kernel/keys/root_maxkeys":  1000000,
+	"kernel/keys/root_maxbytes": 25000000,
 }
 
 // RunNodeHost prepares the mount namespace of a real node and holds it until ctx ends. It
