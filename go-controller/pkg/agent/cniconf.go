@@ -11,12 +11,22 @@ import (
 // container runtime) reads.
 const CNIConfFile = "10-kovs.conflist"
 
+// CNI spec versions of the conflist. kovs-cni speaks 1.1.0 (GC, STATUS); runtimes whose
+// libcni predates CNI 1.1 (containerd 1.6 and 1.7) refuse a "1.1.0" result ("unsupported
+// CNI result version") and read only cniVersion, so that stays 1.0.0, while cniVersions
+// (CNI 1.1) lets newer runtimes pick 1.1.0.
+const (
+	cniConfVersion    = "1.0.0"
+	cniConfNewVersion = "1.1.0"
+)
+
 // writeCNIConf writes the conflist atomically (runtimes poll the directory and must never
 // read half a file).
 func writeCNIConf(dir, socket string) error {
 	conf := map[string]any{
-		"cniVersion": "1.1.0",
-		"name":       "kovs",
+		"cniVersion":  cniConfVersion,
+		"cniVersions": []string{cniConfVersion, cniConfNewVersion},
+		"name":        "kovs",
 		"plugins": []any{map[string]any{
 			"type":   "kovs-cni",
 			"socket": socket,
