@@ -38,11 +38,24 @@ var realNodeTools = map[string]string{
 	"containerd": "containerd", "ctr": "containerd", "runc": "runc", "nsenter": "util-linux",
 }
 
+// hostCNIPlugins is where Debian's containernetworking-plugins puts the reference CNI
+// plugins. A node's OS provides them in /opt/cni/bin (kind's node image and kubeadm's
+// kubernetes-cni package do): containerd runs loopback for every pod sandbox.
+const hostCNIPlugins = "/usr/lib/cni"
+
+// nodeOSPlugins are the reference plugins a real node's /opt/cni/bin starts with.
+var nodeOSPlugins = []string{"loopback", "portmap", "bandwidth", "host-local"}
+
 // validateRealNodes checks what `--runtime containerd` needs before anything starts.
 func (o *Options) validateRealNodes() error {
 	for tool, pkg := range realNodeTools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("--runtime containerd: %s is missing (apt-get install %s, or `make tools`)", tool, pkg)
+		}
+	}
+	for _, p := range nodeOSPlugins {
+		if _, err := os.Stat(filepath.Join(hostCNIPlugins, p)); err != nil {
+			return fmt.Errorf("--runtime containerd: %s is missing (apt-get install containernetworking-plugins, or `make tools`)", filepath.Join(hostCNIPlugins, p))
 		}
 	}
 	if _, err := os.Stat(filepath.Join(o.K8sBinDir, "kubelet")); err != nil {
@@ -82,6 +95,11 @@ func imageArchives(dir string) ([]string, error) {
 func (u *upRun) realNode(n Node) error {
 	if err := u.writeRealNodeConfig(n); err != nil {
 		return err
+	}
+	for _, p := range nodeOSPlugins {
+		if err := copyFile(filepath.Join(hostCNIPlugins, p), filepath.Join(u.layout.CNIBinDir(n.Name), p)); err != nil {
+			return fmt.Errorf("node %s: CNI plugin %s: %w", n.Name, p, err)
+		}
 	}
 	if err := createCgroupRoot(u.layout.CgroupRoot(n.Name)); err != nil {
 		return fmt.Errorf("node %s cgroups: %w", n.Name, err)
