@@ -1,0 +1,250 @@
+// Package realnode_test runs kovs the way an operator does: real kubelets, containerd and
+// runc on every node, images built on the machine, kovs installed with `kubectl apply -k`
+// of dist/, and every check made from inside real containers (agnhost) with kubectl exec.
+package realnode_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+const ns = "realnode"
+
+// TestRealNodes is the real-node smoke of `make test`: install from dist/ (done by up),
+// pods of a Deployment on every node, the network model's guarantees between them, a
+// NetworkPolicy, a ClusterIP Service, the ovs image, install-cni during a CNI ADD, and
+// `kubectl delete -k` leaving the nodes clean.
+func TestRealNodes(t *testing.T) {
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
+	s.EnsureNamespace(t, ns, nil)
+	s.Apply(webDeployment)
+	kubectlOK(t, s, "-n", ns, "rollout", "status", "deployment/web", "--timeout=180s")
+	s.Apply(hostWebPod)
+	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod/host-web", "--timeout=120s")
+	web := podsOf(t, s, ns, "app=web")
+	if len(web) != 3 {
+		t.Fatalf("web pods on %d nodes, want one on each of 3: %v", len(web), web)
+	}
+
+	t.Run("pods get kovs addresses and see them on eth0", func(t *testing.T) { checkAddresses(t, s, web) })
+	t.Run("pod to pod across nodes without NAT", func(t *testing.T) { checkPodToPod(t, s, web) })
+	t.Run("node to its pods and pods to nodes without NAT", func(t *testing.T) { checkNodeAndPods(t, s, web) })
+	t.Run("NetworkPolicy", func(t *testing.T) { checkNetworkPolicy(t, s, web) })
+	t.Run("ClusterIP Service", func(t *testing.T) { checkClusterIP(t, s, web) })
+	t.Run("ovs container stays up and answers", func(t *testing.T) { checkOVSContainer(t, s) })
+	t.Run("install-cni while a CNI ADD is in flight", func(t *testing.T) { checkInstallDuringAdd(t, s) })
+	t.Run("kubectl delete -k leaves the nodes clean", func(t *testing.T) { checkUninstall(t, s) })
+}
+
+// One agnhost netexec per node.
+var webDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: ` + ns + `}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}}
+      containers:
+        - name: netexec
+          image: ` + agnhost + `
+          imagePullPolicy: IfNotPresent
+          args: [netexec, --http-port=8080, --udp-port=8081]
+          ports: [{containerPort: 8080}]
+          readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
+`
+
+// A netexec on node1's host network: what pods reach at a node address.
+var hostWebPod = `apiVersion: v1
+kind: Pod
+metadata: {name: host-web, namespace: ` + ns + `}
+spec:
+  nodeName: node1
+  hostNetwork: true
+  containers:
+    - name: netexec
+      image: ` + agnhost + `
+      imagePullPolicy: IfNotPresent
+      args: [netexec, --http-port=8080, --udp-port=8081]
+`
+
+// checkAddresses: every pod's address is in its node's kovs block (kovs allocated it, not
+// another plugin), and is the address the pod sees on its own eth0 (guarantee 4).
+func checkAddresses(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
+	for node, p := range web {
+		n, err := s.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := n.Annotations["kovs.io/node-subnets"]
+		out, err := execIn(s, ns, p.Name, "ip", "-o", "addr", "show", "dev", "eth0")
+		if err != nil {
+			t.Fatalf("%s: ip addr: %v\n%s", p.Name, err, out)
+		}
+		for _, ip := range framework.PodIPs(&p) {
+			if !inAnyBlock(ip, blocks) {
+				t.Errorf("pod %s on %s has %s, outside the node's kovs blocks %s", p.Name, node, ip, blocks)
+			}
+			if !strings.Contains(out, " "+ip.String()+"/") {
+				t.Errorf("pod %s: status IP %s is not on its eth0:\n%s", p.Name, ip, out)
+			}
+		}
+	}
+}
+
+// checkPodToPod: every pod reaches every pod on the other nodes, and the receiver sees the
+// sender's own address (guarantee 2).
+func checkPodToPod(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
+	for from, src := range web {
+		for to, dst := range web {
+			if from == to {
+				continue
+			}
+			seen, err := clientIP(s, ns, src.Name, framework.PodIPs(&dst)[0])
+			if err != nil {
+				t.Errorf("%s -> %s: %v", from, to, err)
+				continue
+			}
+			if want := framework.PodIPs(&src)[0]; seen != want {
+				t.Errorf("%s (%s) -> %s: receiver saw source %s, want the pod's own address", from, want, to, seen)
+			}
+		}
+	}
+}
+
+// checkNodeAndPods: node1 reaches its pod and the pod sees one of node1's own addresses;
+// every pod reaches node1's host network and is seen with its own address (guarantee 3).
+func checkNodeAndPods(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
+	node1, err := s.Client.CoreV1().Nodes().Get(context.Background(), "node1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostAddrs, err := execIn(s, ns, "host-web", "ip", "-o", "addr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := web["node1"]
+	seen, err := clientIP(s, ns, "host-web", framework.PodIPs(&local)[0])
+	if err != nil {
+		t.Fatalf("node1 -> its pod: %v", err)
+	}
+	if !strings.Contains(hostAddrs, " "+seen.String()+"/") {
+		t.Errorf("node1 -> its pod: the pod saw %s, which is none of node1's addresses:\n%s", seen, hostAddrs)
+	}
+	nodeIP := netip.MustParseAddr(internalIP(node1))
+	for node, p := range web {
+		seen, err := clientIP(s, ns, p.Name, nodeIP)
+		if err != nil {
+			t.Errorf("pod on %s -> node1 %s: %v", node, nodeIP, err)
+			continue
+		}
+		if want := framework.PodIPs(&p)[0]; seen != want {
+			t.Errorf("pod on %s -> node1: node saw %s, want the pod's own %s", node, seen, want)
+		}
+	}
+}
+
+// checkNetworkPolicy: web pods admit only clients labelled access=yes; a client without
+// the label is dropped, on every node, once the policy is realized, in three rounds.
+func checkNetworkPolicy(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
+	for _, c := range []struct{ name, access string }{{"client-yes", "yes"}, {"client-no", "no"}} {
+		s.Apply(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s, labels: {access: %q}}
+spec:
+  nodeName: node2
+  containers: [{name: c, image: %s, imagePullPolicy: IfNotPresent, args: [pause]}]
+`, c.name, ns, c.access, agnhost))
+	}
+	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod/client-yes", "pod/client-no", "--timeout=120s")
+	for _, c := range []string{"client-yes", "client-no"} {
+		for node, p := range web {
+			if v, err := connect(s, ns, c, framework.PodIPs(&p)[0], 8080); err != nil || v != "CONNECTED" {
+				t.Fatalf("before the policy, %s -> web on %s: %s %v", c, node, v, err)
+			}
+		}
+	}
+	s.Apply(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-from-access, namespace: ` + ns + `}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress:
+    - from: [{podSelector: {matchLabels: {access: "yes"}}}]
+      ports: [{port: 8080, protocol: TCP}]
+`)
+	waitRealized(t, s, ns, "web-from-access")
+	for round := 1; round <= 3; round++ {
+		for node, p := range web {
+			ip := framework.PodIPs(&p)[0]
+			if v, err := connect(s, ns, "client-yes", ip, 8080); err != nil || v != "CONNECTED" {
+				t.Errorf("round %d: allowed client -> web on %s: %s %v", round, node, v, err)
+			}
+			if v, err := connect(s, ns, "client-no", ip, 8080); err != nil || v != "TIMEOUT" {
+				t.Errorf("round %d: denied client -> web on %s: %s %v, want TIMEOUT (dropped)", round, node, v, err)
+			}
+		}
+	}
+	kubectlOK(t, s, "-n", ns, "delete", "networkpolicy", "web-from-access")
+}
+
+// checkClusterIP: a ClusterIP Service in front of the web pods answers from a pod, and
+// spreads over every backend.
+func checkClusterIP(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
+	s.Apply(`apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ` + ns + `}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+`)
+	svc, err := s.Client.CoreV1().Services(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, p := range web {
+		want[p.Name] = true
+	}
+	seen := map[string]bool{}
+	framework.Eventually(t, 60*time.Second, "the ClusterIP to reach every web pod", func() error {
+		out, err := execIn(s, ns, "client-no", "curl", "-sS", "--max-time", "3", "http://"+svc.Spec.ClusterIP+"/hostname")
+		if err != nil {
+			return fmt.Errorf("curl %s: %v: %s", svc.Spec.ClusterIP, err, out)
+		}
+		name := strings.TrimSpace(out)
+		if !want[name] {
+			return fmt.Errorf("the ClusterIP answered as %q, which is no web pod", name)
+		}
+		seen[name] = true
+		if len(seen) < len(want) {
+			return fmt.Errorf("reached %d of %d backends so far", len(seen), len(want))
+		}
+		return nil
+	})
+}
+
+func inAnyBlock(ip netip.Addr, blocks string) bool {
+	for _, f := range strings.FieldsFunc(blocks, func(r rune) bool { return strings.ContainsRune(`[]", `, r) }) {
+		if p, err := netip.ParsePrefix(f); err == nil && p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
