@@ -35,6 +35,7 @@ func main() {
 	fs.StringVar(&cfg.DBFile, "db-file", ovsdaemon.DefaultDBFile, "the Open_vSwitch database (created if missing, converted if the schema changed)")
 	fs.StringVar(&cfg.Schema, "schema", ovsdaemon.DefaultSchema, "the Open_vSwitch schema")
 	fs.StringVar(&cfg.RunDir, "run-dir", ovsdaemon.DefaultRunDir, "sockets and pidfiles (db.sock, ovs-vswitchd's unixctl socket)")
+	fs.StringVar(&cfg.VswitchdCtl, "vswitchd-ctl", "", "ovs-vswitchd's unixctl socket (default <run-dir>/ovs-vswitchd.ctl); kovs-agent --vswitchd-ctl names the same")
 	fs.StringVar(&cfg.SystemIDFile, "system-id-file", ovsdaemon.DefaultSystemIDFile, "keeps the switch's system-id across restarts")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "the daemons' console log level: off, emer, err, warn, info or dbg")
 	fs.BoolVar(&cfg.Mlockall, "mlockall", false, "lock ovs-vswitchd's memory (needs CAP_IPC_LOCK)")
@@ -49,7 +50,7 @@ func main() {
 		os.Exit(2)
 	}
 	if probe {
-		if err := ovsdaemon.Probe(context.Background(), cfg.RunDir, *probeTimeout); err != nil {
+		if err := ovsdaemon.Probe(context.Background(), cfg.RunDir, ovsdaemon.VswitchdCtlPath(cfg.RunDir, cfg.VswitchdCtl), *probeTimeout); err != nil {
 			fmt.Fprintf(os.Stderr, "kovs-ovs probe: %v\n", err)
 			os.Exit(1)
 		}

@@ -25,6 +25,10 @@ type Config struct {
 	// RunDir holds the sockets (db.sock, the unixctl sockets) and pidfiles; it is the
 	// daemons' OVS_RUNDIR.
 	RunDir string
+	// VswitchdCtl is ovs-vswitchd's unixctl socket, at a fixed path so that ovs-appctl
+	// and kovs-agent in another container (another PID namespace, where the pidfile's
+	// PID means nothing) reach it with `-t <path>`. Empty: <RunDir>/ovs-vswitchd.ctl.
+	VswitchdCtl string
 	// SystemIDFile keeps the switch's system-id across restarts (ovs-ctl's
 	// --system-id=random uses the same file).
 	SystemIDFile string
@@ -56,6 +60,17 @@ const (
 // dbSocket is ovsdb-server's socket, the one every client (ovs-vsctl, kovs-agent) uses.
 func (c Config) dbSocket() string { return filepath.Join(c.RunDir, "db.sock") }
 
+// vswitchdCtl is VswitchdCtl or its default.
+func (c Config) vswitchdCtl() string { return VswitchdCtlPath(c.RunDir, c.VswitchdCtl) }
+
+// VswitchdCtlPath is ctl, or <runDir>/ovs-vswitchd.ctl when ctl is empty.
+func VswitchdCtlPath(runDir, ctl string) string {
+	if ctl != "" {
+		return ctl
+	}
+	return filepath.Join(runDir, "ovs-vswitchd.ctl")
+}
+
 func (c Config) pidfile(daemon string) string { return filepath.Join(c.RunDir, daemon+".pid") }
 
 // env is the environment of the daemons and tools: OVS_RUNDIR makes `ovs-appctl -t
@@ -65,7 +80,9 @@ func (c Config) env() []string {
 }
 
 func (c Config) validate() error {
-	for name, p := range map[string]string{"database": c.DBFile, "schema": c.Schema, "run directory": c.RunDir, "system-id file": c.SystemIDFile} {
+	paths := map[string]string{"database": c.DBFile, "schema": c.Schema, "run directory": c.RunDir,
+		"system-id file": c.SystemIDFile, "ovs-vswitchd unixctl socket": c.vswitchdCtl()}
+	for name, p := range paths {
 		if p == "" || !filepath.IsAbs(p) {
 			return fmt.Errorf("%s path %q: want an absolute path", name, p)
 		}
@@ -101,6 +118,7 @@ func (c Config) ovsVswitchdArgs() []string {
 		"unix:" + c.dbSocket(),
 		"-vconsole:" + c.LogLevel, "-vsyslog:off",
 		"--pidfile=" + c.pidfile("ovs-vswitchd"),
+		"--unixctl=" + c.vswitchdCtl(),
 	}
 	if c.Mlockall {
 		args = append(args, "--mlockall")

@@ -38,6 +38,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := prepareDatabase(ctx, cfg); err != nil {
 		return err
 	}
+	removeStaleCtlLinks(cfg)
 	var db, vswitchd *daemon
 	defer func() {
 		vswitchd.stop(cfg.StopTimeout, cfg.Log)
@@ -64,11 +65,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Log.WithFields(log.Fields{"daemon": "ovs-vswitchd", "pid": vswitchd.cmd.Process.Pid}).Info("started")
 	err = waitUntil(ctx, cfg.StartTimeout, "ovs-vswitchd", []*daemon{db, vswitchd}, func() error {
-		return appctlVersion(ctx, cfg.RunDir, 5)
+		return appctlVersion(ctx, cfg.vswitchdCtl(), 5)
 	})
 	if err != nil {
 		return startupError(err)
 	}
+	linkPidCtl(cfg, vswitchd.cmd.Process.Pid)
 	cfg.Log.WithField("run-dir", cfg.RunDir).Info("ovsdb-server and ovs-vswitchd are up and answering")
 	select {
 	case <-ctx.Done():
@@ -226,9 +228,33 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
+// linkPidCtl links <RunDir>/ovs-vswitchd.<pid>.ctl, where `ovs-appctl -t ovs-vswitchd`
+// looks (through the pidfile) when run in the same PID namespace, to the fixed socket.
+func linkPidCtl(cfg Config, pid int) {
+	link := filepath.Join(cfg.RunDir, fmt.Sprintf("ovs-vswitchd.%d.ctl", pid))
+	if link == cfg.vswitchdCtl() {
+		return
+	}
+	_ = os.Remove(link)
+	if err := os.Symlink(cfg.vswitchdCtl(), link); err != nil {
+		cfg.Log.WithError(err).Warn("ovs-appctl -t ovs-vswitchd will not find the unixctl socket (use -t " + cfg.vswitchdCtl() + ")")
+	}
+}
+
+// removeStaleCtlLinks removes the links linkPidCtl made for earlier ovs-vswitchd runs.
+func removeStaleCtlLinks(cfg Config) {
+	links, _ := filepath.Glob(filepath.Join(cfg.RunDir, "ovs-vswitchd.*.ctl"))
+	for _, l := range links {
+		if st, err := os.Lstat(l); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			_ = os.Remove(l)
+		}
+	}
+}
+
 // Probe returns nil when ovsdb-server answers on RunDir's db.sock and ovs-vswitchd on
-// its unixctl socket, each within timeout: what a readiness or liveness probe asks.
-func Probe(ctx context.Context, runDir string, timeout time.Duration) error {
+// its unixctl socket vswitchdCtl, each within timeout: what a readiness or liveness
+// probe asks.
+func Probe(ctx context.Context, runDir, vswitchdCtl string, timeout time.Duration) error {
 	secs := max(1, int((timeout+time.Second-1)/time.Second))
 	sock := "unix:" + filepath.Join(runDir, "db.sock")
 	out, err := run(ctx, nil, "ovsdb-client", "--timeout="+strconv.Itoa(secs), "list-dbs", sock)
@@ -238,13 +264,13 @@ func Probe(ctx context.Context, runDir string, timeout time.Duration) error {
 	if !strings.Contains(out, "Open_vSwitch") {
 		return fmt.Errorf("ovsdb-server on %s serves no Open_vSwitch database (it lists %q)", sock, strings.TrimSpace(out))
 	}
-	if err := appctlVersion(ctx, runDir, secs); err != nil {
+	if err := appctlVersion(ctx, vswitchdCtl, secs); err != nil {
 		return fmt.Errorf("ovs-vswitchd does not answer: %w", err)
 	}
 	return nil
 }
 
-func appctlVersion(ctx context.Context, runDir string, secs int) error {
-	_, err := run(ctx, []string{"OVS_RUNDIR=" + runDir}, "ovs-appctl", "--timeout="+strconv.Itoa(secs), "-t", "ovs-vswitchd", "version")
+func appctlVersion(ctx context.Context, ctl string, secs int) error {
+	_, err := run(ctx, nil, "ovs-appctl", "--timeout="+strconv.Itoa(secs), "-t", ctl, "version")
 	return err
 }

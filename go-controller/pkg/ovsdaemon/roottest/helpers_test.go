@@ -113,9 +113,14 @@ func (n *node) flags() []string {
 
 // start runs kovs-ovs in the node's network namespace (nsenter execs it: the process is
 // kovs-ovs itself, so signals reach it directly).
-func (n *node) start() {
+func (n *node) start() { n.startWith() }
+
+// startWith runs kovs-ovs under wrapper (a command that runs its arguments) in the node's
+// network namespace.
+func (n *node) startWith(wrapper ...string) {
 	n.t.Helper()
-	args := append([]string{"--net=/var/run/netns/" + n.netns, kovsOVS(n.t)}, n.flags()...)
+	args := append([]string{"--net=/var/run/netns/" + n.netns}, wrapper...)
+	args = append(append(args, kovsOVS(n.t)), n.flags()...)
 	n.proc = exec.Command("nsenter", args...)
 	n.output = &syncBuffer{}
 	n.proc.Stdout, n.proc.Stderr = n.output, n.output
@@ -256,6 +261,15 @@ func (n *node) vsctl(args ...string) string {
 		n.t.Fatalf("ovs-vsctl %v: %v: %s", args, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// appctl runs ovs-appctl against ovs-vswitchd: target is a socket path, or a daemon
+// name found through the pidfile in the run directory.
+func (n *node) appctl(target string, args ...string) (string, error) {
+	cmd := exec.Command("ovs-appctl", append([]string{"--timeout=10", "-t", target}, args...)...)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+n.runDir())
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
 }
 
 func (n *node) systemID() string {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,13 @@ func TestRunProbeAndSIGTERM(t *testing.T) {
 	n.vsctl("add-br", "br-test", "--", "set", "Bridge", "br-test", "datapath_type=netdev")
 	if _, err := os.Stat(filepath.Join(n.runDir(), "br-test.mgmt")); err != nil {
 		t.Errorf("ovs-vswitchd made no management socket for br-test: %v", err)
+	}
+	// ovs-vswitchd answers on the fixed socket, and through the pidfile (same PID
+	// namespace) as operators are used to.
+	for _, target := range []string{filepath.Join(n.runDir(), "ovs-vswitchd.ctl"), "ovs-vswitchd"} {
+		if out, err := n.appctl(target, "version"); err != nil || !strings.Contains(out, "Open vSwitch") {
+			t.Errorf("ovs-appctl -t %s version: %v: %s", target, err, out)
+		}
 	}
 	db, vswitchd := n.pid("ovsdb-server"), n.pid("ovs-vswitchd")
 
@@ -159,5 +167,37 @@ func TestProbeFailsWithoutOVS(t *testing.T) {
 		t.Fatal("probe passes on an empty run directory")
 	} else if !strings.Contains(err.Error(), "ovsdb-server does not answer") {
 		t.Errorf("probe error does not say what is wrong: %v", err)
+	}
+}
+
+// kovs-agent runs in another container of the pod, so in another PID namespace, where
+// ovs-appctl cannot use the pidfile (its PID is the ovs container's). The fixed unixctl
+// socket works from there, and so does the probe.
+func TestVswitchdReachableFromAnotherPIDNamespace(t *testing.T) {
+	n := newNode(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatal("unshare not found: install util-linux")
+	}
+	n.startWith("unshare", "--pid", "--fork", "--kill-child=SIGTERM")
+	n.waitReady()
+	if out, err := n.appctl(filepath.Join(n.runDir(), "ovs-vswitchd.ctl"), "version"); err != nil || !strings.Contains(out, "Open vSwitch") {
+		t.Errorf("ovs-appctl -t <run-dir>/ovs-vswitchd.ctl from another PID namespace: %v: %s", err, out)
+	}
+	// What the agent needs of ovs-vswitchd on the userspace datapath.
+	n.vsctl("add-br", "br-test", "--", "set", "Bridge", "br-test", "datapath_type=netdev")
+	if out, err := n.appctl(filepath.Join(n.runDir(), "ovs-vswitchd.ctl"), "tnl/neigh/set", "br-test", "192.0.2.1", "0a:00:00:00:00:01"); err != nil {
+		t.Errorf("tnl/neigh/set from another PID namespace: %v: %s", err, out)
+	}
+	// unshare does not pass SIGTERM on: signal kovs-ovs, its child, directly.
+	children, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(n.proc.Process.Pid), "task", strconv.Itoa(n.proc.Process.Pid), "children"))
+	if err != nil || len(strings.Fields(string(children))) != 1 {
+		t.Fatalf("kovs-ovs under unshare: children %q: %v", children, err)
+	}
+	pid, _ := strconv.Atoi(strings.Fields(string(children))[0])
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := n.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("unshare exited %d after kovs-ovs got SIGTERM, want 0", code)
 	}
 }
