@@ -68,9 +68,8 @@ lint:
 clean:
 	rm -rf _output
 
-## images: container images, where a container engine runs
-images:
-	@if ! docker info >/dev/null 2>&1; then echo "no container engine reachable (docker info failed): skipping images"; exit 0; fi; \
-	docker build -f images/Dockerfile.controller -t kovs/controller . && \
-	docker build -f images/Dockerfile.agent --target agent -t kovs/agent . && \
-	docker build -f images/Dockerfile.agent --target ovs -t kovs/ovs .
+## images: every image (kovs/controller, kovs/agent, kovs/ovs, pause, agnhost) as an OCI
+## image archive in _output/images, without a container engine (images/README.md)
+images: deps k8s build
+	$(BIN)/kovs-images build --repo $(CURDIR) --out $(CURDIR)/_output/images \
+		--cache $(KOVS_CACHE)/images --k8s-dir $(KOVS_CACHE)/k8s-v$(K8S_VERSION)

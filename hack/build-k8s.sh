@@ -3,6 +3,8 @@
 # kube-proxy (for `kovs-sandbox up --kube-proxy`) from the k8s.io/kubernetes module in a
 # scratch build module (never the project's go.mod), and cache them under $KOVS_CACHE
 # (default $HOME/.cache/kovs). A second run takes seconds.
+# It also builds the binaries of the test images kovs-images makes (`make images`):
+# agnhost (test/images/agnhost, in the same scratch module) and pause (build/pause, gcc).
 #
 # The k8s.io/kubernetes module cannot be built with `go install` because of its replace
 # directives for the staging modules; the scratch module repeats them, pinned to v0.X.Y.
@@ -12,14 +14,45 @@ CACHE=${KOVS_CACHE:-$HOME/.cache/kovs}
 OUT=$CACHE/k8s-v$K8S_VERSION/bin
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet)
 
+# build_test_binaries builds agnhost and pause into $OUT where missing; it needs the
+# scratch module ($mod) the components are built in.
+build_test_binaries() {
+  local kdir tag tmpd
+  command -v go >/dev/null && command -v jq >/dev/null || { echo "build-k8s: go and jq are required" >&2; exit 1; }
+  kdir=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | jq -r .Dir)
+  if [ ! -x "$OUT/agnhost" ]; then
+    echo "building agnhost $(cat "$kdir/test/images/agnhost/VERSION") (k8s.io/kubernetes v$K8S_VERSION)"
+    printf '//go:build tools\n\npackage k8sbuild\n\nimport _ "k8s.io/kubernetes/test/images/agnhost"\n' >"$mod/tools_agnhost.go"
+    tmpd=$(mktemp -d "$OUT/.agnhost.XXXXXX")
+    (cd "$mod" && go mod tidy && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmpd/agnhost" k8s.io/kubernetes/test/images/agnhost) \
+      || { rm -rf "$tmpd"; exit 1; }
+    mv "$tmpd/agnhost" "$OUT/agnhost"; rm -rf "$tmpd"
+  fi
+  if [ ! -x "$OUT/pause" ]; then
+    command -v gcc >/dev/null || { echo "build-k8s: gcc is required for the pause image (apt-get install gcc libc6-dev)" >&2; exit 1; }
+    tag=$(sed -n 's/^TAG ?= *//p' "$kdir/build/pause/Makefile")
+    echo "building pause $tag (build/pause of k8s.io/kubernetes v$K8S_VERSION)"
+    # The flags of build/pause/Makefile: static, so the image needs nothing else.
+    gcc -Os -Wall -Werror -static -DVERSION="v$tag" -o "$OUT/.pause.tmp" "$kdir/build/pause/linux/pause.c"
+    strip "$OUT/.pause.tmp"
+    mv "$OUT/.pause.tmp" "$OUT/pause"
+  fi
+}
+
 missing=()
 for c in "${COMPONENTS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done
-if [ ${#missing[@]} -eq 0 ]; then echo "kubernetes v$K8S_VERSION binaries cached in $OUT"; exit 0; fi
+mod=$CACHE/k8s-v$K8S_VERSION/build
+if [ ${#missing[@]} -eq 0 ]; then
+  if [ ! -x "$OUT/agnhost" ] || [ ! -x "$OUT/pause" ]; then
+    export GOFLAGS=-buildvcs=false
+    build_test_binaries
+  fi
+  echo "kubernetes v$K8S_VERSION binaries cached in $OUT"; exit 0
+fi
 
 command -v go >/dev/null || { echo "build-k8s: go is not on PATH" >&2; exit 1; }
 command -v jq >/dev/null || { echo "build-k8s: jq is required (apt-get install jq)" >&2; exit 1; }
 
-mod=$CACHE/k8s-v$K8S_VERSION/build
 mkdir -p "$mod" "$OUT"
 export GOFLAGS=-buildvcs=false
 kmod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | jq -r .GoMod)
@@ -46,4 +79,5 @@ tmp=$(mktemp -d "$OUT/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
 for c in "${missing[@]}"; do mv "$tmp/$c" "$OUT/$c"; done
+build_test_binaries
 echo "kubernetes v$K8S_VERSION binaries built in $OUT"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# install-deps.sh: install the Debian packages kovs builds, tests and runs its sandbox with.
+# install-deps.sh: install the Debian packages kovs builds, tests and runs its sandbox with
+# (and builds its images with: mmdebstrap for the root filesystems, gcc for pause).
 # Idempotent: installs only what is missing, and runs `apt-get update` at most once.
 set -euo pipefail
 
@@ -15,11 +16,16 @@ declare -A need=(
   [conntrack]=conntrack
   [nft]=nftables
   [ping]=iputils-ping
+  [mmdebstrap]=mmdebstrap
+  [gcc]=gcc
 )
 missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done
+# The C library's headers and static archive: hack/build-k8s.sh compiles the pause image's
+# binary static.
+[ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "Debian packages: all present"
   exit 0

@@ -25,7 +25,7 @@ const root = "../../.."
 const configDoc = "docs/configuration.md"
 
 // binaries whose flags configuration.md documents, each under a "## <name>" section.
-var binaries = []string{"kovs-controller", "kovs-agent", "kovsctl"}
+var binaries = []string{"kovs-controller", "kovs-agent", "kovsctl", "kovs-ovs", "kovs-images"}
 
 func TestEveryFlagIsDocumented(t *testing.T) {
 	sections := docSections(t)

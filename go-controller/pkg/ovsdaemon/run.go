@@ -1,0 +1,276 @@
+package ovsdaemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	log "github.com/sirupsen/logrus"
+)
+
+// Run prepares the database, starts ovsdb-server and then ovs-vswitchd, and supervises
+// them. It returns nil after a clean stop (ctx ended: SIGTERM or SIGINT), stopping
+// ovs-vswitchd first and then ovsdb-server, and an error naming the daemon when either
+// exits on its own (after stopping the other) or cannot be set up.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if cfg.Log == nil {
+		cfg.Log = log.StandardLogger()
+	}
+	for _, dir := range []string{cfg.RunDir, filepath.Dir(cfg.DBFile), filepath.Dir(cfg.SystemIDFile)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	if cfg.LoadKernelModule {
+		loadKernelModule(ctx, cfg.Log)
+	}
+	if err := prepareDatabase(ctx, cfg); err != nil {
+		return err
+	}
+	removeStaleCtlLinks(cfg)
+	var db, vswitchd *daemon
+	defer func() {
+		vswitchd.stop(cfg.StopTimeout, cfg.Log)
+		db.stop(cfg.StopTimeout, cfg.Log)
+	}()
+	db, err := startDaemon("ovsdb-server", cfg.ovsdbServerArgs(), cfg.env())
+	if err != nil {
+		return err
+	}
+	cfg.Log.WithFields(log.Fields{"daemon": "ovsdb-server", "pid": db.cmd.Process.Pid, "db": cfg.DBFile}).Info("started")
+	err = waitUntil(ctx, cfg.StartTimeout, "ovsdb-server", []*daemon{db}, func() error {
+		_, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait", "init")
+		return err
+	})
+	if err != nil {
+		return startupError(err)
+	}
+	if err := initSwitch(ctx, cfg); err != nil {
+		return err
+	}
+	vswitchd, err = startDaemon("ovs-vswitchd", cfg.ovsVswitchdArgs(), cfg.env())
+	if err != nil {
+		return err
+	}
+	cfg.Log.WithFields(log.Fields{"daemon": "ovs-vswitchd", "pid": vswitchd.cmd.Process.Pid}).Info("started")
+	err = waitUntil(ctx, cfg.StartTimeout, "ovs-vswitchd", []*daemon{db, vswitchd}, func() error {
+		return appctlVersion(ctx, cfg.vswitchdCtl(), 5)
+	})
+	if err != nil {
+		return startupError(err)
+	}
+	linkPidCtl(cfg, vswitchd.cmd.Process.Pid)
+	cfg.Log.WithField("run-dir", cfg.RunDir).Info("ovsdb-server and ovs-vswitchd are up and answering")
+	select {
+	case <-ctx.Done():
+		cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
+		return nil
+	case <-db.done:
+		return db.exitError()
+	case <-vswitchd.done:
+		return vswitchd.exitError()
+	}
+}
+
+// startupError maps a stop during startup to success (the container was asked to stop).
+func startupError(err error) error {
+	if errors.Is(err, errStopped) {
+		return nil
+	}
+	return err
+}
+
+// prepareDatabase creates the database from the schema, or converts it when the schema
+// changed (an upgraded image), keeping a backup as ovs-ctl does.
+func prepareDatabase(ctx context.Context, cfg Config) error {
+	logger := cfg.Log.WithField("db", cfg.DBFile)
+	if _, err := os.Stat(cfg.DBFile); errors.Is(err, os.ErrNotExist) {
+		if _, err := run(ctx, nil, "ovsdb-tool", "create", cfg.DBFile, cfg.Schema); err != nil {
+			return fmt.Errorf("create the database: %w", err)
+		}
+		logger.Info("database created")
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	out, err := run(ctx, nil, "ovsdb-tool", "needs-conversion", cfg.DBFile, cfg.Schema)
+	if err != nil {
+		return fmt.Errorf("check the database against the schema: %w", err)
+	}
+	if strings.TrimSpace(out) == "no" {
+		return nil
+	}
+	version, err := run(ctx, nil, "ovsdb-tool", "db-version", cfg.DBFile)
+	if err != nil {
+		return err
+	}
+	cksum, err := run(ctx, nil, "ovsdb-tool", "db-cksum", cfg.DBFile)
+	if err != nil {
+		return err
+	}
+	fields := strings.Fields(cksum)
+	if len(fields) == 0 {
+		return fmt.Errorf("ovsdb-tool db-cksum %s printed nothing", cfg.DBFile)
+	}
+	backup := fmt.Sprintf("%s.backup%s-%s", cfg.DBFile, strings.TrimSpace(version), fields[0])
+	if err := copyFile(cfg.DBFile, backup); err != nil {
+		return fmt.Errorf("back up the database before converting it: %w", err)
+	}
+	if _, err := run(ctx, nil, "ovsdb-tool", "convert", cfg.DBFile, cfg.Schema); err != nil {
+		return fmt.Errorf("convert the database to %s: %w", cfg.Schema, err)
+	}
+	logger.WithFields(log.Fields{"from": strings.TrimSpace(version), "backup": backup}).Info("database converted to the new schema")
+	return nil
+}
+
+// initSwitch records the versions, the hostname and a system-id that stays the same
+// across restarts in the Open_vSwitch record, as ovs-ctl does.
+func initSwitch(ctx context.Context, cfg Config) error {
+	id, err := systemID(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	host := cfg.Hostname
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	set := []string{"external_ids:system-id=" + strconv.Quote(id), "external_ids:hostname=" + strconv.Quote(host)}
+	if v, err := run(ctx, nil, "ovsdb-tool", "schema-version", cfg.Schema); err == nil {
+		set = append(set, "db_version="+strconv.Quote(strings.TrimSpace(v)))
+	}
+	if v, err := run(ctx, nil, "ovs-vswitchd", "--version"); err == nil {
+		if f := strings.Fields(strings.SplitN(v, "\n", 2)[0]); len(f) > 0 {
+			set = append(set, "ovs_version="+strconv.Quote(f[len(f)-1]))
+		}
+	}
+	args := append([]string{"--db=unix:" + cfg.dbSocket(), "--timeout=5", "--no-wait", "set", "Open_vSwitch", "."}, set...)
+	if _, err := run(ctx, cfg.env(), "ovs-vsctl", args...); err != nil {
+		return fmt.Errorf("initialize the Open_vSwitch record: %w", err)
+	}
+	cfg.Log.WithFields(log.Fields{"system-id": id, "hostname": host}).Info("switch initialized")
+	return nil
+}
+
+// systemID returns the switch's system-id: the one in SystemIDFile, else the one the
+// database already has, else a new random UUID; it is written to SystemIDFile.
+func systemID(ctx context.Context, cfg Config) (string, error) {
+	b, err := os.ReadFile(cfg.SystemIDFile)
+	switch {
+	case err == nil:
+		id := strings.TrimSpace(string(b))
+		if id == "" || strings.ContainsAny(id, " \t\n\"") {
+			return "", fmt.Errorf("system-id file %s holds %q, not a system-id: fix or remove it", cfg.SystemIDFile, id)
+		}
+		return id, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("system-id: %w", err)
+	}
+	out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
+		"--if-exists", "get", "Open_vSwitch", ".", "external_ids:system-id")
+	if err != nil {
+		return "", fmt.Errorf("read the database's system-id: %w", err)
+	}
+	id := strings.Trim(strings.TrimSpace(out), `"`)
+	if id == "" {
+		id = uuid.NewString()
+	}
+	tmp := cfg.SystemIDFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("system-id: %w", err)
+	}
+	if err := os.Rename(tmp, cfg.SystemIDFile); err != nil {
+		return "", fmt.Errorf("system-id: %w", err)
+	}
+	return id, nil
+}
+
+// loadKernelModule loads the openvswitch module if it is available and not loaded.
+func loadKernelModule(ctx context.Context, logger log.FieldLogger) {
+	if _, err := os.Stat("/sys/module/openvswitch"); err == nil {
+		return
+	}
+	if _, err := exec.LookPath("modprobe"); err != nil {
+		logger.Info("openvswitch kernel module not loaded and no modprobe: only the userspace datapath (netdev) works")
+		return
+	}
+	if _, err := run(ctx, nil, "modprobe", "openvswitch"); err != nil {
+		logger.WithError(err).Info("openvswitch kernel module not loaded: only the userspace datapath (netdev) works")
+		return
+	}
+	logger.Info("openvswitch kernel module loaded")
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// linkPidCtl links <RunDir>/ovs-vswitchd.<pid>.ctl, where `ovs-appctl -t ovs-vswitchd`
+// looks (through the pidfile) when run in the same PID namespace, to the fixed socket.
+func linkPidCtl(cfg Config, pid int) {
+	link := filepath.Join(cfg.RunDir, fmt.Sprintf("ovs-vswitchd.%d.ctl", pid))
+	if link == cfg.vswitchdCtl() {
+		return
+	}
+	_ = os.Remove(link)
+	if err := os.Symlink(cfg.vswitchdCtl(), link); err != nil {
+		cfg.Log.WithError(err).Warn("ovs-appctl -t ovs-vswitchd will not find the unixctl socket (use -t " + cfg.vswitchdCtl() + ")")
+	}
+}
+
+// removeStaleCtlLinks removes the links linkPidCtl made for earlier ovs-vswitchd runs.
+func removeStaleCtlLinks(cfg Config) {
+	links, _ := filepath.Glob(filepath.Join(cfg.RunDir, "ovs-vswitchd.*.ctl"))
+	for _, l := range links {
+		if st, err := os.Lstat(l); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			_ = os.Remove(l)
+		}
+	}
+}
+
+// Probe returns nil when ovsdb-server answers on RunDir's db.sock and ovs-vswitchd on
+// its unixctl socket vswitchdCtl, each within timeout: what a readiness or liveness
+// probe asks.
+func Probe(ctx context.Context, runDir, vswitchdCtl string, timeout time.Duration) error {
+	secs := max(1, int((timeout+time.Second-1)/time.Second))
+	sock := "unix:" + filepath.Join(runDir, "db.sock")
+	out, err := run(ctx, nil, "ovsdb-client", "--timeout="+strconv.Itoa(secs), "list-dbs", sock)
+	if err != nil {
+		return fmt.Errorf("ovsdb-server does not answer: %w", err)
+	}
+	if !strings.Contains(out, "Open_vSwitch") {
+		return fmt.Errorf("ovsdb-server on %s serves no Open_vSwitch database (it lists %q)", sock, strings.TrimSpace(out))
+	}
+	if err := appctlVersion(ctx, vswitchdCtl, secs); err != nil {
+		return fmt.Errorf("ovs-vswitchd does not answer: %w", err)
+	}
+	return nil
+}
+
+func appctlVersion(ctx context.Context, ctl string, secs int) error {
+	_, err := run(ctx, nil, "ovs-appctl", "--timeout="+strconv.Itoa(secs), "-t", ctl, "version")
+	return err
+}
