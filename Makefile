@@ -36,12 +36,12 @@ k8s:
 	K8S_VERSION=$(K8S_VERSION) bash hack/build-k8s.sh
 
 ## test: lint, unit tests, end-to-end tests against real sandboxes
-test: tools build lint unit e2e
+test: tools build images lint unit e2e
 
 unit:
 	$(GO) test -count=1 ./go-controller/...
 
-e2e: build
+e2e: build images
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
 		$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 

@@ -18,6 +18,10 @@ declare -A need=(
   [ping]=iputils-ping
   [mmdebstrap]=mmdebstrap
   [gcc]=gcc
+  # Real nodes of the sandbox (kovs-sandbox up --runtime containerd).
+  [containerd]=containerd
+  [ctr]=containerd
+  [runc]=runc
 )
 missing=()
 for cmd in "${!need[@]}"; do
@@ -26,6 +30,8 @@ done
 # The C library's headers and static archive: hack/build-k8s.sh compiles the pause image's
 # binary static.
 [ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
+# The reference CNI plugins a real node's OS ships in /opt/cni/bin (loopback, portmap, ...).
+[ -e /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "Debian packages: all present"
   exit 0
@@ -40,7 +46,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The packages' own services are not used: every sandbox node runs its own OVS and the
 # sandbox runs its own etcd. Stop them if the package started them.
-for svc in openvswitch-switch etcd; do
+for svc in openvswitch-switch etcd containerd; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
   fi

@@ -211,7 +211,8 @@ func (a *Agent) connectOVS(ctx context.Context) error {
 	}
 	a.store = store
 	a.health.setOVS(store)
-	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: a.cfg.Bridge, RunDir: a.cfg.OVSRundir, VswitchdCtl: a.cfg.VswitchdCtl})
+	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: a.cfg.Bridge, RunDir: a.cfg.OVSRundir,
+		VswitchdCtl: vswitchdCtl(a.cfg.VswitchdCtl, a.cfg.OVSRundir)})
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func (l Layout) InstallDir() string { return filepath.Join(l.Dir(), "kovs-instal
 //     and controllers run on the host network before any Service proxy works, the case
 //     the optional ConfigMap kovs-kube-apiserver exists for;
 //   - no ovs container: the nodes run Open vSwitch themselves (the sandbox made br-ex on
-//     it), and the agent reaches ovs-vswitchd at the unixctl path it was started with.
+//     it).
 func (l Layout) installOverlay(distRel string, family IPFamily) map[string]string {
 	return map[string]string{
 		"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
@@ -44,11 +44,6 @@ resources:
 patches:
   - path: config.yaml
   - path: no-ovs-container.yaml
-  - target: {kind: DaemonSet, name: kovs-agent}
-    patch: |-
-      - op: add
-        path: /spec/template/spec/containers/0/args/-
-        value: --vswitchd-ctl=/var/run/openvswitch/ovs-vswitchd.ctl
 `,
 		"config.yaml": `apiVersion: v1
 kind: ConfigMap
