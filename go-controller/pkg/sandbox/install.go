@@ -152,7 +152,7 @@ func (u *upRun) waitKovsRunning() error {
 		if err != nil {
 			return err
 		}
-		if err := deploymentAvailable(dep); err != nil {
+		if err := deploymentAvailable(dep, len(u.state.Nodes)); err != nil {
 			return err
 		}
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -178,10 +178,13 @@ func daemonSetReady(ds *appsv1.DaemonSet, nodes int) error {
 	return nil
 }
 
-func deploymentAvailable(d *appsv1.Deployment) error {
+// deploymentAvailable: every replica that fits is available. The controller runs on the
+// host network, so its ports keep two replicas off one node: with fewer nodes than
+// replicas the rest stay Pending.
+func deploymentAvailable(d *appsv1.Deployment, nodes int) error {
 	want := int32(1)
 	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
+		want = min(*d.Spec.Replicas, int32(nodes))
 	}
 	st := d.Status
 	if st.ObservedGeneration < d.Generation || st.AvailableReplicas < want || st.UpdatedReplicas < want {
