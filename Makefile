@@ -17,6 +17,9 @@ IP_FAMILY   ?= ipv4
 E2E_TIMEOUT ?= 25m
 
 export GOFLAGS ?= -buildvcs=false
+# The reference CNI plugin kovs chains for hostPort (a go.mod tool); the sandbox installs
+# it next to kovs-cni, as the agent image does.
+PORTMAP     := github.com/containernetworking/plugins/plugins/meta/portmap
 
 .PHONY: all build tools deps k8s test unit e2e demo sandbox-up sandbox-down bench lint clean images
 
@@ -24,7 +27,7 @@ all: build
 
 ## build: every binary into _output/bin
 build:
-	$(GO) build -o $(BIN)/ ./go-controller/cmd/...
+	$(GO) build -o $(BIN)/ ./go-controller/cmd/... $(PORTMAP)
 
 ## tools: Debian packages and the cached Kubernetes binaries
 tools: deps k8s

@@ -4,7 +4,10 @@
 # scratch build module (never the project's go.mod), and cache them under $KOVS_CACHE
 # (default $HOME/.cache/kovs). A second run takes seconds.
 # It also builds the binaries of the test images kovs-images makes (`make images`):
-# agnhost (test/images/agnhost, in the same scratch module) and pause (build/pause, gcc).
+# agnhost (test/images/agnhost, in the same scratch module), pause (build/pause, gcc) and
+# CoreDNS (the cluster DNS of the sandbox's real nodes, the version kubeadm v1.37 deploys);
+# and e2e.test, the upstream end-to-end suite (test/e2e, in a scratch module of its own:
+# its test-only dependencies would change the components' go.sum).
 #
 # The k8s.io/kubernetes module cannot be built with `go install` because of its replace
 # directives for the staging modules; the scratch module repeats them, pinned to v0.X.Y.
@@ -13,6 +16,8 @@ K8S_VERSION=${K8S_VERSION:-1.37.2}
 CACHE=${KOVS_CACHE:-$HOME/.cache/kovs}
 OUT=$CACHE/k8s-v$K8S_VERSION/bin
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet)
+TEST_BINARIES=(agnhost pause e2e.test coredns)
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
 
 # build_test_binaries builds agnhost and pause into $OUT where missing; it needs the
 # scratch module ($mod) the components are built in.
@@ -37,13 +42,42 @@ build_test_binaries() {
     strip "$OUT/.pause.tmp"
     mv "$OUT/.pause.tmp" "$OUT/pause"
   fi
+  if [ ! -x "$OUT/e2e.test" ]; then
+    echo "building e2e.test v$K8S_VERSION (test/e2e of k8s.io/kubernetes; cold: about 8 minutes on 2 cores)"
+    local e2emod=$CACHE/k8s-v$K8S_VERSION/e2e-build
+    mkdir -p "$e2emod"
+    sed 's#^module kovs.local/k8sbuild#module kovs.local/k8se2e#' "$mod/go.mod" >"$e2emod/go.mod"
+    cp "$mod/go.sum" "$e2emod/go.sum"
+    printf '//go:build tools\n\npackage k8se2e\n\nimport _ "k8s.io/kubernetes/test/e2e"\n' >"$e2emod/tools.go"
+    tmpd=$(mktemp -d "$OUT/.e2e.XXXXXX")
+    (cd "$e2emod" && go mod tidy && go test -c -trimpath -ldflags "$ldflags" -o "$tmpd/e2e.test" k8s.io/kubernetes/test/e2e) \
+      || { rm -rf "$tmpd"; exit 1; }
+    mv "$tmpd/e2e.test" "$OUT/e2e.test"; rm -rf "$tmpd"
+  fi
+  if [ ! -x "$OUT/coredns" ]; then
+    echo "building CoreDNS $COREDNS_VERSION"
+    tmpd=$(mktemp -d "$OUT/.coredns.XXXXXX")
+    (cd "$tmpd" && GOBIN="$tmpd" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION") \
+      || { rm -rf "$tmpd"; exit 1; }
+    mv "$tmpd/coredns" "$OUT/coredns"; rm -rf "$tmpd"
+  fi
+}
+
+V=k8s.io/component-base/version
+IFS=. read -r major minor _ <<<"$K8S_VERSION"
+ldflags="-s -w -X $V.gitVersion=v$K8S_VERSION -X $V.gitMajor=$major -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
+
+test_binaries_missing() {
+  local b
+  for b in "${TEST_BINARIES[@]}"; do [ -x "$OUT/$b" ] || return 0; done
+  return 1
 }
 
 missing=()
 for c in "${COMPONENTS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done
 mod=$CACHE/k8s-v$K8S_VERSION/build
 if [ ${#missing[@]} -eq 0 ]; then
-  if [ ! -x "$OUT/agnhost" ] || [ ! -x "$OUT/pause" ]; then
+  if test_binaries_missing; then
     export GOFLAGS=-buildvcs=false
     build_test_binaries
   fi
@@ -67,9 +101,6 @@ kmod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | jq -r .GoMod)
   printf ')\n'
 } >"$mod/tools.go"
 
-V=k8s.io/component-base/version
-IFS=. read -r major minor _ <<<"$K8S_VERSION"
-ldflags="-s -w -X $V.gitVersion=v$K8S_VERSION -X $V.gitMajor=$major -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
 pkgs=()
 for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 echo "building ${missing[*]} v$K8S_VERSION (cold: about 20 minutes on 2 cores)"

@@ -27,10 +27,12 @@ func writeCNIConf(dir, socket string) error {
 		"cniVersion":  cniConfVersion,
 		"cniVersions": []string{cniConfVersion, cniConfNewVersion},
 		"name":        "kovs",
-		"plugins": []any{map[string]any{
-			"type":   "kovs-cni",
-			"socket": socket,
-		}},
+		"plugins": []any{
+			map[string]any{"type": "kovs-cni", "socket": socket},
+			// hostPort: the reference plugin maps the runtime's portMappings (the pod's
+			// hostPort) to the pod's address on the node, chained after kovs-cni.
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {

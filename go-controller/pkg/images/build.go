@@ -117,7 +117,7 @@ func (b *Builder) resolve(src Source) (string, error) {
 	var p string
 	switch src.Kind {
 	case KovsBinary:
-		p = filepath.Join(b.Out, "bin", src.Name)
+		p = filepath.Join(b.Out, "bin", src.binaryName())
 	case K8sBinary:
 		p = filepath.Join(b.K8sDir, "bin", src.Name)
 		if _, err := os.Stat(p); err != nil {
@@ -169,7 +169,7 @@ func (b *Builder) buildKovsBinaries(ctx context.Context, specs []Spec) error {
 		for _, f := range s.Files {
 			if f.Src.Kind == KovsBinary && !seen[f.Src.Name] {
 				seen[f.Src.Name] = true
-				pkgs = append(pkgs, "./go-controller/cmd/"+f.Src.Name)
+				pkgs = append(pkgs, f.Src.goPackage())
 			}
 		}
 	}

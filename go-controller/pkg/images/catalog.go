@@ -40,7 +40,7 @@ const (
 
 // Catalog returns every image kovs builds, kovs's own first.
 func Catalog() []Spec {
-	return []Spec{controllerSpec(), agentSpec(), ovsSpec(), pauseSpec(), agnhostSpec()}
+	return []Spec{controllerSpec(), agentSpec(), ovsSpec(), pauseSpec(), agnhostSpec(), corednsSpec(), glibcDNSTestingSpec()}
 }
 
 // Lookup returns the specs of the given short names (all of them for none), in
@@ -73,6 +73,9 @@ func Lookup(shorts ...string) ([]Spec, error) {
 	}
 	return out, nil
 }
+
+// portmapPackage is the reference CNI plugin for hostPort, at the version go.mod requires.
+const portmapPackage = "github.com/containernetworking/plugins/plugins/meta/portmap"
 
 func kovsBin(name, dest string) File {
 	return File{Src: Source{Kind: KovsBinary, Name: name}, Dest: dest, Mode: 0o755}
@@ -109,6 +112,9 @@ func agentSpec() Spec {
 			kovsBin("kovs-agent", "/usr/local/bin/kovs-agent"),
 			kovsBin("kovsctl", "/usr/local/bin/kovsctl"),
 			kovsBin("kovs-cni", "/opt/kovs/bin/kovs-cni"),
+			// Chained after kovs-cni for hostPort (the conflist's portmap), installed
+			// onto the host with it; the reference plugin, static.
+			kovsBin(portmapPackage, "/opt/kovs/bin/portmap"),
 		},
 		Env:        []string{DefaultPath},
 		Entrypoint: []string{"/usr/local/bin/kovs-agent"},

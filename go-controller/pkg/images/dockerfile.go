@@ -30,7 +30,7 @@ func Dockerfile(s Spec) (string, error) {
 		if f.Src.Kind != KovsBinary {
 			return "", fmt.Errorf("image %s: %s comes from %s: a Dockerfile can only build kovs binaries", s.Short, f.Dest, f.Src)
 		}
-		cmds = appendOnce(cmds, "./go-controller/cmd/"+f.Src.Name)
+		cmds = appendOnce(cmds, f.Src.goPackage())
 	}
 	var b strings.Builder
 	b.WriteString(dockerfileHeader)
@@ -53,7 +53,7 @@ func Dockerfile(s Spec) (string, error) {
 		if f.Mode != 0o755 {
 			chmod = fmt.Sprintf("--chmod=%04o ", f.Mode)
 		}
-		fmt.Fprintf(&b, "COPY --from=build %s/out/%s %s\n", chmod, f.Src.Name, f.Dest)
+		fmt.Fprintf(&b, "COPY --from=build %s/out/%s %s\n", chmod, f.Src.binaryName(), f.Dest)
 	}
 	writeConfig(&b, s)
 	return b.String(), nil

@@ -41,12 +41,13 @@ func TestDockerfileSaysWhatTheSpecSays(t *testing.T) {
 	}
 	for _, want := range []string{
 		"FROM " + golangDocker + " AS build\n",
-		"RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/ ./go-controller/cmd/kovs-agent ./go-controller/cmd/kovsctl ./go-controller/cmd/kovs-cni\n",
+		"RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/ ./go-controller/cmd/kovs-agent ./go-controller/cmd/kovsctl ./go-controller/cmd/kovs-cni github.com/containernetworking/plugins/plugins/meta/portmap\n",
 		"FROM " + debianDocker + "\n",
 		"apt-get install -y --no-install-recommends ca-certificates iproute2 nftables openvswitch-common \\\n",
 		"COPY --from=build /out/kovs-agent /usr/local/bin/kovs-agent\n",
 		"COPY --from=build /out/kovsctl /usr/local/bin/kovsctl\n",
 		"COPY --from=build /out/kovs-cni /opt/kovs/bin/kovs-cni\n",
+		"COPY --from=build /out/portmap /opt/kovs/bin/portmap\n",
 		"ENV " + DefaultPath + "\n",
 		`ENTRYPOINT ["/usr/local/bin/kovs-agent"]` + "\n",
 	} {

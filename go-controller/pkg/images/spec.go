@@ -82,7 +82,9 @@ type SourceKind string
 
 const (
 	// KovsBinary is a command of this repository, built by the builder from
-	// ./go-controller/cmd/<Name> with GoBuild's settings.
+	// ./go-controller/cmd/<Name> with GoBuild's settings, or, when Name is a package
+	// path, that command of a module go.mod requires (a reference CNI plugin), built the
+	// same way.
 	KovsBinary SourceKind = "kovs"
 	// K8sBinary is a binary of the cached Kubernetes build (<k8s dir>/bin/<Name>),
 	// made by hack/build-k8s.sh (`make k8s`).
@@ -98,6 +100,17 @@ type Source struct {
 }
 
 func (s Source) String() string { return string(s.Kind) + ":" + s.Name }
+
+// goPackage is the package a KovsBinary is built from.
+func (s Source) goPackage() string {
+	if strings.Contains(s.Name, "/") {
+		return s.Name
+	}
+	return "./go-controller/cmd/" + s.Name
+}
+
+// binaryName is the file name a KovsBinary is built to (go build -o dir/).
+func (s Source) binaryName() string { return path.Base(s.Name) }
 
 // File is a regular file of the image.
 type File struct {

@@ -26,7 +26,7 @@ const NodeAPIServerPort = 6443
 func (u *upRun) controlPlane(ctx context.Context) error {
 	s, l := u.state, u.layout
 	pki := l.PKIDir()
-	if err := writePKI(pki, firstServiceIPs(s.ServiceCIDRs)); err != nil {
+	if err := writePKI(pki, append(firstServiceIPs(s.ServiceCIDRs), u.controlPlaneNodeIPs()...)); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	if err := writeKubeconfig(l.Kubeconfig(), s.APIServerURL(), pki); err != nil {
@@ -90,7 +90,7 @@ func (u *upRun) apiserver() Process {
 	s, pki := u.state, u.layout.PKIDir()
 	return Process{Name: "kube-apiserver", Path: filepath.Join(u.opts.K8sBinDir, "kube-apiserver"), Args: []string{
 		"--etcd-servers", "http://127.0.0.1:" + strconv.Itoa(s.EtcdPort),
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--bind-address", "127.0.0.1", "--advertise-address", u.advertiseAddress(),
 		"--secure-port", strconv.Itoa(s.APIServerPort),
 		"--cert-dir", filepath.Join(u.layout.Dir(), "apiserver-certs"),
 		"--tls-cert-file", filepath.Join(pki, apiserverCert), "--tls-private-key-file", filepath.Join(pki, apiserverKey),
@@ -100,8 +100,7 @@ func (u *upRun) apiserver() Process {
 		"--service-account-signing-key-file", filepath.Join(pki, saKey),
 		"--service-cluster-ip-range", strings.Join(s.ServiceCIDRs, ","),
 		"--authorization-mode", "Node,RBAC", "--allow-privileged",
-		// The apiserver advertises 127.0.0.1, which the endpoint reconciler refuses.
-		"--endpoint-reconciler-type", "none",
+		"--endpoint-reconciler-type", u.endpointReconciler(),
 		"--profiling=false",
 	}}
 }

@@ -26,6 +26,8 @@ const (
 	kovsController = "kovs-controller"
 	kovsAgent      = "kovs-agent"
 	kovsCNI        = "kovs-cni"
+	// portmap is chained after kovs-cni in the agent's conflist (hostPort).
+	portmap = "portmap"
 )
 
 // NodeControllerPort is where each node reaches kovs-controller's policy stream on its own
@@ -57,7 +59,7 @@ func kovsPresent(dir string) bool {
 	if dir == "" {
 		return false
 	}
-	for _, b := range []string{kovsController, kovsAgent, kovsCNI} {
+	for _, b := range []string{kovsController, kovsAgent, kovsCNI, portmap} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return false
 		}
@@ -91,8 +93,10 @@ func (u *upRun) kovs() error {
 		return fmt.Errorf("agent tokens: %w", err)
 	}
 	for _, n := range u.state.Nodes {
-		if err := copyFile(filepath.Join(dir, kovsCNI), filepath.Join(l.CNIBinDir(n.Name), kovsCNI)); err != nil {
-			return fmt.Errorf("install %s on %s: %w", kovsCNI, n.Name, err)
+		for _, b := range []string{kovsCNI, portmap} {
+			if err := copyFile(filepath.Join(dir, b), filepath.Join(l.CNIBinDir(n.Name), b)); err != nil {
+				return fmt.Errorf("install %s on %s: %w", b, n.Name, err)
+			}
 		}
 		if _, err := l.start(Process{Name: n.Name + "-" + kovsAgent, Path: filepath.Join(dir, kovsAgent),
 			NetNS: l.NodeNetNS(n.Name), Args: u.agentArgs(n)}); err != nil {

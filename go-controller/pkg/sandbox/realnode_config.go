@@ -58,7 +58,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // kubelet must be told to accept it and use the cgroupfs driver, under a cgroup root of
 // the node's own; it authenticates kube-apiserver's client certificate and asks the API
 // whether a caller may use it (Webhook), as kubeadm sets a kubelet up.
-func (l Layout) kubeletConfig(node string) string {
+func (l Layout) kubeletConfig(node, dns string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -80,7 +80,7 @@ imageGCLowThresholdPercent: 98
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 maxPods: 110
-`, l.CgroupRoot(node), nodeContainerdSocket, filepath.Join(l.PKIDir(), caCert))
+`, l.CgroupRoot(node), nodeContainerdSocket, filepath.Join(l.PKIDir(), caCert)) + dns
 }
 
 // kubeletArgs run kubelet for node n: its name, its underlay addresses (kubelet refuses a
@@ -105,7 +105,7 @@ func (u *upRun) writeRealNodeConfig(n Node) error {
 	if err := os.WriteFile(filepath.Join(dir, "containerd.toml"), []byte(l.containerdConfig()), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(l.kubeletConfig(n.Name)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(l.kubeletConfig(n.Name, u.kubeletDNS())), 0o644); err != nil {
 		return err
 	}
 	cert, key, err := issueNodeClientCert(l.PKIDir(), n.Name)

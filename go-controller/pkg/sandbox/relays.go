@@ -26,11 +26,18 @@ func RunRelays(ctx context.Context, l Layout) error {
 	if len(s.Nodes) == 0 {
 		return fmt.Errorf("sandbox %q has no nodes", l.Name)
 	}
-	errs := make(chan error, len(s.Nodes)+1)
+	errs := make(chan error, 2*len(s.Nodes)+2)
 	for _, n := range s.Nodes {
 		fwd := relay.Forward{Name: "kube-apiserver", Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeAPIServerPort)),
 			Target: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.APIServerPort))}
 		go func() { errs <- fwd.Run(ctx, NetNSPath(l.NodeNetNS(n.Name))) }()
+	}
+	// kube-apiserver at node1's address, its advertised one: the endpoint of the
+	// kubernetes Service, which pods (CoreDNS, the suites' clients) reach.
+	apiPort := strconv.Itoa(s.APIServerPort)
+	for _, ip := range s.Nodes[0].IPs {
+		fwd := relay.Forward{Name: "kube-apiserver", Listen: net.JoinHostPort(ip, apiPort), Target: net.JoinHostPort("127.0.0.1", apiPort)}
+		go func() { errs <- fwd.Run(ctx, NetNSPath(l.NodeNetNS(s.Nodes[0].Name))) }()
 	}
 	proxy := relay.EgressProxy{Socket: l.EgressSocket(), NetNSPath: NetNSPath(l.NodeNetNS(s.Nodes[0].Name))}
 	go func() { errs <- proxy.Run(ctx) }()
@@ -41,6 +48,38 @@ func RunRelays(ctx context.Context, l Layout) error {
 	case err := <-errs:
 		return err
 	}
+}
+
+// advertiseAddress is what kube-apiserver advertises as the kubernetes Service's endpoint.
+// The emulator's pods never use the API, and 127.0.0.1 cannot be an endpoint (nor is it
+// reconciled). A real node's pods do (CoreDNS, the upstream suites' clients): node1 is the
+// control plane's node, as on a kubeadm cluster, and the relays serve kube-apiserver at
+// node1's address and kube-apiserver's own port.
+func (u *upRun) advertiseAddress() string {
+	if ips := u.controlPlaneNodeIPs(); len(ips) > 0 {
+		return ips[0].String()
+	}
+	return "127.0.0.1"
+}
+
+func (u *upRun) endpointReconciler() string {
+	if u.opts.Runtime == RuntimeContainerd {
+		return "lease"
+	}
+	return "none"
+}
+
+// controlPlaneNodeIPs are node1's addresses with real nodes (none with the emulator): the
+// serving certificate must be valid for them.
+func (u *upRun) controlPlaneNodeIPs() []net.IP {
+	if u.opts.Runtime != RuntimeContainerd || len(u.state.Nodes) == 0 {
+		return nil
+	}
+	var ips []net.IP
+	for _, ip := range u.state.Nodes[0].IPs {
+		ips = append(ips, net.ParseIP(ip))
+	}
+	return ips
 }
 
 // egressSelectorConfig is kube-apiserver's EgressSelectorConfiguration: every connection

@@ -138,6 +138,7 @@ func (u *upRun) steps() []upStep {
 			upStep{"kubelets", u.startKubelets},
 			upStep{"node registration", u.waitNodesRegistered},
 			upStep{"kovs (kubectl apply -k)", u.installKovs},
+			upStep{"CoreDNS", u.installCoreDNS},
 		)
 	}
 	steps = append(steps,

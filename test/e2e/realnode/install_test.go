@@ -183,7 +183,7 @@ func checkUninstall(t *testing.T, s *framework.Sandbox) {
 	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--wait=true", "--timeout=120s")
 	ctx := context.Background()
 	framework.Eventually(t, 120*time.Second, "kovs pods gone", func() error {
-		pods, err := s.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+		pods, err := s.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app in (kovs-agent, kovs-controller)"})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}

@@ -41,6 +41,8 @@ func TestRealNodes(t *testing.T) {
 	t.Run("node to its pods and pods to nodes without NAT", func(t *testing.T) { checkNodeAndPods(t, s, web) })
 	t.Run("NetworkPolicy", func(t *testing.T) { checkNetworkPolicy(t, s, web) })
 	t.Run("ClusterIP Service", func(t *testing.T) { checkClusterIP(t, s, web) })
+	t.Run("cluster DNS and the kubernetes Service", func(t *testing.T) { checkDNS(t, s) })
+	t.Run("hostPort", func(t *testing.T) { checkHostPort(t, s, web) })
 	t.Run("ovs container stays up and answers", func(t *testing.T) { checkOVSContainer(t, s) })
 	t.Run("install-cni while a CNI ADD is in flight", func(t *testing.T) { checkInstallDuringAdd(t, s) })
 	t.Run("kubectl delete -k leaves the nodes clean", func(t *testing.T) { checkUninstall(t, s) })
@@ -247,4 +249,59 @@ func inAnyBlock(ip netip.Addr, blocks string) bool {
 		}
 	}
 	return false
+}
+
+// checkDNS: a pod resolves a Service's name through the cluster DNS (CoreDNS, itself a pod
+// reaching kube-apiserver through the kubernetes Service) to its ClusterIP, and reaches
+// kube-apiserver through that Service.
+func checkDNS(t *testing.T, s *framework.Sandbox) {
+	svc, err := s.Client.CoreV1().Services(ns).Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "web." + ns + ".svc.cluster.local"
+	framework.Eventually(t, 60*time.Second, name+" to resolve to "+svc.Spec.ClusterIP, func() error {
+		out, err := execIn(s, ns, "client-no", "dig", "+short", "+time=2", "+tries=1", name)
+		if err != nil {
+			return fmt.Errorf("dig %s: %v: %s", name, err, out)
+		}
+		if strings.TrimSpace(out) != svc.Spec.ClusterIP {
+			return fmt.Errorf("dig %s answered %q", name, out)
+		}
+		return nil
+	})
+	out, err := execIn(s, ns, "client-no", "curl", "-sk", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "https://kubernetes.default.svc/healthz")
+	if err != nil || strings.TrimSpace(out) != "401" && strings.TrimSpace(out) != "200" && strings.TrimSpace(out) != "403" {
+		t.Errorf("a pod -> https://kubernetes.default.svc/healthz: %v %q (want an HTTP answer from kube-apiserver)", err, out)
+	}
+}
+
+// checkHostPort: a pod's hostPort answers at its node's address, from another node's
+// host network and from a pod on another node (the conflist chains portmap).
+func checkHostPort(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
+	s.Apply(`apiVersion: v1
+kind: Pod
+metadata: {name: hostport, namespace: ` + ns + `}
+spec:
+  nodeName: node2
+  containers:
+    - name: netexec
+      image: ` + agnhost + `
+      imagePullPolicy: IfNotPresent
+      args: [netexec, --http-port=8080]
+      ports: [{containerPort: 8080, hostPort: 8088, protocol: TCP}]
+      readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
+`)
+	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod/hostport", "--timeout=120s")
+	node2, err := s.Client.CoreV1().Nodes().Get(context.Background(), "node2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + internalIP(node2) + ":8088/hostname"
+	for _, from := range []string{"host-web", web["node3"].Name} {
+		out, err := execIn(s, ns, from, "curl", "-sS", "--max-time", "5", url)
+		if err != nil || strings.TrimSpace(out) != "hostport" {
+			t.Errorf("%s -> %s: %v %q, want the hostport pod", from, url, err, out)
+		}
+	}
 }
