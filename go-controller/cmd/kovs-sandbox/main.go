@@ -24,6 +24,7 @@ const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
 
 commands:
   up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
+     [--agent-resync-period D]
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -76,6 +77,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	k8sBin := fs.String("k8s-bin-dir", defaultK8sBinDir(), "kube-apiserver, kube-controller-manager, kube-scheduler (and kube-proxy)")
 	etcd := fs.String("etcd", "/usr/bin/etcd", "etcd binary")
 	kubeProxy := fs.Bool("kube-proxy", false, "run kube-proxy (nftables mode) in every node and kovs-agent with --service-proxy=none")
+	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
 	if err != nil {
@@ -86,7 +88,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 		return err
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
-		KubeProxy: *kubeProxy, Out: os.Stdout}
+		KubeProxy: *kubeProxy, AgentResyncPeriod: *resync, Out: os.Stdout}
 	switch *network {
 	case "auto", "kovs":
 		opts.KovsBinDir = filepath.Dir(self)
