@@ -35,6 +35,10 @@ type Result struct {
 	// an SCTP ABORT, or a send the sending host's own firewall rejected (EPERM).
 	// Neither Connected nor Refused means no answer.
 	Refused bool `json:"refused"`
+	// TimedOut: nothing came back before the deadline (what a firewall that drops, as
+	// NetworkPolicy does, looks like). A probe that is neither Connected, Refused nor
+	// TimedOut failed for another reason (Error says which).
+	TimedOut bool `json:"timedOut,omitempty"`
 	// Reply is the responder line, when one was received and parsed.
 	Reply *Line `json:"reply,omitempty"`
 	// Local is the probe's own address and port.
@@ -194,7 +198,7 @@ func failed(ctx context.Context, err error, deadline time.Time) Result {
 	case ctx.Err() != nil:
 		return Result{Error: fmt.Sprintf("probe cancelled: %v", err)}
 	case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
-		return Result{Error: fmt.Sprintf("no answer before the deadline: %v", err)}
+		return Result{TimedOut: true, Error: fmt.Sprintf("no answer before the deadline: %v", err)}
 	}
 	return Result{Error: err.Error()}
 }
