@@ -24,7 +24,7 @@ const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
 
 commands:
   up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
-     [--runtime emulator|containerd] [--images DIR] [--dist DIR]
+     [--runtime emulator|containerd] [--images DIR] [--dist DIR] [--agent-resync-period D]
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -85,6 +85,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "--runtime containerd: the image archives (make images) imported into every node")
 	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "--runtime containerd: the kustomization kovs is installed from")
+	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
 	if err != nil {
@@ -95,7 +96,8 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 		return err
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
-		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist), Out: os.Stdout}
+		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
+		AgentResyncPeriod: *resync, Out: os.Stdout}
 	switch *network {
 	case "auto", "kovs":
 		opts.KovsBinDir = filepath.Dir(self)

@@ -97,6 +97,10 @@ func ParseTrace(text string) ParsedTrace {
 			if m := tunnelTo.FindStringSubmatch(line); m != nil {
 				t.TunnelDst = m[1]
 			}
+		case cur != nil && line == ">> skipping output to input port" && len(t.OutputPorts) > 0:
+			// OVS outputs to the input port only with the in_port action: this output
+			// sent nothing.
+			t.OutputPorts = t.OutputPorts[:len(t.OutputPorts)-1]
 		case cur != nil && line != "" && isNestedCTAction(cur, line):
 		case cur != nil && line != "":
 			cur.Actions = append(cur.Actions, line)

@@ -69,6 +69,30 @@ func TestParseTraceFollowsRecirculationToTheTunnel(t *testing.T) {
 	}
 }
 
+// A real ofproto/trace (OVS 3.1) tail of a pod's packet to its own address through the
+// gateway: the output to the port it came in on is skipped, so nothing is sent.
+const selfTrace = `bridge("br-int")
+----------------
+ 0. in_port=4, priority 200, cookie 0x1030000000004
+    set_field:0x1/0xf->reg0
+    goto_table:10
+90. priority 100, cookie 0x1010000000000
+    output:NXM_NX_REG1[]
+     -> output port is 4
+     >> skipping output to input port
+
+Final flow: unchanged
+Megaflow: recirc_id=0x4b,eth,udp6,in_port=4
+Datapath actions: drop
+`
+
+func TestParseTraceOutputToInputPortIsADrop(t *testing.T) {
+	tr := ParseTrace(selfTrace)
+	if !tr.Dropped() || len(tr.OutputPorts) != 0 {
+		t.Errorf("output to the input port without in_port: dropped=%v outputs %v, want a drop", tr.Dropped(), tr.OutputPorts)
+	}
+}
+
 func TestParseTraceDrop(t *testing.T) {
 	tr := ParseTrace(" 0. priority 0, cookie 0x1010000000000\n    drop\n\nDatapath actions: drop\n")
 	if !tr.Dropped() {

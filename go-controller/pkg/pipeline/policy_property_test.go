@@ -14,16 +14,22 @@ import (
 // first packets through them: ingress from the tunnel to a local pod, egress from a local
 // pod to anywhere. The verdict of the policy stage must be the reference meaning of the
 // share (policy.NodeShare.AllowsIngress / AllowsEgress), except for a pod the share does
-// not list yet, which must be denied both ways.
+// not list yet, which must be denied both ways. Seed -1 is the golden scenario's own
+// share. With KOVS_TRACE_CORPUS set, every trace is recorded for the comparison with
+// ovs-vswitchd in pkg/ovs/integration (trace_corpus_test.go).
 func TestPolicyTracerAgreesWithReference(t *testing.T) {
 	seeds := 200
 	if testing.Short() {
 		seeds = 40
 	}
+	corpus := openTraceCorpus(t)
 	var st verdictStats
-	for seed := range seeds {
-		g := &shareGen{rng: rand.New(rand.NewPCG(uint64(seed), 3)), stats: &st}
-		share, pods := g.share()
+	for seed := -1; seed < seeds; seed++ {
+		g := &shareGen{rng: rand.New(rand.NewPCG(uint64(seed), 3)), stats: &st, corpus: corpus}
+		share, pods := policyShare(), policyPods()
+		if seed >= 0 {
+			share, pods = g.share()
+		}
 		if err := share.Validate(); err != nil {
 			t.Fatalf("seed %d: generated share: %v", seed, err)
 		}
@@ -45,8 +51,9 @@ type verdictStats struct{ packets, allowed, denied, byConjunction int }
 
 // shareGen draws random shares and packets for node-1 of the dual-stack cluster.
 type shareGen struct {
-	rng   *rand.Rand
-	stats *verdictStats
+	rng    *rand.Rand
+	stats  *verdictStats
+	corpus *traceCorpus // nil: traces are not recorded
 }
 
 func (g *shareGen) pick(n int) int { return g.rng.IntN(n) }
@@ -163,19 +170,21 @@ func (g *shareGen) checkPacket(t *testing.T, what string, tr *Tracer, share poli
 	port := []uint16{53, 80, 443, 1000, 1100, 8000, 8079, 8080, 8200, 9999, uint16(1 + g.pick(65535))}[g.pick(11)]
 	k := key(pod.Namespace, pod.Name)
 	pending := !share.HasPod(k)
-	var r Result
+	var pkt Packet
 	var want bool
 	stage := IngressPolicy
 	if g.pick(2) == 0 {
-		r = trace(t, tr, fromRemote(2, remote, podIP(t, pod, v6), proto, port), CTNew)
+		pkt = fromRemote(2, remote, podIP(t, pod, v6), proto, port)
 		want = !pending && share.AllowsIngress(k, remote, names[proto], int32(port))
 	} else {
 		// Only the source pod's egress policy counts: the packet may be for a local pod,
 		// whose ingress policy comes next.
 		stage = EgressPolicy
-		r = trace(t, tr, fromLocal(t, pod, remote, proto, port), CTNew)
+		pkt = fromLocal(t, pod, remote, proto, port)
 		want = !pending && share.AllowsEgress(k, remote, names[proto], int32(port))
 	}
+	r := trace(t, tr, pkt, CTNew)
+	g.corpus.record(t, what, tr, pkt, CTNew, r)
 	got := !r.Dropped() || r.Steps[len(r.Steps)-1].Table != stage
 	g.count(r, got)
 	if got != want {

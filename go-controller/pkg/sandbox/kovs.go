@@ -125,7 +125,8 @@ func (u *upRun) waitController() error {
 }
 
 // agentArgs is the contract between the sandbox and kovs-agent: where the node's OVS,
-// kube-apiserver and CNI directories are, and whether kube-proxy serves Services.
+// kube-apiserver and CNI directories are, whether kube-proxy serves Services, and the
+// full-resync period when one was asked for.
 func (u *upRun) agentArgs(n Node) []string {
 	l := u.layout
 	args := []string{
@@ -145,6 +146,9 @@ func (u *upRun) agentArgs(n Node) []string {
 	}
 	if u.opts.KubeProxy {
 		args = append(args, "--service-proxy", "none")
+	}
+	if u.opts.AgentResyncPeriod > 0 {
+		args = append(args, "--resync-period", u.opts.AgentResyncPeriod.String())
 	}
 	return args
 }

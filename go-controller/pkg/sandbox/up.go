@@ -34,7 +34,11 @@ type Options struct {
 	Runtime   Runtime
 	ImagesDir string
 	DistDir   string
-	Out       io.Writer
+	// AgentResyncPeriod, when set, is every kovs-agent's --resync-period (how often it
+	// diffs its flows against the switch's dump); 0 leaves the agent's default (10 s).
+	// Tests that must see a full resync after each change set it short.
+	AgentResyncPeriod time.Duration
+	Out               io.Writer
 }
 
 // upRun is one execution of Up.
@@ -76,6 +80,9 @@ func (o *Options) validate() error {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%s is missing: run `make tools` (builds the Kubernetes binaries and installs etcd and OVS)", f)
 		}
+	}
+	if o.AgentResyncPeriod < 0 {
+		return fmt.Errorf("--agent-resync-period %s: use a positive duration, or 0 for the agent's default", o.AgentResyncPeriod)
 	}
 	if o.KubeProxy {
 		if err := kubeProxyPresent(o.K8sBinDir); err != nil {

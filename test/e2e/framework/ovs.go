@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -30,13 +31,26 @@ var flowDuration = regexp.MustCompile(`\bduration=([0-9.]+)s`)
 // DumpFlows reads the flows of node's br-int.
 func (s *Sandbox) DumpFlows(t testing.TB, node string) []Flow {
 	t.Helper()
+	flows, err := s.ListFlows(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flows
+}
+
+// ListFlows reads the flows of node's br-int.
+func (s *Sandbox) ListFlows(node string) ([]Flow, error) {
+	lines, err := ofctl("dump-flows", s.BrIntTarget(node))
+	if err != nil {
+		return nil, err
+	}
 	var flows []Flow
-	for _, line := range s.ofctl(t, "dump-flows", s.BrIntTarget(node)) {
+	for _, line := range lines {
 		if f, ok := ParseFlow(line); ok {
 			flows = append(flows, f)
 		}
 	}
-	return flows
+	return flows, nil
 }
 
 // ParseFlow parses one line of `ovs-ofctl dump-flows`; ok is false for other lines.
@@ -81,9 +95,17 @@ func (s *Sandbox) DumpGroups(t testing.TB, node string) map[uint32]string {
 
 func (s *Sandbox) ofctl(t testing.TB, args ...string) []string {
 	t.Helper()
+	lines, err := ofctl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+func ofctl(args ...string) ([]string, error) {
 	out, err := exec.Command("ovs-ofctl", append([]string{"-O", "OpenFlow15"}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("ovs-ofctl %s: %v: %s", strings.Join(args, " "), err, out)
+		return nil, fmt.Errorf("ovs-ofctl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
-	return strings.Split(string(out), "\n")
+	return strings.Split(string(out), "\n"), nil
 }

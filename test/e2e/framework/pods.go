@@ -108,13 +108,23 @@ func (s *Sandbox) NetNSPath(p *corev1.Pod) string {
 
 // Probe connects from inside the pod to addr:port/proto.
 func (s *Sandbox) Probe(from *corev1.Pod, addr netip.Addr, port string, timeout time.Duration) responder.Result {
+	return s.ProbeFromPort(from, addr, port, 0, timeout)
+}
+
+// ProbeFromPort is Probe from source port src (0: any, as Probe).
+func (s *Sandbox) ProbeFromPort(from *corev1.Pod, addr netip.Addr, port string, src uint16, timeout time.Duration) responder.Result {
 	p, err := responder.ParsePort(port)
 	if err != nil {
 		return responder.Result{Error: err.Error()}
 	}
+	target := responder.Target{Addr: addr, Port: p}
 	var res responder.Result
 	err = ns.WithNetNSPath(s.NetNSPath(from), func(ns.NetNS) error {
-		res = responder.Probe(context.Background(), responder.Target{Addr: addr, Port: p}, timeout)
+		if src == 0 {
+			res = responder.Probe(context.Background(), target, timeout)
+		} else {
+			res = responder.ProbeFromPort(context.Background(), target, src, timeout)
+		}
 		return nil
 	})
 	if err != nil {

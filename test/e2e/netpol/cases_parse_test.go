@@ -1,8 +1,6 @@
 package netpol_test
 
 import (
-	"fmt"
-	"net/netip"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -22,8 +20,7 @@ func TestCasesParse(t *testing.T) {
 		t.Fatal("no cases")
 	}
 	for _, c := range cases {
-		pods := append(standardPods(), c.ExtraPods...)
-		keys := sortedKeys(pods)
+		keys := sortedKeys(casePods(c))
 		namespaces := append(append([]string{}, modelNamespaces...), mapKeys(c.ExtraNamespaces)...)
 		for i, step := range c.Steps {
 			for key := range step.PodLabels {
@@ -37,7 +34,7 @@ func TestCasesParse(t *testing.T) {
 				}
 			}
 			for _, doc := range splitYAML(step.Apply) {
-				doc, err := expandAddresses(doc, fakeAddress(c.Family, keys))
+				doc, err := expandAddresses(doc, offlineAddrOf(offlineCluster(c, sandboxFamilies(c)[len(sandboxFamilies(c))-1])))
 				if err != nil {
 					t.Errorf("%s step %d: %v", c.Name, i+1, err)
 					continue
@@ -58,6 +55,9 @@ func TestCasesParse(t *testing.T) {
 			for _, r := range step.Expect.Rules {
 				if !matchesAny(r.From, keys) || (r.To != "self" && !matchesAny(r.To, keys)) {
 					t.Errorf("%s step %d: rule %+v matches no pod", c.Name, i+1, r)
+				}
+				if r.Family != "" && r.Family != "ipv4" && r.Family != "ipv6" {
+					t.Errorf("%s step %d: rule %+v: family %q: use ipv4 or ipv6", c.Name, i+1, r, r.Family)
 				}
 				for _, p := range r.Ports {
 					if !contains(step.Expect.ports(), p) {
@@ -102,20 +102,6 @@ func booleanSelectorValue(np networkingv1.NetworkPolicy) string {
 		}
 	}
 	return ""
-}
-
-// fakeAddress stands in for pod addresses offline: a pod-CIDR address of the case's family,
-// for pods that exist.
-func fakeAddress(family string, keys []string) func(string) (netip.Addr, error) {
-	return func(key string) (netip.Addr, error) {
-		if !contains(keys, key) {
-			return netip.Addr{}, fmt.Errorf("no pod %s", key)
-		}
-		if family == "ipv6" {
-			return netip.MustParseAddr("fd00:10:244:1::7"), nil
-		}
-		return netip.MustParseAddr("10.244.1.7"), nil
-	}
 }
 
 func matchesAny(sel string, keys []string) bool {

@@ -17,8 +17,11 @@ import (
 type Case struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
-	// Family is ipv4 (default) or ipv6: the sandbox the case runs in.
+	// Family is ipv4 (default), ipv6 or dual: the sandbox the case runs in.
 	Family string `json:"family,omitempty"`
+	// DualStack runs the case in the dual-stack sandbox too, where every cell is probed
+	// over IPv4 and over IPv6 (a Cell's Family limits it to one of them).
+	DualStack bool `json:"dualStack,omitempty"`
 	// ExtraPods are added to the standard model (x, y, z x a, b, c).
 	ExtraPods []ModelPod `json:"extraPods,omitempty"`
 	// ExtraNamespaces are created with their labels.
@@ -50,12 +53,14 @@ type Expect struct {
 
 // Cell sets the expectation of the pairs it matches. From and To are "*", "ns/*" or
 // "ns/pod"; To may also be "self": the pair of a pod with itself (a pod probing its own
-// address). Ports limits it to some probed ports (all when empty).
+// address). Ports limits it to some probed ports (all when empty), Family (ipv4 or ipv6)
+// to the probes of one address family.
 type Cell struct {
-	From  string   `json:"from"`
-	To    string   `json:"to"`
-	Ports []string `json:"ports,omitempty"`
-	Allow bool     `json:"allow"`
+	From   string   `json:"from"`
+	To     string   `json:"to"`
+	Ports  []string `json:"ports,omitempty"`
+	Family string   `json:"family,omitempty"`
+	Allow  bool     `json:"allow"`
 }
 
 func loadCases(dir string) ([]Case, error) {
@@ -78,6 +83,9 @@ func loadCases(dir string) ([]Case, error) {
 		}
 		if len(c.Steps) == 0 {
 			return nil, fmt.Errorf("%s: no steps", f)
+		}
+		if c.Family != "" && c.Family != "ipv4" && c.Family != "ipv6" && c.Family != "dual" {
+			return nil, fmt.Errorf("%s: family %q: use ipv4, ipv6 or dual (dualStack: true runs it dual-stack too)", f, c.Family)
 		}
 		cases = append(cases, c)
 	}
@@ -102,23 +110,18 @@ func matchesTo(sel, from, to string) bool {
 	return matches(sel, to)
 }
 
-// expected computes the expected matrix: port -> from -> to -> allowed.
-func (e Expect) expected(keys []string) map[string]map[string]map[string]bool {
-	out := map[string]map[string]map[string]bool{}
-	for _, port := range e.ports() {
-		out[port] = map[string]map[string]bool{}
-		for _, from := range keys {
-			out[port][from] = map[string]bool{}
-			for _, to := range keys {
-				allowed := e.Default != "deny"
-				for _, r := range e.Rules {
-					if matches(r.From, from) && matchesTo(r.To, from, to) && (len(r.Ports) == 0 || contains(r.Ports, port)) {
-						allowed = r.Allow
-					}
-				}
-				out[port][from][to] = allowed
+// expected is the expected value of every cell of the matrix over these families.
+func (e Expect) expected(cells []cellKey) map[cellKey]bool {
+	out := make(map[cellKey]bool, len(cells))
+	for _, c := range cells {
+		allowed := e.Default != "deny"
+		for _, r := range e.Rules {
+			if matches(r.From, c.From) && matchesTo(r.To, c.From, c.To) && (len(r.Ports) == 0 || contains(r.Ports, c.Port)) &&
+				(r.Family == "" || r.Family == familyName(c.IPv6)) {
+				allowed = r.Allow
 			}
 		}
+		out[c] = allowed
 	}
 	return out
 }
@@ -140,23 +143,30 @@ func contains(list []string, s string) bool {
 }
 
 // expandAddresses fills in the pod addresses a policy names, which are known only once the
-// pods run: {{ip "ns/pod"}} is the pod's (first) address and {{cidr "ns/pod" BITS}} the
+// pods run: {{ip "ns/pod"}} is the pod's first address and {{cidr "ns/pod" BITS}} the
 // prefix of BITS bits around it, masked ({{cidr "y/b" 32}} is y/b alone, {{cidr "y/b" 24}}
-// the /24 it was allocated from). addrOf resolves a pod key to its address.
-func expandAddresses(doc string, addrOf func(key string) (netip.Addr, error)) (string, error) {
+// the /24 it was allocated from); {{ip6 ...}} and {{cidr6 ...}} take the pod's IPv6
+// address (in a dual-stack sandbox the first address is the IPv4 one). addrOf resolves a
+// pod key to its addresses.
+func expandAddresses(doc string, addrOf func(key string) ([]netip.Addr, error)) (string, error) {
 	if !strings.Contains(doc, "{{") {
 		return doc, nil
 	}
-	tmpl, err := template.New("policy").Option("missingkey=error").Funcs(template.FuncMap{
-		"ip": func(key string) (string, error) {
-			a, err := addrOf(key)
-			if err != nil {
-				return "", err
+	pick := func(key string, v6only bool) (netip.Addr, error) {
+		addrs, err := addrOf(key)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		for _, a := range addrs {
+			if !v6only || a.Is6() {
+				return a, nil
 			}
-			return a.String(), nil
-		},
-		"cidr": func(key string, bits int) (string, error) {
-			a, err := addrOf(key)
+		}
+		return netip.Addr{}, fmt.Errorf("pod %s has no address of that family", key)
+	}
+	prefix := func(v6only bool) func(string, int) (string, error) {
+		return func(key string, bits int) (string, error) {
+			a, err := pick(key, v6only)
 			if err != nil {
 				return "", err
 			}
@@ -165,7 +175,16 @@ func expandAddresses(doc string, addrOf func(key string) (netip.Addr, error)) (s
 				return "", fmt.Errorf("cidr %q %d: %w", key, bits, err)
 			}
 			return p.String(), nil
-		},
+		}
+	}
+	addr := func(v6only bool) func(string) (string, error) {
+		return func(key string) (string, error) {
+			a, err := pick(key, v6only)
+			return a.String(), err
+		}
+	}
+	tmpl, err := template.New("policy").Option("missingkey=error").Funcs(template.FuncMap{
+		"ip": addr(false), "ip6": addr(true), "cidr": prefix(false), "cidr6": prefix(true),
 	}).Parse(doc)
 	if err != nil {
 		return "", err

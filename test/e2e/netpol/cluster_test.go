@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,29 +14,44 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kovs-net/kovs/test/e2e/framework"
+	"github.com/kovs-net/kovs/test/e2e/netpol/policymodel"
 )
 
 // modelCluster is the standard model running in a sandbox.
 type modelCluster struct {
-	s    *framework.Sandbox
-	pods []*corev1.Pod
+	s        *framework.Sandbox
+	family   string
+	families []bool // the address families probed: IPv6 or not
+	pods     []*corev1.Pod
+	// namespaces are the namespaces the model reads: the standard ones and the case's.
+	namespaces []string
 	// services, when set, gives every pod a ClusterIP Service and probes go through it
 	// (service_mode_test.go).
 	services *serviceMode
+	// barriers counts the barrier policies made (realize_test.go).
+	barriers int
+	// ports are the source ports of the probes (probe_test.go).
+	ports sourcePorts
+	// broken says why the cluster can no longer run cases (a reset that did not return
+	// it to the standard model); empty while it can.
+	broken string
 }
 
-const probeTimeout = time.Second
-
-func newModelCluster(t *testing.T, s *framework.Sandbox, model []ModelPod) *modelCluster {
-	m := &modelCluster{s: s}
-	for _, ns := range modelNamespaces {
-		s.EnsureNamespace(t, ns, map[string]string{"ns": ns})
-	}
-	m.pods = m.createPods(t, model)
+func newModelCluster(t *testing.T, s *framework.Sandbox, family string, model []ModelPod) *modelCluster {
+	m := &modelCluster{s: s, family: family, families: familiesOf(family), namespaces: modelNamespaces}
+	m.setUp(t, model)
 	return m
+}
+
+// setUp creates the namespaces, the standard pods and the barrier pods.
+func (m *modelCluster) setUp(t *testing.T, model []ModelPod) {
+	for _, ns := range modelNamespaces {
+		m.s.EnsureNamespace(t, ns, map[string]string{"ns": ns})
+	}
+	m.createBarrierPods(t)
+	m.pods = m.createPods(t, model)
 }
 
 func (m *modelCluster) createPods(t *testing.T, model []ModelPod) []*corev1.Pod {
@@ -54,176 +68,130 @@ func (m *modelCluster) createPods(t *testing.T, model []ModelPod) []*corev1.Pod 
 }
 
 func (m *modelCluster) addExtras(t *testing.T, c Case) []*corev1.Pod {
-	for ns, labels := range c.ExtraNamespaces {
-		m.s.EnsureNamespace(t, ns, labels)
+	m.namespaces = append(append([]string{}, modelNamespaces...), sortedKeysOf(c.ExtraNamespaces)...)
+	for _, ns := range sortedKeysOf(c.ExtraNamespaces) {
+		m.s.EnsureNamespace(t, ns, c.ExtraNamespaces[ns])
 	}
-	extra := c.ExtraPods
-	for i := range extra {
-		if extra[i].Node == "" {
-			extra[i].Node = fmt.Sprintf("node%d", i%3+1)
-		}
-	}
-	return m.createPods(t, extra)
+	return m.createPods(t, casePods(c)[len(m.pods):])
 }
 
-// applyStep makes the step's changes.
-func (m *modelCluster) applyStep(t *testing.T, step Step) {
+// perform makes one write of a step.
+func (m *modelCluster) perform(t *testing.T, w write) {
+	t.Helper()
 	ctx := context.Background()
-	for _, doc := range splitYAML(step.Apply) {
-		doc, err := expandAddresses(doc, m.podAddress)
-		if err != nil {
-			t.Fatalf("policy YAML: %v\n%s", err, doc)
-		}
-		var np networkingv1.NetworkPolicy
-		if err := yaml.UnmarshalStrict([]byte(doc), &np); err != nil {
-			t.Fatalf("policy YAML: %v\n%s", err, doc)
-		}
-		if np.Namespace == "" {
-			t.Fatalf("policy %s has no namespace", np.Name)
-		}
-		c := m.s.Client.NetworkingV1().NetworkPolicies(np.Namespace)
-		old, err := c.Get(ctx, np.Name, metav1.GetOptions{})
+	var err error
+	switch {
+	case w.policy != nil:
+		c := m.s.Client.NetworkingV1().NetworkPolicies(w.policy.Namespace)
+		np := w.policy.DeepCopy()
+		old, gerr := c.Get(ctx, np.Name, metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(err):
-			_, err = c.Create(ctx, &np, metav1.CreateOptions{})
-		case err == nil:
+		case apierrors.IsNotFound(gerr):
+			_, err = c.Create(ctx, np, metav1.CreateOptions{})
+		case gerr == nil:
 			np.ResourceVersion = old.ResourceVersion
-			_, err = c.Update(ctx, &np, metav1.UpdateOptions{})
+			_, err = c.Update(ctx, np, metav1.UpdateOptions{})
+		default:
+			err = gerr
 		}
-		if err != nil {
-			t.Fatalf("apply policy %s/%s: %v", np.Namespace, np.Name, err)
+	case w.deletePolicy != "":
+		ns, name, _ := strings.Cut(w.deletePolicy, "/")
+		err = m.s.Client.NetworkingV1().NetworkPolicies(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	case w.podLabels != "":
+		ns, name, _ := strings.Cut(w.podLabels, "/")
+		var p *corev1.Pod
+		if p, err = m.s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			err = patchLabels(func(b []byte) error {
+				_, err := m.s.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{})
+				return err
+			}, w.labels, p.Labels)
+		}
+	default:
+		var n *corev1.Namespace
+		if n, err = m.s.Client.CoreV1().Namespaces().Get(ctx, w.nsLabels, metav1.GetOptions{}); err == nil {
+			err = patchLabels(func(b []byte) error {
+				_, err := m.s.Client.CoreV1().Namespaces().Patch(ctx, w.nsLabels, types.MergePatchType, b, metav1.PatchOptions{})
+				return err
+			}, w.labels, n.Labels)
 		}
 	}
-	for _, key := range step.Delete {
-		ns, name, _ := strings.Cut(key, "/")
-		if err := m.s.Client.NetworkingV1().NetworkPolicies(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatalf("delete policy %s: %v", key, err)
-		}
-	}
-	for key, labels := range step.PodLabels {
-		ns, name, _ := strings.Cut(key, "/")
-		patchLabels(t, func(p []byte) error {
-			_, err := m.s.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{})
-			return err
-		}, labels, m.currentLabels(t, ns, name))
-	}
-	for ns, labels := range step.NamespaceLabels {
-		cur, err := m.s.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		patchLabels(t, func(p []byte) error {
-			_, err := m.s.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, p, metav1.PatchOptions{})
-			return err
-		}, labels, cur.Labels)
+	if err != nil {
+		t.Fatalf("%s: %v", w, err)
 	}
 }
 
-// podAddress is the first address of a running pod, for expandAddresses.
-func (m *modelCluster) podAddress(key string) (netip.Addr, error) {
+// podAddresses are a running pod's addresses, for expandAddresses.
+func (m *modelCluster) podAddresses(key string) ([]netip.Addr, error) {
 	ns, name, _ := strings.Cut(key, "/")
 	p, err := m.s.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
-		return netip.Addr{}, err
+		return nil, err
 	}
-	a, ok := firstIP(p)
-	if !ok {
-		return netip.Addr{}, fmt.Errorf("pod %s has no address", key)
+	ips := framework.PodIPs(p)
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("pod %s has no address", key)
 	}
-	return a, nil
+	return ips, nil
 }
 
-func (m *modelCluster) currentLabels(t *testing.T, ns, name string) map[string]string {
-	p, err := m.s.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.Labels
-}
-
-// patchLabels replaces a label set: keys not in want are removed.
-func patchLabels(t *testing.T, patch func([]byte) error, want, current map[string]string) {
+// patchLabels replaces a label set: keys not in want are removed (except
+// kubernetes.io/metadata.name, which the API server keeps on every namespace).
+func patchLabels(patch func([]byte) error, want, current map[string]string) error {
 	labels := map[string]any{}
 	for k := range current {
-		labels[k] = nil
+		if k != "kubernetes.io/metadata.name" {
+			labels[k] = nil
+		}
 	}
 	for k, v := range want {
 		labels[k] = v
 	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
-	if err := patch(b); err != nil {
-		t.Fatalf("patch labels: %v", err)
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return err
 	}
+	return patch(b)
 }
 
-// reset deletes every NetworkPolicy and the case's extras, and restores the labels.
-func (m *modelCluster) reset(t *testing.T, c Case) {
+// readCluster reads the namespaces of the model, their pods and their policies.
+func (m *modelCluster) readCluster() (*policymodel.Cluster, error) {
 	ctx := context.Background()
-	for _, ns := range append(append([]string{}, modelNamespaces...), mapKeys(c.ExtraNamespaces)...) {
-		_ = m.s.Client.NetworkingV1().NetworkPolicies(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	c := &policymodel.Cluster{}
+	for _, ns := range m.namespaces {
+		n, err := m.s.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		c.Namespaces = append(c.Namespaces, *n)
+		pods, err := m.s.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		c.Pods = append(c.Pods, pods.Items...)
+		nps, err := m.s.Client.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		c.Policies = append(c.Policies, nps.Items...)
 	}
-	for _, p := range c.ExtraPods {
-		m.s.DeletePod(t, p.Namespace, p.Name, 60*time.Second)
-	}
-	for ns := range c.ExtraNamespaces {
-		_ = m.s.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	}
-	for _, p := range standardPods() {
-		m.applyStep(t, Step{PodLabels: map[string]map[string]string{p.Key(): p.Labels}})
-	}
-	for _, ns := range modelNamespaces {
-		m.applyStep(t, Step{NamespaceLabels: map[string]map[string]string{ns: {"ns": ns}}})
-	}
+	return c, nil
 }
 
-// probe probes every ordered pair on every port, many at a time.
-func (m *modelCluster) probe(t *testing.T, pods []*corev1.Pod, ports []string) matrix {
-	got := matrix{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	// The maps are all made before any probe starts: the probes write into them
-	// concurrently (under mu), and a map must not be written while another goroutine
-	// reads it.
-	for _, port := range ports {
-		got[port] = map[string]map[string]bool{}
-		for _, from := range pods {
-			got[port][key(from)] = map[string]bool{}
+// destination is where probes to pod go over a family: its address, or its Service's
+// ClusterIP in service mode.
+func (m *modelCluster) destination(to *corev1.Pod, ipv6 bool) (netip.Addr, error) {
+	if m.services != nil {
+		return m.services.clusterIP(to)
+	}
+	for _, a := range framework.PodIPs(to) {
+		if a.Is6() == ipv6 {
+			return a, nil
 		}
 	}
-	for _, port := range ports {
-		for _, from := range pods {
-			for _, to := range pods {
-				dst, ok := m.destination(to)
-				if !ok {
-					t.Fatalf("pod %s has no address", key(to))
-				}
-				wg.Add(1)
-				sem <- struct{}{}
-				go func(port string, from, to *corev1.Pod) {
-					defer wg.Done()
-					defer func() { <-sem }()
-					r := m.s.Probe(from, dst, port, probeTimeout)
-					mu.Lock()
-					got[port][key(from)][key(to)] = r.Connected
-					mu.Unlock()
-				}(port, from, to)
-			}
-		}
-	}
-	wg.Wait()
-	return got
+	return netip.Addr{}, fmt.Errorf("pod %s has no %s address", key(to), familyName(ipv6))
 }
 
 func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
-
-func firstIP(p *corev1.Pod) (netip.Addr, bool) {
-	ips := framework.PodIPs(p)
-	if len(ips) == 0 {
-		return netip.Addr{}, false
-	}
-	return ips[0], true
-}
 
 func splitYAML(s string) []string {
 	var docs []string
@@ -241,4 +209,13 @@ func mapKeys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// policiesIn lists the NetworkPolicies of a namespace.
+func (m *modelCluster) policiesIn(ns string) ([]networkingv1.NetworkPolicy, error) {
+	list, err := m.s.Client.NetworkingV1().NetworkPolicies(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list NetworkPolicies of %s: %w", ns, err)
+	}
+	return list.Items, nil
 }

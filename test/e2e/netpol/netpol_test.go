@@ -2,6 +2,22 @@
 // model of the upstream Kubernetes NetworkPolicy e2e tests, run in a real sandbox with
 // kovs; every ordered pod pair is probed on the case's ports from inside the pods, and the
 // matrix is printed with the cells that differ. Needs root; runs under `make e2e`.
+//
+// Each step is judged only once kovs says it is enforced, and then more than once:
+//
+//  1. While the step's writes are made and realized, the cells that are denied before,
+//     after and in every state in between (as the independent model, package
+//     policymodel, says) are probed continuously: none may ever connect.
+//  2. The step waits until kovs reports it realized: a barrier policy created after the
+//     step's writes reaches all nodes (its realization means every change the controller
+//     compiled before it is installed everywhere), and every policy of the case's
+//     namespaces has a complete kovs.io/realization annotation.
+//  3. Three rounds of probes must each match the expectation: two at once, and one after
+//     every node's agent has finished two more full flow resyncs (so at least one started
+//     after realization); the sandbox runs the agents with a short resync period for it.
+//
+// A probe that is neither connected to the pod it was sent to nor silently dropped
+// (refused, answered by another pod, failed) is an error, never a deny.
 package netpol_test
 
 import (
@@ -16,17 +32,17 @@ import (
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
-// realizeTimeout bounds how long a step may take to show its expected matrix: policy is
-// enforced asynchronously, so the matrix is re-probed until it matches or this passes.
-const realizeTimeout = 30 * time.Second
+// resyncPeriod is the agents' full-resync period in the truth-table sandboxes.
+const resyncPeriod = time.Second
 
 func TestNetworkPolicyTruthTable(t *testing.T) {
-	runTruthTable(t, newModelCluster)
+	runTruthTable(t, newModelCluster, "ipv4", "ipv6", "dual")
 }
 
 // runTruthTable runs every case, one sandbox per IP family, on the model cluster newCluster
-// sets up (pods probed directly, or through Services).
-func runTruthTable(t *testing.T, newCluster func(*testing.T, *framework.Sandbox, []ModelPod) *modelCluster) {
+// sets up (pods probed directly, or through Services). A case runs in the sandbox of its
+// family and, with dualStack, in the dual-stack one too.
+func runTruthTable(t *testing.T, newCluster func(*testing.T, *framework.Sandbox, string, []ModelPod) *modelCluster, families ...string) {
 	env := framework.Require(t)
 	cases, err := loadCases("cases")
 	if err != nil {
@@ -34,103 +50,104 @@ func runTruthTable(t *testing.T, newCluster func(*testing.T, *framework.Sandbox,
 	}
 	byFamily := map[string][]Case{}
 	for _, c := range cases {
-		f := c.Family
-		if f == "" {
-			f = "ipv4"
+		for _, f := range sandboxFamilies(c) {
+			byFamily[f] = append(byFamily[f], c)
 		}
-		byFamily[f] = append(byFamily[f], c)
 	}
-	families := make([]string, 0, len(byFamily))
-	for f := range byFamily {
-		families = append(families, f)
-	}
-	sort.Strings(families)
 	for _, family := range families {
 		t.Run(family, func(t *testing.T) {
-			s := framework.Up(t, env, "--nodes", "3", "--ip-family", family)
-			m := newCluster(t, s, standardPods())
-			for _, c := range byFamily[family] {
-				t.Run(c.Name, func(t *testing.T) { m.runCase(t, c) })
+			start := time.Now()
+			s := framework.Up(t, env, "--nodes", "3", "--ip-family", family, "--agent-resync-period", resyncPeriod.String())
+			m := newCluster(t, s, family, standardPods())
+			for i, c := range byFamily[family] {
+				if !t.Run(c.Name, func(t *testing.T) { m.runCase(t, c) }) && m.broken != "" {
+					t.Fatalf("stopped: %s; cases not run: %s", m.broken, caseNames(byFamily[family][i+1:]))
+				}
 			}
+			t.Logf("%d cases in %s", len(byFamily[family]), time.Since(start).Round(time.Second))
 		})
 	}
 }
 
-// runCase runs the steps of one case, then returns the cluster to the standard model.
+func caseNames(cases []Case) string {
+	var names []string
+	for _, c := range cases {
+		names = append(names, c.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// runCase runs the steps of one case, then returns the cluster to the standard model and
+// checks it did. A step that fails ends the case (the later steps build on it).
 func (m *modelCluster) runCase(t *testing.T, c Case) {
 	defer m.reset(t, c)
 	extra := m.addExtras(t, c)
 	pods := append(append([]*corev1.Pod{}, m.pods...), extra...)
 	for i, step := range c.Steps {
-		m.applyStep(t, step)
-		want := step.Expect.expected(keysOf(pods))
-		var got matrix
-		deadline := time.Now().Add(realizeTimeout)
-		for {
-			got = m.probe(t, pods, step.Expect.ports())
-			if got.equal(want) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		if !got.equal(want) {
-			t.Errorf("case %s step %d: reachability differs from the expectation (! marks the cells; A=allowed, D=denied as observed):\n%s",
-				c.Name, i+1, got.render(want, keysOf(pods)))
-		} else {
-			t.Logf("step %d matches:\n%s", i+1, got.render(want, keysOf(pods)))
+		if !m.runStep(t, fmt.Sprintf("case %s step %d", c.Name, i+1), step, pods) {
+			return
 		}
 	}
+}
+
+// runStep makes a step's writes and judges the result; it reports whether it passed.
+func (m *modelCluster) runStep(t *testing.T, what string, step Step, pods []*corev1.Pod) bool {
+	t.Helper()
+	start := time.Now()
+	targets, byKey := m.targets(pods)
+	keys := keysOf(pods)
+	cells := cellsOf(step.Expect.ports(), m.families, targets)
+	want := step.Expect.expected(cells)
+	writes, err := stepWrites(step, m.podAddresses)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	watched := m.alwaysDenied(t, what, writes, cells, want)
+	watch := m.watchDenied(watched, byKey)
+	for _, w := range writes {
+		m.perform(t, w)
+	}
+	m.waitRealized(t, what)
+	realized := time.Since(start)
+	resyncs := m.fullResyncs(t)
+	ok := true
+	var took []string
+	for round := 1; round <= 3 && ok; round++ {
+		when := "right after realization"
+		if round == 3 {
+			waitStart := time.Now()
+			m.waitFullResyncs(t, resyncs, 2)
+			took = append(took, "resyncs "+time.Since(waitStart).Round(time.Millisecond).String())
+			when = "after two more full flow resyncs on every node"
+		}
+		roundStart := time.Now()
+		got := m.probe(t, cells, byKey, probeTimeout)
+		took = append(took, fmt.Sprintf("round %d %s", round, time.Since(roundStart).Round(time.Millisecond)))
+		if bad := got.mismatches(want); len(bad) > 0 {
+			t.Errorf("%s: round %d of 3 (%s) differs from the expectation in %d cells (! marks them; A=allowed, D=denied as observed, E=error):\n%s",
+				what, round, when, len(bad), got.render(want, keys))
+			ok = false
+		} else if round == 3 {
+			t.Logf("%s matches (realized after %s, checked 3 times, the last after a full resync; %s):\n%s",
+				what, realized.Round(time.Millisecond), strings.Join(took, ", "), got.render(want, keys))
+		}
+	}
+	probes, bad, violations := watch.finish()
+	if bad > 0 {
+		t.Errorf("%s: %d of %d probes of the %d cells denied before, during and after the step were not dropped (the first %d):\n  %s",
+			what, bad, probes, len(watched), len(violations), strings.Join(violations, "\n  "))
+		ok = false
+	} else if len(watched) > 0 {
+		t.Logf("%s: %d probes of %d cells denied throughout, none connected", what, probes, len(watched))
+	}
+	return ok
 }
 
 func keysOf(pods []*corev1.Pod) []string {
 	var keys []string
 	for _, p := range pods {
-		keys = append(keys, p.Namespace+"/"+p.Name)
+		keys = append(keys, key(p))
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// matrix is observed reachability: port -> from -> to -> allowed.
-type matrix map[string]map[string]map[string]bool
-
-func (m matrix) equal(want map[string]map[string]map[string]bool) bool {
-	for port, rows := range want {
-		for from, cols := range rows {
-			for to, allowed := range cols {
-				if m[port][from][to] != allowed {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
-
-// render prints each port's matrix: "." allowed as expected, "X" denied as expected,
-// "!A" allowed though expected denied, "!D" denied though expected allowed.
-func (m matrix) render(want map[string]map[string]map[string]bool, keys []string) string {
-	var b strings.Builder
-	ports := make([]string, 0, len(want))
-	for p := range want {
-		ports = append(ports, p)
-	}
-	sort.Strings(ports)
-	for _, port := range ports {
-		fmt.Fprintf(&b, "%-8s", port)
-		for _, to := range keys {
-			fmt.Fprintf(&b, " %-4s", to)
-		}
-		b.WriteString("\n")
-		for _, from := range keys {
-			fmt.Fprintf(&b, "%-8s", from)
-			for _, to := range keys {
-				got, exp := m[port][from][to], want[port][from][to]
-				cell := map[[2]bool]string{{true, true}: ".", {false, false}: "X", {true, false}: "!A", {false, true}: "!D"}[[2]bool{got, exp}]
-				fmt.Fprintf(&b, " %-4s", cell)
-			}
-			b.WriteString("\n")
-		}
-	}
-	return b.String()
 }

@@ -36,18 +36,18 @@ import (
 // userspace (netdev) datapath the sandbox runs, kovs translates SCTP Service ports
 // statelessly, without conntrack (docs/services.md).
 //
-// Run a subset with -run, for example 'TestTruthTableViaService/ipv4/(01|36)-'.
+// Run a subset with -run, for example 'TestTruthTableViaService/ipv4/(01|36)-'. The
+// dual-stack cases run in direct mode only (TestNetworkPolicyTruthTable): a Service here
+// has one ClusterIP, of the sandbox's family.
 func TestTruthTableViaService(t *testing.T) {
-	runTruthTable(t, newModelClusterViaService)
+	runTruthTable(t, newModelClusterViaService, "ipv4", "ipv6")
 }
 
 // newModelClusterViaService is newModelCluster in service mode.
-func newModelClusterViaService(t *testing.T, s *framework.Sandbox, model []ModelPod) *modelCluster {
-	m := &modelCluster{s: s, services: &serviceMode{s: s, byPod: map[string]exposed{}}}
-	for _, ns := range modelNamespaces {
-		s.EnsureNamespace(t, ns, map[string]string{"ns": ns})
-	}
-	m.pods = m.createPods(t, model)
+func newModelClusterViaService(t *testing.T, s *framework.Sandbox, family string, model []ModelPod) *modelCluster {
+	m := &modelCluster{s: s, family: family, families: familiesOf(family), namespaces: modelNamespaces,
+		services: &serviceMode{s: s, byPod: map[string]exposed{}}}
+	m.setUp(t, model)
 	return m
 }
 
@@ -69,19 +69,15 @@ type exposed struct {
 // serviceExposeTimeout bounds how long a new Service may take to answer.
 const serviceExposeTimeout = 30 * time.Second
 
-// destination is where probes to pod go: its address, or its Service's ClusterIP in
-// service mode.
-func (m *modelCluster) destination(to *corev1.Pod) (netip.Addr, bool) {
-	if m.services == nil {
-		return firstIP(to)
-	}
-	m.services.mu.Lock()
-	defer m.services.mu.Unlock()
-	e, ok := m.services.byPod[key(to)]
+// clusterIP is the ClusterIP of the pod's Service.
+func (sm *serviceMode) clusterIP(to *corev1.Pod) (netip.Addr, error) {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	e, ok := sm.byPod[key(to)]
 	if !ok || e.uid != string(to.UID) {
-		return netip.Addr{}, false
+		return netip.Addr{}, fmt.Errorf("pod %s has no Service", key(to))
 	}
-	return e.clusterIP, true
+	return e.clusterIP, nil
 }
 
 // expose gives each pod its Service (created, or its EndpointSlice rewritten for a new
@@ -141,8 +137,8 @@ func (sm *serviceMode) ensureService(t *testing.T, p *corev1.Pod) netip.Addr {
 	return clusterIP
 }
 
-// waitAnswers probes the pod's Service on its first TCP port (or its first port) from a
-// checker pod other than the pod itself until the pod answers.
+// waitAnswers probes the pod's Service on every port from a checker pod other than the
+// pod itself until the pod answers on each.
 func (sm *serviceMode) waitAnswers(t *testing.T, p *corev1.Pod) {
 	from := p
 	for _, c := range sm.checkers {
@@ -154,37 +150,30 @@ func (sm *serviceMode) waitAnswers(t *testing.T, p *corev1.Pod) {
 	sm.mu.Lock()
 	dst := sm.byPod[key(p)].clusterIP
 	sm.mu.Unlock()
-	port := probePortOf(p)
-	framework.Eventually(t, serviceExposeTimeout, fmt.Sprintf("service mode: %s's ClusterIP %s to answer %s from %s (no policy in place)",
-		key(p), dst, port, key(from)), func() error {
-		r := sm.s.Probe(from, dst, port, probeTimeout)
-		if !r.Connected || r.Reply == nil {
-			return fmt.Errorf("%s", framework.Describe(r))
-		}
-		if r.Reply.Identity != key(p) {
-			return fmt.Errorf("answered by %s", r.Reply.Identity)
-		}
-		return nil
-	})
+	for _, port := range probePortsOf(p) {
+		framework.Eventually(t, serviceExposeTimeout, fmt.Sprintf("service mode: %s's ClusterIP %s to answer %s from %s (no policy in place)",
+			key(p), dst, port, key(from)), func() error {
+			if o := classify(sm.s.Probe(from, dst, port, time.Second), key(p)); o.err != "" {
+				return fmt.Errorf("%s", o.err)
+			} else if !o.allowed {
+				return fmt.Errorf("no answer")
+			}
+			return nil
+		})
+	}
 }
 
-// probePortOf is "80/tcp" for the pod's first TCP container port, or its first port.
-func probePortOf(p *corev1.Pod) string {
-	var first string
+// probePortsOf lists the pod's container ports as probes name them ("80/tcp").
+func probePortsOf(p *corev1.Pod) []string {
+	var out []string
 	for _, c := range p.Spec.Containers {
 		for _, cp := range c.Ports {
 			proto := strings.ToLower(string(cp.Protocol))
 			if proto == "" {
 				proto = "tcp"
 			}
-			s := fmt.Sprintf("%d/%s", cp.ContainerPort, proto)
-			if proto == "tcp" {
-				return s
-			}
-			if first == "" {
-				first = s
-			}
+			out = append(out, fmt.Sprintf("%d/%s", cp.ContainerPort, proto))
 		}
 	}
-	return first
+	return out
 }

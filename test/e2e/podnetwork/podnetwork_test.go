@@ -20,6 +20,7 @@ func TestPodNetworkIPv4(t *testing.T) {
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
 	t.Run("kovs-agent restart keeps connections", c.checkAgentRestart)
 	t.Run("ovs-vswitchd restart is repaired", c.checkVswitchdRestart)
+	t.Run("kovs-agent without the controller fails closed", c.checkAgentFailsClosed)
 	t.Run("churn", c.checkChurn)
 }
 
@@ -30,6 +31,7 @@ func TestPodNetworkIPv6(t *testing.T) {
 	c := newCluster(t, s)
 	t.Run("four guarantees", c.checkGuarantees)
 	t.Run("MTU", c.checkMTU)
+	t.Run("spoofing gets nothing through", c.checkSpoofing)
 }
 
 func TestPodNetworkDualStack(t *testing.T) {

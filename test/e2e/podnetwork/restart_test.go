@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,12 +16,14 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
-// traffic holds established sessions that echo every interval, and opens a new connection
-// every interval, recording failures: what a restart does to running traffic.
+// traffic holds established sessions that echo every interval, opens a new connection
+// every interval on each allowed pair, and probes each denied pair every interval: what a
+// restart does to running traffic and to policy.
 type traffic struct {
 	sessions []*sessionLoop
 	fresh    []*freshLoop
@@ -33,42 +38,67 @@ type sessionLoop struct {
 	n    int
 }
 
-// freshLoop opens new connections and measures the longest run of failures.
+// freshLoop opens new connections on one pair. On an allowed pair it counts the ones that
+// failed and measures the longest run of failures; on a denied pair (denied) every probe
+// must time out, and any other result counts as a failure.
 type freshLoop struct {
-	name             string
-	ok, failed       int
-	firstFail        time.Time
-	longestGap       time.Duration
-	failing          bool
-	lastFailureError string
+	name       string
+	denied     bool
+	ok, failed int
+	failures   []string // the first few, with their time
+	firstFail  time.Time
+	longestGap time.Duration
+	failing    bool
 }
 
-func (c *cluster) startTraffic(t *testing.T, pairs [][2]*corev1.Pod, interval time.Duration) *traffic {
+const (
+	keptFailures = 10
+	// deniedProbeTimeout is how long a probe of a denied pair waits for the answer that
+	// must not come.
+	deniedProbeTimeout = 250 * time.Millisecond
+)
+
+// pair is a connection the traffic makes; denied when policy must drop it.
+type pair struct {
+	from, to *corev1.Pod
+	denied   bool
+}
+
+func (c *cluster) startTraffic(t *testing.T, pairs []pair, interval time.Duration) *traffic {
 	tr := &traffic{stop: make(chan struct{})}
 	for _, p := range pairs {
-		from, to := p[0], p[1]
-		dst := framework.PodIPs(to)[0]
-		target := responder.Target{Addr: dst, Port: responder.Port{Number: 80, Protocol: responder.TCP}}
-		var sess *responder.Session
-		var err error
-		if nerr := ns.WithNetNSPath(c.s.NetNSPath(from), func(ns.NetNS) error {
-			sess, err = responder.Dial(context.Background(), target, probeTimeout)
-			return nil
-		}); nerr != nil {
-			t.Fatal(nerr)
+		dst := framework.PodIPs(p.to)[0]
+		name := fmt.Sprintf("%s(%s)->%s(%s)", p.from.Name, p.from.Spec.NodeName, p.to.Name, p.to.Spec.NodeName)
+		fl := &freshLoop{name: name, denied: p.denied}
+		tr.fresh = append(tr.fresh, fl)
+		tr.wg.Add(1)
+		go tr.runFresh(c, fl, p.from, dst, interval)
+		if p.denied {
+			continue
 		}
-		if err != nil {
-			t.Fatalf("session %s -> %s: %v", from.Name, to.Name, err)
-		}
-		name := fmt.Sprintf("%s(%s)->%s(%s)", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName)
-		sl := &sessionLoop{name: name, s: sess}
-		fl := &freshLoop{name: name}
-		tr.sessions, tr.fresh = append(tr.sessions, sl), append(tr.fresh, fl)
-		tr.wg.Add(2)
+		sl := &sessionLoop{name: name, s: c.dial(t, p.from, dst)}
+		tr.sessions = append(tr.sessions, sl)
+		tr.wg.Add(1)
 		go tr.runSession(sl, interval)
-		go tr.runFresh(c, fl, from, dst, interval)
 	}
 	return tr
+}
+
+// dial opens a TCP session from a pod to dst:80.
+func (c *cluster) dial(t *testing.T, from *corev1.Pod, dst netip.Addr) *responder.Session {
+	target := responder.Target{Addr: dst, Port: responder.Port{Number: 80, Protocol: responder.TCP}}
+	var sess *responder.Session
+	var err error
+	if nerr := ns.WithNetNSPath(c.s.NetNSPath(from), func(ns.NetNS) error {
+		sess, err = responder.Dial(context.Background(), target, probeTimeout)
+		return nil
+	}); nerr != nil {
+		t.Fatal(nerr)
+	}
+	if err != nil {
+		t.Fatalf("session %s -> %s: %v", from.Name, dst, err)
+	}
+	return sess
 }
 
 func (tr *traffic) runSession(sl *sessionLoop, interval time.Duration) {
@@ -98,17 +128,31 @@ func (tr *traffic) runFresh(c *cluster, fl *freshLoop, from *corev1.Pod, dst net
 		case <-time.After(interval):
 		}
 		now := time.Now()
-		r := c.s.Probe(from, dst, "80/tcp", time.Second)
-		if r.Connected {
-			fl.ok++
-			fl.endGap(time.Now())
-			continue
+		timeout := time.Second
+		if fl.denied {
+			timeout = deniedProbeTimeout // a denied probe waits it out: keep them frequent
 		}
-		fl.failed++
-		fl.lastFailureError = framework.Describe(r)
-		if !fl.failing {
-			fl.failing, fl.firstFail = true, now
-		}
+		fl.record(now, c.s.Probe(from, dst, "80/tcp", timeout))
+	}
+}
+
+// record counts one probe.
+func (fl *freshLoop) record(at time.Time, r responder.Result) {
+	good := r.Connected && r.Reply != nil
+	if fl.denied {
+		good = r.TimedOut
+	}
+	if good {
+		fl.ok++
+		fl.endGap(time.Now())
+		return
+	}
+	fl.failed++
+	if len(fl.failures) < keptFailures {
+		fl.failures = append(fl.failures, at.Format("15:04:05.000")+" "+framework.Describe(r))
+	}
+	if !fl.failing {
+		fl.failing, fl.firstFail = true, at
 	}
 }
 
@@ -124,15 +168,39 @@ func (tr *traffic) finish() {
 	tr.wg.Wait()
 }
 
-// checkAgentRestart restarts kovs-agent on two nodes while sessions cross them: no
-// established connection may break; the gap for new connections is measured.
+// check fails the test for every broken session and every failed probe, and logs the
+// counts; failures are what the restart cost, and none is acceptable.
+func (tr *traffic) check(t *testing.T, during string) {
+	t.Helper()
+	for _, s := range tr.sessions {
+		if s.err != nil {
+			t.Errorf("%s: established connection %s broke after %d round trips: %v", during, s.name, s.n, s.err)
+		}
+	}
+	for _, f := range tr.fresh {
+		kind := "new connections"
+		if f.denied {
+			kind = "probes of the denied pair"
+		}
+		t.Logf("%s %s during %s: %d as they must be, %d not, longest run of failures %s", kind, f.name, during, f.ok, f.failed, f.longestGap)
+		if f.failed > 0 {
+			t.Errorf("%s: %d of %d %s %s failed (the first %d):\n  %s", during, f.failed, f.ok+f.failed, kind, f.name,
+				len(f.failures), strings.Join(f.failures, "\n  "))
+		}
+	}
+}
+
+// checkAgentRestart restarts kovs-agent on two nodes while sessions cross them, under a
+// NetworkPolicy: no established connection may break, no new connection may fail, and
+// the denied pair must stay denied throughout.
 func (c *cluster) checkAgentRestart(t *testing.T) {
 	a, b, cc, d := c.pods["a"], c.pods["b"], c.pods["c"], c.pods["d"]
 	// Every pod of x is isolated, reachable only from x: the restarts must keep both the
 	// allowed traffic flowing and the denied traffic denied.
 	remove := c.isolateNamespaceX(t)
 	defer remove()
-	tr := c.startTraffic(t, [][2]*corev1.Pod{{a, cc}, {d, a}, {a, b}, {cc, d}}, 100*time.Millisecond)
+	tr := c.startTraffic(t, []pair{{from: a, to: cc}, {from: d, to: a}, {from: a, to: b}, {from: cc, to: d},
+		{from: c.hosts["node2"], to: a, denied: true}}, 100*time.Millisecond)
 	time.Sleep(time.Second)
 	for _, node := range []string{"node1", "node2"} {
 		start := time.Now()
@@ -144,18 +212,7 @@ func (c *cluster) checkAgentRestart(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	tr.finish()
-	c.expectDenied(t, c.hosts["node2"], framework.PodIPs(a)[0], "after the restarts")
-	for _, s := range tr.sessions {
-		if s.err != nil {
-			t.Errorf("established connection %s broke after %d round trips: %v", s.name, s.n, s.err)
-		}
-	}
-	for _, f := range tr.fresh {
-		t.Logf("new connections %s during the restarts: %d ok, %d failed, longest gap %s", f.name, f.ok, f.failed, f.longestGap)
-		if f.ok == 0 {
-			t.Errorf("no new connection %s succeeded: %s", f.name, f.lastFailureError)
-		}
-	}
+	tr.check(t, "the agent restarts")
 }
 
 // waitAgentReady waits until the node's agent rewrote the CNI config after start.
@@ -165,10 +222,16 @@ func (c *cluster) waitAgentReady(t *testing.T, node string, since time.Time) {
 	})
 }
 
-// checkVswitchdRestart restarts ovs-vswitchd on node2 (every flow is lost) and measures
-// how long until the agent has repaired it and cross-node traffic flows again.
+// checkVswitchdRestart restarts ovs-vswitchd on node2 (every flow is lost) under a
+// NetworkPolicy and measures how long until the agent has repaired it and cross-node
+// traffic flows again. A pair the policy denies, whose enforcement is on node2, is probed
+// throughout: it must never connect, neither while the switch is empty nor while the
+// agent reinstalls its flows. Once repaired, every new connection must succeed.
 func (c *cluster) checkVswitchdRestart(t *testing.T) {
 	a, cc := c.pods["a"], c.pods["c"]
+	remove := c.isolateNamespaceX(t)
+	defer remove()
+	denied := c.startTraffic(t, []pair{{from: c.hosts["node1"], to: cc, denied: true}}, 50*time.Millisecond)
 	dst := framework.PodIPs(cc)[0]
 	start := time.Now()
 	if _, err := c.s.Layout.Restart("node2-ovs-vswitchd"); err != nil {
@@ -181,7 +244,80 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 		return nil
 	})
 	t.Logf("ovs-vswitchd on node2 restarted; cross-node traffic repaired after %s", time.Since(start).Round(time.Millisecond))
-	c.runProbes(t, []probeCase{{name: "c->a after repair", from: cc, to: framework.PodIPs(a)[0], port: "80/tcp"}})
+	after := c.startTraffic(t, []pair{{from: a, to: cc}, {from: cc, to: a}}, 100*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	after.finish()
+	denied.finish()
+	after.check(t, "the 3 s after the repair")
+	denied.check(t, "the ovs-vswitchd restart")
+}
+
+// checkAgentFailsClosed restarts node1's agent while kovs-controller is unreachable from
+// node1, past the agent's wait for the first NetworkPolicy snapshot (30 s): the agent then
+// programs its pods pending, closed both ways (fail closed). A pair the policy denies must
+// stay denied throughout, and node1's pods must be closed to new connections until the
+// controller is reachable again and the policy is back.
+func (c *cluster) checkAgentFailsClosed(t *testing.T) {
+	a, cc := c.pods["a"], c.pods["c"]
+	remove := c.isolateNamespaceX(t)
+	defer remove()
+	denied := c.startTraffic(t, []pair{{from: c.hosts["node2"], to: a, denied: true}}, 100*time.Millisecond)
+	unblock := c.blockController(t, "node1")
+	defer unblock()
+	start := time.Now()
+	if _, err := c.s.Layout.Restart("node1-kovs-agent"); err != nil {
+		t.Fatal(err)
+	}
+	const policyWait = 30 * time.Second // kovs-agent's PolicyWait (not a flag)
+	c.waitAgentReady(t, "node1", start)
+	if waited := time.Since(start); waited < policyWait {
+		t.Errorf("the agent was ready after %s without a snapshot: it did not wait the %s for one", waited.Round(time.Millisecond), policyWait)
+	}
+	t.Logf("kovs-agent on node1 ready %s after its restart, with the controller unreachable", time.Since(start).Round(time.Millisecond))
+	ps, err := c.s.AgentPolicyStatus("node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Received {
+		t.Fatalf("node1's agent says it received a policy snapshot with the controller unreachable: %+v", ps)
+	}
+	if r := c.s.Probe(cc, framework.PodIPs(a)[0], "80/tcp", time.Second); !r.TimedOut {
+		t.Errorf("fail closed: c -> a (allowed by the policy) is not closed while node1 has no policy: %s", framework.Describe(r))
+	}
+	unblock()
+	framework.Eventually(t, 90*time.Second, "c -> a allowed again once the controller is reachable", func() error {
+		if r := c.s.Probe(cc, framework.PodIPs(a)[0], "80/tcp", time.Second); !r.Connected {
+			return fmt.Errorf("%s", framework.Describe(r))
+		}
+		return nil
+	})
+	t.Logf("policy back on node1 %s after the restart", time.Since(start).Round(time.Millisecond))
+	denied.finish()
+	denied.check(t, "the agent's start without the controller")
+}
+
+// blockController makes kovs-controller unreachable from node's namespace: connections
+// to the policy stream's port on its loopback (the node emulator's forwarder) are reset.
+// It returns the undo, which may be called more than once.
+func (c *cluster) blockController(t *testing.T, node string) func() {
+	netns := c.s.Layout.NodeNetNS(node)
+	port := strconv.Itoa(sandbox.NodeControllerPort)
+	rules := "table inet kovs-e2e-block {\n chain output {\n type filter hook output priority 0;\n" +
+		" tcp dport " + port + " reject with tcp reset\n }\n}\n"
+	cmd := exec.Command("ip", "netns", "exec", netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("block the controller in %s: %v: %s", netns, err, out)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			out, err := exec.Command("ip", "netns", "exec", netns, "nft", "delete", "table", "inet", "kovs-e2e-block").CombinedOutput()
+			if err != nil {
+				t.Errorf("unblock the controller in %s: %v: %s", netns, err, out)
+			}
+		})
+	}
 }
 
 // isolateNamespaceX applies a NetworkPolicy that lets x's pods receive only from x, and
@@ -197,24 +333,22 @@ func (c *cluster) isolateNamespaceX(t *testing.T) func() {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 30*time.Second, "the policy enforced", func() error {
-		if r := c.s.Probe(c.hosts["node2"], framework.PodIPs(c.pods["a"])[0], "80/tcp", time.Second); r.Connected {
-			return fmt.Errorf("node2 still reaches a")
+		for _, p := range []struct{ host, pod string }{{"node2", "a"}, {"node1", "c"}} {
+			if r := c.s.Probe(c.hosts[p.host], framework.PodIPs(c.pods[p.pod])[0], "80/tcp", time.Second); !r.TimedOut {
+				return fmt.Errorf("%s -> %s: %s", p.host, p.pod, framework.Describe(r))
+			}
 		}
 		return nil
 	})
 	return func() {
-		_ = c.s.Client.NetworkingV1().NetworkPolicies("x").Delete(ctx, np.Name, metav1.DeleteOptions{})
+		if err := c.s.Client.NetworkingV1().NetworkPolicies("x").Delete(ctx, np.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete policy %s: %v", np.Name, err)
+		}
 		framework.Eventually(t, 30*time.Second, "the policy removed", func() error {
 			if r := c.s.Probe(c.hosts["node2"], framework.PodIPs(c.pods["a"])[0], "80/tcp", time.Second); !r.Connected {
 				return fmt.Errorf("node2 cannot reach a: %s", framework.Describe(r))
 			}
 			return nil
 		})
-	}
-}
-
-func (c *cluster) expectDenied(t *testing.T, from *corev1.Pod, to netip.Addr, when string) {
-	if r := c.s.Probe(from, to, "80/tcp", time.Second); r.Connected {
-		t.Errorf("%s: %s reaches %s although a NetworkPolicy denies it", when, from.Name, to)
 	}
 }

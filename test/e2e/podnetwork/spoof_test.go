@@ -17,14 +17,16 @@ import (
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
-// checkSpoofing: a pod that forges its source IP, its MAC, or sends gratuitous ARP for
-// another pod's address gets nothing through. Attacker a (node1), target c (node2),
-// victims d (node3, for its IP) and b (node1, for its MAC and for ARP).
+// checkSpoofing: a pod that forges its source IP, its MAC, or announces itself as another
+// pod's address (gratuitous ARP on IPv4, an unsolicited neighbor advertisement on IPv6)
+// gets nothing through. Attacker a (node1), target c (node2), victims d (node3, for its
+// IP) and b (node1, for its MAC and its address), over the pods' first address family.
 func (c *cluster) checkSpoofing(t *testing.T) {
 	attacker, target, victim, neighbour := c.pods["a"], c.pods["c"], c.pods["d"], c.pods["b"]
 	targetIP, victimIP := framework.PodIPs(target)[0], framework.PodIPs(victim)[0]
-	if !targetIP.Is4() {
-		t.Skip("the spoofing cases use IPv4 and ARP")
+	ip := []string{"ip"}
+	if targetIP.Is6() {
+		ip = []string{"ip", "-6"}
 	}
 	gateway := c.gateway(t, "node1", targetIP)
 	mustConnect := func(why string) {
@@ -36,11 +38,16 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 	mustConnect("before")
 
 	t.Run("forged source IP", func(t *testing.T) {
-		c.execOK(t, attacker, "ip", "addr", "add", victimIP.String()+"/32", "dev", "eth0")
-		c.execOK(t, attacker, "ip", "route", "replace", targetIP.String()+"/32", "via", gateway.String(), "dev", "eth0", "src", victimIP.String())
+		host := fmt.Sprintf("/%d", targetIP.BitLen())
+		addArgs := []string{"addr", "add", victimIP.String() + host, "dev", "eth0"}
+		if targetIP.Is6() {
+			addArgs = append(addArgs, "nodad")
+		}
+		c.execOK(t, attacker, append(ip, addArgs...)...)
+		c.execOK(t, attacker, append(ip, "route", "replace", targetIP.String()+host, "via", gateway.String(), "dev", "eth0", "src", victimIP.String())...)
 		defer func() {
-			c.execOK(t, attacker, "ip", "route", "del", targetIP.String()+"/32")
-			c.execOK(t, attacker, "ip", "addr", "del", victimIP.String()+"/32", "dev", "eth0")
+			c.execOK(t, attacker, append(ip, "route", "del", targetIP.String()+host)...)
+			c.execOK(t, attacker, append(ip, "addr", "del", victimIP.String()+host, "dev", "eth0")...)
 		}()
 		// Port 82 is served by nobody and probed by no other test: any conntrack entry for
 		// it from the victim's address can only be the forged datagram.
@@ -71,7 +78,7 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 	})
 	mustConnect("after forging a MAC")
 
-	t.Run("gratuitous ARP for another pod's address", func(t *testing.T) {
+	t.Run("announcing another pod's address", func(t *testing.T) {
 		host := c.hosts["node1"]
 		neighbourIP := framework.PodIPs(neighbour)[0]
 		// The node now has a neighbour entry for b.
@@ -79,7 +86,11 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 			t.Fatalf("node1 -> b before the attack: %s", framework.Describe(r))
 		}
 		attackerMAC := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
-		if err := sendGratuitousARP(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, 5); err != nil {
+		announce := sendGratuitousARP
+		if neighbourIP.Is6() {
+			announce = sendUnsolicitedNA
+		}
+		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, 5); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -121,6 +132,55 @@ func (c *cluster) conntrack(t *testing.T, node string, src, dst netip.Addr, dpor
 // sendGratuitousARP broadcasts ARP announcements (requests and replies) that claim ip is
 // at mac, from inside a network namespace.
 func sendGratuitousARP(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
+	return onLink(netnsPath, ifname, mac, func(iface *net.Interface, hw net.HardwareAddr) error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		addr := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index, Halen: 6}
+		copy(addr.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		return repeat(count, func() error {
+			for _, op := range []uint16{1, 2} {
+				if err := unix.Sendto(fd, arpFrame(hw, ip, op), 0, addr); err != nil {
+					return fmt.Errorf("send gratuitous ARP: %w", err)
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// sendUnsolicitedNA sends neighbor advertisements (override flag set, to all nodes) that
+// claim ip is at mac, from inside a network namespace. The kernel fills in the ICMPv6
+// checksum of a raw ICMPv6 socket.
+func sendUnsolicitedNA(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
+	return onLink(netnsPath, ifname, mac, func(iface *net.Interface, hw net.HardwareAddr) error {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for _, opt := range []int{unix.IPV6_MULTICAST_HOPS, unix.IPV6_UNICAST_HOPS} {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, opt, 255); err != nil {
+				return err
+			}
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, iface.Index); err != nil {
+			return err
+		}
+		allNodes := &unix.SockaddrInet6{ZoneId: uint32(iface.Index), Addr: netip.MustParseAddr("ff02::1").As16()}
+		return repeat(count, func() error {
+			if err := unix.Sendto(fd, naMessage(hw, ip), 0, allNodes); err != nil {
+				return fmt.Errorf("send neighbor advertisement: %w", err)
+			}
+			return nil
+		})
+	})
+}
+
+// onLink runs send in a network namespace with its interface ifname and the MAC mac.
+func onLink(netnsPath, ifname, mac string, send func(*net.Interface, net.HardwareAddr) error) error {
 	hw, err := net.ParseMAC(mac)
 	if err != nil {
 		return err
@@ -130,23 +190,32 @@ func sendGratuitousARP(netnsPath, ifname string, ip netip.Addr, mac string, coun
 		if err != nil {
 			return err
 		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
-		if err != nil {
+		return send(iface, hw)
+	})
+}
+
+// repeat calls send count times, 20 ms apart.
+func repeat(count int, send func() error) error {
+	for i := 0; i < count; i++ {
+		if err := send(); err != nil {
 			return err
 		}
-		defer unix.Close(fd)
-		addr := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index, Halen: 6}
-		copy(addr.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-		for i := 0; i < count; i++ {
-			for _, op := range []uint16{1, 2} {
-				if err := unix.Sendto(fd, arpFrame(hw, ip, op), 0, addr); err != nil {
-					return fmt.Errorf("send gratuitous ARP: %w", err)
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return nil
-	})
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// naMessage is an ICMPv6 neighbor advertisement (override) for target at mac, with a
+// target link-layer address option; the checksum is left to the kernel.
+func naMessage(mac net.HardwareAddr, target netip.Addr) []byte {
+	m := make([]byte, 32)
+	m[0] = 136                               // neighbor advertisement
+	binary.BigEndian.PutUint32(m[4:], 1<<29) // override
+	t16 := target.As16()
+	copy(m[8:24], t16[:])
+	m[24], m[25] = 2, 1 // target link-layer address, 8 bytes
+	copy(m[26:32], mac)
+	return m
 }
 
 func arpFrame(mac net.HardwareAddr, ip netip.Addr, op uint16) []byte {

@@ -35,6 +35,10 @@ type Result struct {
 	// an SCTP ABORT, or a send the sending host's own firewall rejected (EPERM).
 	// Neither Connected nor Refused means no answer.
 	Refused bool `json:"refused"`
+	// TimedOut: nothing came back before the deadline (what a firewall that drops, as
+	// NetworkPolicy does, looks like). A probe that is neither Connected, Refused nor
+	// TimedOut failed for another reason (Error says which).
+	TimedOut bool `json:"timedOut,omitempty"`
 	// Reply is the responder line, when one was received and parsed.
 	Reply *Line `json:"reply,omitempty"`
 	// Local is the probe's own address and port.
@@ -84,23 +88,47 @@ func Probe(ctx context.Context, target Target, timeout time.Duration) Result {
 		res.Error = "target has no address"
 	default:
 		target = Target{Addr: target.Addr.Unmap(), Port: port}
-		res = probe(ctx, target, deadline)
+		res = probe(ctx, target, 0, deadline)
 	}
 	res.Target = target
 	res.Duration = time.Since(start)
 	return res
 }
 
-// probe dispatches on the target's protocol.
-func probe(ctx context.Context, t Target, deadline time.Time) Result {
+// ProbeFromPort is Probe from source port src (TCP, UDP or SCTP). A test that must know
+// every probe is a new connection to the network (no conntrack entry of an earlier probe
+// with the same addresses and ports) picks ports it has not used lately; probes from one
+// port, on the other hand, are packets of one connection or association.
+func ProbeFromPort(ctx context.Context, target Target, src uint16, timeout time.Duration) Result {
+	start := time.Now()
+	var res Result
+	port, err := target.Port.normalize()
+	switch {
+	case err != nil:
+		res.Error = err.Error()
+	case !target.Addr.IsValid() || src == 0:
+		res.Error = fmt.Sprintf("ProbeFromPort: want a target with an address and a source port, got %s from port %d", target, src)
+	default:
+		target = Target{Addr: target.Addr.Unmap(), Port: port}
+		res = probe(ctx, target, src, start.Add(timeout))
+	}
+	res.Target = target
+	res.Duration = time.Since(start)
+	return res
+}
+
+// probe dispatches on the target's protocol; src is the source port (0: any).
+func probe(ctx context.Context, t Target, src uint16, deadline time.Time) Result {
 	switch t.Port.Protocol {
 	case TCP:
-		return probeTCP(ctx, t, deadline)
+		return probeTCP(ctx, t, src, deadline)
 	case UDP:
-		return probeUDP(ctx, t, deadline)
-	default:
+		return probeUDP(ctx, t, src, deadline)
+	}
+	if src == 0 {
 		return probeSCTP(ctx, t, deadline)
 	}
+	return probeSCTPFrom(ctx, t, src, deadline)
 }
 
 // network returns "tcp4", "udp6", ... for a target.
@@ -111,12 +139,20 @@ func network(t Target) string {
 	return string(t.Port.Protocol) + "6"
 }
 
-// probeTCP connects and reads the line the server sends.
-func probeTCP(ctx context.Context, t Target, deadline time.Time) Result {
+// probeTCP connects from port src (0: any) and reads the line the server sends.
+func probeTCP(ctx context.Context, t Target, src uint16, deadline time.Time) Result {
 	d := net.Dialer{Deadline: deadline}
+	if src != 0 {
+		d.LocalAddr = &net.TCPAddr{Port: int(src)}
+	}
 	conn, err := d.DialContext(ctx, network(t), t.addrPort().String())
 	if err != nil {
 		return failed(ctx, err, deadline)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok && src != 0 {
+		// Close with a reset: no TIME_WAIT keeps the port, so the next probe from it can
+		// bind it at once (a new connection of the same tuple).
+		_ = tc.SetLinger(0)
 	}
 	defer conn.Close()
 	res := Result{Connected: true, Local: addrPort(conn.LocalAddr())}
@@ -132,10 +168,14 @@ func probeTCP(ctx context.Context, t Target, deadline time.Time) Result {
 	return res
 }
 
-// probeUDP sends a datagram, again every retransmitInterval, until a reply
+// probeUDP sends a datagram from port src (0: any), again every retransmitInterval, until a reply
 // or an ICMP error comes back or the deadline passes.
-func probeUDP(ctx context.Context, t Target, deadline time.Time) Result {
-	conn, err := net.DialUDP(network(t), nil, net.UDPAddrFromAddrPort(t.addrPort()))
+func probeUDP(ctx context.Context, t Target, src uint16, deadline time.Time) Result {
+	var laddr *net.UDPAddr
+	if src != 0 {
+		laddr = &net.UDPAddr{Port: int(src)}
+	}
+	conn, err := net.DialUDP(network(t), laddr, net.UDPAddrFromAddrPort(t.addrPort()))
 	if err != nil {
 		return failed(ctx, err, deadline)
 	}
@@ -194,7 +234,7 @@ func failed(ctx context.Context, err error, deadline time.Time) Result {
 	case ctx.Err() != nil:
 		return Result{Error: fmt.Sprintf("probe cancelled: %v", err)}
 	case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
-		return Result{Error: fmt.Sprintf("no answer before the deadline: %v", err)}
+		return Result{TimedOut: true, Error: fmt.Sprintf("no answer before the deadline: %v", err)}
 	}
 	return Result{Error: err.Error()}
 }

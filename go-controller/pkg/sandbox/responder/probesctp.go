@@ -17,9 +17,7 @@ const (
 	numDynamicPorts  = 65536 - firstDynamicPort
 )
 
-// probeSCTP sends an INIT from a random port with a random initiate tag, again
-// every retransmitInterval, until an INIT-ACK (connected) or an ABORT
-// (refused) answers it, or the deadline passes.
+// probeSCTP is probeSCTPFrom a random dynamic port.
 func probeSCTP(ctx context.Context, t Target, deadline time.Time) Result {
 	return probeSCTPFrom(ctx, t, uint16(firstDynamicPort+rand.IntN(numDynamicPorts)), deadline)
 }
@@ -28,20 +26,15 @@ func probeSCTP(ctx context.Context, t Target, deadline time.Time) Result {
 // probes from one port are packets of one association (same addresses and ports), so
 // repeating them shows whether an association keeps its path, e.g. its Service endpoint.
 func ProbeSCTPFromPort(ctx context.Context, target Target, port uint16, timeout time.Duration) Result {
-	start := time.Now()
-	var res Result
-	if target.Port.Protocol != SCTP || !target.Addr.IsValid() || port == 0 {
-		res.Error = fmt.Sprintf("ProbeSCTPFromPort: want an SCTP target with an address and a source port, got %s from port %d", target, port)
-	} else {
-		target.Addr = target.Addr.Unmap()
-		res = probeSCTPFrom(ctx, target, port, start.Add(timeout))
+	if target.Port.Protocol != SCTP {
+		return Result{Target: target, Error: fmt.Sprintf("ProbeSCTPFromPort: want an SCTP target, got %s", target)}
 	}
-	res.Target = target
-	res.Duration = time.Since(start)
-	return res
+	return ProbeFromPort(ctx, target, port, timeout)
 }
 
-// probeSCTPFrom is probeSCTP from source port port.
+// probeSCTPFrom sends an INIT from port port with a random initiate tag, again every
+// retransmitInterval, until an INIT-ACK (connected) or an ABORT (refused) answers it, or
+// the deadline passes.
 func probeSCTPFrom(ctx context.Context, t Target, port uint16, deadline time.Time) Result {
 	src, err := sourceAddr(t)
 	if err != nil {

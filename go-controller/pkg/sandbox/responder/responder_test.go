@@ -56,6 +56,32 @@ func TestProbeConnects(t *testing.T) {
 	}
 }
 
+// TestProbeFromPort: a probe from a chosen source port uses it, for every protocol and
+// family, and again after a probe from the same port (a second connection of the same
+// tuple).
+func TestProbeFromPort(t *testing.T) {
+	link := newTestLink(t, true)
+	serve(t, link.Server, "ns1/server", servedPorts...)
+	src := uint16(23456)
+	for _, fam := range []struct{ server, client netip.Addr }{{serverV4, clientV4}, {serverV6, clientV6}} {
+		for proto, port := range protocols {
+			tgt, err := responder.ParseTarget(hostPort(fam.server, port) + "/" + proto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src++
+			for range 2 {
+				var res responder.Result
+				inNamespace(t, link.Client, func() { res = responder.ProbeFromPort(context.Background(), tgt, src, timeout) })
+				expectConnected(t, res, "ns1/server", fam.client)
+				if res.Local.Port() != src {
+					t.Errorf("probe %s from port %d left from %s", tgt, src, res.Local)
+				}
+			}
+		}
+	}
+}
+
 func TestClosedPortIsRefused(t *testing.T) {
 	link := newTestLink(t, true)
 	serve(t, link.Server, "ns1/server", servedPorts...)
@@ -95,8 +121,8 @@ func TestDroppedPathTimesOut(t *testing.T) {
 			t.Run(target, func(t *testing.T) {
 				t.Parallel()
 				res := probe(t, link.Client, target, dropWait)
-				if res.Connected || res.Refused || res.Error == "" || res.Duration < dropWait {
-					t.Errorf("want not connected after %v, got %+v", dropWait, res)
+				if res.Connected || res.Refused || !res.TimedOut || res.Error == "" || res.Duration < dropWait {
+					t.Errorf("want a time-out after %v, got %+v", dropWait, res)
 				}
 			})
 		}
@@ -109,8 +135,8 @@ func TestBlackholeRouteFails(t *testing.T) {
 		for proto, port := range protocols {
 			target := hostPort(addr, port) + "/" + proto
 			res := probe(t, link.Client, target, dropWait)
-			if res.Connected || res.Refused || res.Error == "" {
-				t.Errorf("%s: want not connected with an error, got %+v", target, res)
+			if res.Connected || res.Refused || res.TimedOut || res.Error == "" {
+				t.Errorf("%s: want not connected with an error other than a time-out, got %+v", target, res)
 			}
 		}
 	}

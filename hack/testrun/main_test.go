@@ -1,0 +1,54 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReportFailsOnSkipsNotAllowed(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "allowed")
+	if err := os.WriteFile(list, []byte("# comment\nexample.com/p  TestRoot(/.*)?  needs the module absent\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allow, err := readAllowList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := &accounting{output: map[string][]string{}}
+	for _, e := range []event{
+		{Action: "run", Package: "example.com/p", Test: "TestRoot"},
+		{Action: "output", Package: "example.com/p", Test: "TestRoot", Output: "=== RUN   TestRoot\n"},
+		{Action: "output", Package: "example.com/p", Test: "TestRoot", Output: "    x_test.go:3: the module is loaded\n"},
+		{Action: "skip", Package: "example.com/p", Test: "TestRoot"},
+		{Action: "output", Package: "example.com/p", Test: "TestOther", Output: "    y_test.go:9: not root\n"},
+		{Action: "skip", Package: "example.com/p", Test: "TestOther"},
+		{Action: "pass", Package: "example.com/p", Test: "TestFine"},
+		{Action: "skip", Package: "example.com/q"}, // a package without tests
+	} {
+		acc.add(e, io.Discard)
+	}
+	r := acc.report(allow)
+	if r.unexpected != 1 {
+		t.Errorf("unexpected skips = %d, want 1:\n%s", r.unexpected, r.text)
+	}
+	for _, want := range []string{"1 passed, 0 failed, 2 skipped", "skip (allowed: needs the module absent) example.com/p TestRoot: x_test.go:3: the module is loaded",
+		"UNEXPECTED SKIP example.com/p TestOther: y_test.go:9: not root"} {
+		if !strings.Contains(r.text, want) {
+			t.Errorf("report lacks %q:\n%s", want, r.text)
+		}
+	}
+}
+
+func TestAllowListNeedsAReason(t *testing.T) {
+	list := filepath.Join(t.TempDir(), "allowed")
+	if err := os.WriteFile(list, []byte("example.com/p TestRoot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readAllowList(list); err == nil || !strings.Contains(err.Error(), "REASON") {
+		t.Errorf("an entry without a reason: err = %v", err)
+	}
+}
