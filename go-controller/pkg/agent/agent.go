@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
-	a.syncer = NewRenderedFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.RenderedFlows)
+	a.syncer = NewRenderedFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.RenderedFlows, cfg.ResyncPeriod)
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
 	a.syncer.metrics = a.metrics
@@ -129,7 +129,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		go runPolicyFeed(ctx, a.cfg.PolicyFeed, a.metrics.policySink(a.policy, a.syncer), a.cfg.NodeName)
 		a.awaitFirstPolicy(ctx)
 	}
-	go a.syncer.Run(ctx, a.cfg.ResyncPeriod)
+	go a.syncer.Run(ctx)
 	if err := a.syncer.WaitFor(ctx, a.state.generationNow()); err != nil {
 		return fmt.Errorf("first flow sync: %w", err)
 	}

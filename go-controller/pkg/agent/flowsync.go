@@ -7,12 +7,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	log "github.com/sirupsen/logrus"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
+
+// minSyncGap is the shortest time between two flow syncs once a burst of events has been
+// served: bursts of events become one bundle.
+const minSyncGap = 20 * time.Millisecond
 
 // FlowSwitch is the OpenFlow side of br-int the flow syncer needs.
 type FlowSwitch interface {
@@ -33,10 +39,14 @@ type FlowSyncer struct {
 	sw FlowSwitch
 	// desired returns the wanted flows rendered (flow key -> text, see renderFlows).
 	desired func() (flows map[string]string, generation uint64, err error)
-	minGap  time.Duration
-
-	kick     chan struct{}
-	fullKick chan struct{}
+	// resync is how often a full sync diffs against the switch's own dump.
+	resync time.Duration
+	runner *runner.BoundedFrequencyRunner
+	// fullWanted asks the next sync to be a full one; lastFull is when the last full
+	// sync started (read and written only by the runner's function).
+	fullWanted atomic.Bool
+	lastFull   time.Time
+	ctx        atomic.Pointer[context.Context]
 
 	mu        sync.Mutex
 	installed map[string]string // flow key -> full text
@@ -56,62 +66,52 @@ type waiter struct {
 }
 
 // NewFlowSyncer builds a syncer; desired returns the flows the node wants now and the
-// state generation they reflect.
-func NewFlowSyncer(sw FlowSwitch, desired func() ([]pipeline.Flow, uint64, error)) *FlowSyncer {
+// state generation they reflect; resync is how often a full sync repairs drift.
+func NewFlowSyncer(sw FlowSwitch, desired func() ([]pipeline.Flow, uint64, error), resync time.Duration) *FlowSyncer {
 	return NewRenderedFlowSyncer(sw, func() (map[string]string, uint64, error) {
 		flows, gen, err := desired()
 		if err != nil {
 			return nil, gen, err
 		}
 		return renderFlows(flows), gen, nil
-	})
+	}, resync)
 }
 
 // NewRenderedFlowSyncer builds a syncer whose desired flows come rendered (flow key ->
 // text, as renderFlows renders them), so the source can keep renderings that did not
 // change (NodeState.RenderedFlows).
-func NewRenderedFlowSyncer(sw FlowSwitch, desired func() (map[string]string, uint64, error)) *FlowSyncer {
-	return &FlowSyncer{sw: sw, desired: desired, minGap: 20 * time.Millisecond,
-		kick: make(chan struct{}, 1), fullKick: make(chan struct{}, 1), installed: map[string]string{}}
+func NewRenderedFlowSyncer(sw FlowSwitch, desired func() (map[string]string, uint64, error), resync time.Duration) *FlowSyncer {
+	s := &FlowSyncer{sw: sw, desired: desired, resync: resync, installed: map[string]string{}}
+	s.runner = runner.MustNewBoundedFrequencyRunner("flow sync", s.syncNow,
+		runner.Bounds{MinInterval: minSyncGap, MaxInterval: resync, Burst: 1})
+	return s
 }
 
 // TriggerFull asks for a full resync soon (the switch may have lost its flows, e.g.
 // ovs-vswitchd restarted); many triggers coalesce into one.
 func (s *FlowSyncer) TriggerFull() {
-	select {
-	case s.fullKick <- struct{}{}:
-	default:
-	}
+	s.fullWanted.Store(true)
+	s.runner.Run()
 }
 
 // Trigger asks for a sync soon; many triggers coalesce into one.
-func (s *FlowSyncer) Trigger() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+func (s *FlowSyncer) Trigger() { s.runner.Run() }
+
+// Run syncs on every trigger, at most once per minSyncGap after a burst, and fully every
+// resync period, until ctx ends. The first sync is a full one.
+func (s *FlowSyncer) Run(ctx context.Context) {
+	s.ctx.Store(&ctx)
+	s.runner.Run()
+	s.runner.Loop(ctx)
 }
 
-// Run syncs on every trigger and a full resync every period, until ctx ends. The first
-// sync is a full one.
-func (s *FlowSyncer) Run(ctx context.Context, period time.Duration) {
-	full := time.NewTicker(period)
-	defer full.Stop()
-	s.sync(ctx, true)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.kick:
-			s.sync(ctx, false)
-			time.Sleep(s.minGap) // bounded frequency: bursts of events become one bundle
-		case <-full.C:
-			s.sync(ctx, true)
-		case <-s.fullKick:
-			s.sync(ctx, true)
-			full.Reset(period)
-		}
+// syncNow is the runner's function: a full sync when one was asked for or is due.
+func (s *FlowSyncer) syncNow() {
+	full := s.fullWanted.Swap(false) || time.Since(s.lastFull) >= s.resync
+	if full {
+		s.lastFull = time.Now()
 	}
+	s.sync(*s.ctx.Load(), full)
 }
 
 // WaitFor blocks until a sync at or after generation succeeded.

@@ -56,12 +56,12 @@ func testFlows(round pipeline.Round, n int) []pipeline.Flow {
 
 func TestRestartReplacesOldRoundWithoutGap(t *testing.T) {
 	sw := newFakeSwitch()
-	old := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 5), 1, nil })
+	old := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 5), 1, nil }, time.Hour)
 	old.sync(context.Background(), true)
 	// A foreign flow (cookie category 0) must survive everything.
 	_ = sw.Apply(context.Background(), nil, []string{"table=99, priority=1 actions=drop"})
 
-	restarted := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(2, 4), 1, nil })
+	restarted := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(2, 4), 1, nil }, time.Hour)
 	restarted.sync(context.Background(), true)
 	flows, _ := sw.Flows(context.Background())
 	if len(flows) != 5 {
@@ -80,7 +80,7 @@ func TestRestartReplacesOldRoundWithoutGap(t *testing.T) {
 func TestIncrementalSyncTouchesOnlyChanges(t *testing.T) {
 	sw := newFakeSwitch()
 	n := 3
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, n), uint64(n), nil })
+	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, n), uint64(n), nil }, time.Hour)
 	s.sync(context.Background(), true)
 	n = 4
 	var gotDeletes, gotAdds int
@@ -93,7 +93,7 @@ func TestIncrementalSyncTouchesOnlyChanges(t *testing.T) {
 
 func TestFullSyncRepairsDrift(t *testing.T) {
 	sw := newFakeSwitch()
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 3), 1, nil })
+	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 3), 1, nil }, time.Hour)
 	s.sync(context.Background(), true)
 	sw.mu.Lock()
 	sw.flows = map[string]string{} // ovs-vswitchd restarted: every flow is gone
@@ -116,10 +116,10 @@ func TestWaitForReturnsOnceGenerationSynced(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return testFlows(1, int(gen)), gen, nil
-	})
+	}, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.Run(ctx, time.Hour)
+	go s.Run(ctx)
 	mu.Lock()
 	gen = 7
 	mu.Unlock()
@@ -147,10 +147,10 @@ func TestDumpedFlowKeyMatchesFlowKey(t *testing.T) {
 // TriggerFull without waiting for the periodic resync.
 func TestTriggerFullRepairsAtOnce(t *testing.T) {
 	sw := newFakeSwitch()
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 3), 1, nil })
+	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 3), 1, nil }, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.Run(ctx, time.Hour)
+	go s.Run(ctx)
 	count := func() int { flows, _ := sw.Flows(ctx); return len(flows) }
 	deadline := time.Now().Add(5 * time.Second)
 	for count() != 3 && time.Now().Before(deadline) {

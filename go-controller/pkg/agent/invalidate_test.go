@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
@@ -67,7 +68,7 @@ func TestFullSyncKeepsLearnedFlows(t *testing.T) {
 	learned := "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10," +
 		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0"
 	sw.flows["learned"] = learned
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 2), 1, nil })
+	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 2), 1, nil }, time.Hour)
 	s.sync(context.Background(), true)
 	if sw.flows["learned"] != learned {
 		t.Errorf("full sync removed a learned flow")

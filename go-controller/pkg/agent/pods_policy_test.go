@@ -24,7 +24,7 @@ func newAttachRig(t *testing.T, policyWait time.Duration) *attachRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r.state.onChange = r.syncer.Trigger
-	go r.syncer.Run(ctx, time.Hour)
+	go r.syncer.Run(ctx)
 	store := ovs.NewFakeOVSDB()
 	if err := store.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
@@ -70,7 +71,7 @@ func newPolicyRig(t *testing.T, pods ...pipeline.PodPort) *policyRig {
 	for _, p := range pods {
 		r.state.SetPod(fmt.Sprint("veth-", p.Name), p)
 	}
-	r.syncer = NewFlowSyncer(ofSwitch{r.sw}, r.state.Flows)
+	r.syncer = NewFlowSyncer(ofSwitch{r.sw}, r.state.Flows, time.Hour)
 	r.sink = NewNodePolicy("node-1", r.state, r.syncer.installedGeneration)
 	return r
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -165,7 +166,7 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	of := &recordingFlows{FakeOpenFlow: ovs.NewFakeOpenFlow()}
 	state := NewNodeState(1, nil)
 	sw := newGroupSwitch(of, state.Groups)
-	syncer := NewRenderedFlowSyncer(sw, state.RenderedFlows) // as the agent runs it
+	syncer := NewRenderedFlowSyncer(sw, state.RenderedFlows, time.Hour) // as the agent runs it
 	state.SetNode(testNodeConfig())
 	state.SetPod("p3", testPod("a", 3, 10))
 	ids := newGroupAllocator()

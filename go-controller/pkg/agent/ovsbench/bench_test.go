@@ -280,7 +280,7 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 	}
 	a.compile = &compileTimer{flows: a.state.Flows}
 	a.inval = &invalidation{vswitchd: sw.of.Vswitchd()}
-	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired)
+	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired, time.Hour)
 	a.syncer.OnApplied(a.inval.after)
 	a.syncer.OnSynced(func(uint64) {
 		select {
@@ -294,7 +294,7 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 	start := time.Now()
 	go func() {
 		defer close(done)
-		a.syncer.Run(ctx, time.Hour)
+		a.syncer.Run(ctx)
 	}()
 	a.waitRealized(b, share.Generation)
 	a.fullSync = time.Since(start)
