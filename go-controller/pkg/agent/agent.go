@@ -22,6 +22,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
 // Fixed OpenFlow port numbers of br-int.
@@ -48,8 +49,8 @@ type Agent struct {
 	ready    readiness
 	metrics  *Metrics
 	health   agentHealth
-	// peersChanged wakes the tunnel neighbour seeding.
-	peersChanged chan struct{}
+	// neighbors seeds the tunnel neighbours: when peers change, and every period.
+	neighbors *runner.BoundedFrequencyRunner
 }
 
 // Run runs the agent until ctx ends.
@@ -58,7 +59,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a := &Agent{cfg: cfg, client: client, peersChanged: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, client: client}
+	a.neighbors = runner.MustNewBoundedFrequencyRunner("tunnel neighbours", func() { a.seedTunnelNeighbors(ctx) },
+		runner.Bounds{MaxInterval: neighborPeriod, Burst: 1})
 	a.ready.set(fmt.Errorf("starting"))
 	if err := a.startOps(ctx); err != nil {
 		return err
@@ -153,7 +156,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 	if err := a.markNetworkAvailable(ctx); err != nil {
 		log.WithError(err).Warn("could not set NetworkUnavailable=False")
 	}
-	go a.maintainTunnelNeighbors(ctx)
+	go a.neighbors.Loop(ctx)
 	go a.watchVswitchd(ctx)
 	<-ctx.Done()
 	a.health.cniServing.Store(false)
@@ -314,9 +317,6 @@ func (a *Agent) updatePeers() {
 	}
 	before := a.state.generationNow()
 	if a.state.SetPeers(peers) != before {
-		select {
-		case a.peersChanged <- struct{}{}:
-		default:
-		}
+		a.neighbors.Run()
 	}
 }

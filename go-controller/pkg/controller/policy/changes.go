@@ -21,11 +21,12 @@ type changes struct {
 	namespaces map[types.NamespacedName]*corev1.Namespace
 	pods       map[types.NamespacedName]*corev1.Pod
 	policies   map[types.NamespacedName]*networkingv1.NetworkPolicy
-	signal     chan struct{}
+	// signal asks the worker for a batch (the compiler's runner coalesces the asks).
+	signal func()
 }
 
-func newChanges() *changes {
-	c := &changes{signal: make(chan struct{}, 1)}
+func newChanges(signal func()) *changes {
+	c := &changes{signal: signal}
 	c.reset()
 	return c
 }
@@ -46,12 +47,7 @@ func (c *changes) take() (map[types.NamespacedName]*corev1.Namespace, map[types.
 	return ns, pods, policies
 }
 
-func (c *changes) notify() {
-	select {
-	case c.signal <- struct{}{}:
-	default:
-	}
-}
+func (c *changes) notify() { c.signal() }
 
 // object is the type of the objects the compiler watches.
 type object interface {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
 // ErrStopped is returned by Watch once the compiler has stopped.
@@ -34,6 +35,9 @@ type Options struct {
 type Compiler struct {
 	opts    Options
 	changes *changes
+	// batches runs sync: at once for the first change, then at most once per
+	// MinSyncInterval.
+	batches *runner.BoundedFrequencyRunner
 	synced  []cache.InformerSynced
 	ready   chan struct{}
 	stopped chan struct{}
@@ -45,7 +49,12 @@ type Compiler struct {
 // New builds a compiler on the factory's Namespace, Pod and NetworkPolicy informers. Call
 // it before starting the factory; then Run the compiler.
 func New(factory informers.SharedInformerFactory, opts Options) (*Compiler, error) {
-	c := &Compiler{opts: opts, changes: newChanges(), ready: make(chan struct{}), stopped: make(chan struct{}), model: newModel()}
+	c := &Compiler{opts: opts, ready: make(chan struct{}), stopped: make(chan struct{}), model: newModel()}
+	batches, err := runner.NewBoundedFrequencyRunner("policy compiler", c.sync, runner.Bounds{MinInterval: opts.MinSyncInterval, Burst: 1})
+	if err != nil {
+		return nil, fmt.Errorf("policy compiler: min sync interval: %w", err)
+	}
+	c.batches, c.changes = batches, newChanges(batches.Run)
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
@@ -82,23 +91,8 @@ func (c *Compiler) Run(ctx context.Context) error {
 	c.sync()
 	close(c.ready)
 	c.logStats(time.Since(start))
-	last := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-c.changes.signal:
-		}
-		if wait := c.opts.MinSyncInterval - time.Since(last); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(wait):
-			}
-		}
-		last = time.Now()
-		c.sync()
-	}
+	c.batches.Loop(ctx)
+	return nil
 }
 
 // sync compiles one batch of changes and wakes the subscribers it concerns.
@@ -118,10 +112,7 @@ func (c *Compiler) sync() {
 	generation := c.model.generation
 	c.mu.Unlock()
 	for _, s := range notify {
-		select {
-		case s.notify <- struct{}{}:
-		default:
-		}
+		s.wake()
 	}
 	log.WithField("generation", generation).WithField("namespaces", len(namespaces)).WithField("pods", len(pods)).
 		WithField("policies", len(policies)).WithField("subscribers", len(notify)).Debug("policy batch compiled")
@@ -166,44 +157,52 @@ func (c *Compiler) Watch(ctx context.Context, node string) (api.NodeShare, <-cha
 	case <-ctx.Done():
 		return api.NodeShare{}, nil, nil, fmt.Errorf("watch the policy of node %s: %w", node, ctx.Err())
 	}
-	c.mu.Lock()
-	s, share := c.model.subscribe(node)
-	c.mu.Unlock()
 	out := make(chan api.Delta)
 	done := make(chan struct{})
+	dctx, cancel := context.WithCancel(context.Background())
+	var s *subscriber
+	// One delivery at a time: batches that come while the receiver is busy coalesce into
+	// the next delta.
+	deliveries := runner.MustNewBoundedFrequencyRunner("policy deltas to node "+node, func() { c.deliver(dctx, s, out) },
+		runner.Bounds{Burst: 1})
+	c.mu.Lock()
+	s, share := c.model.subscribe(node)
+	s.wake = deliveries.Run
+	c.mu.Unlock()
+	go func() {
+		select {
+		case <-done:
+		case <-c.stopped:
+		}
+		cancel()
+	}()
+	go c.serve(dctx, s, deliveries, out)
 	var once sync.Once
-	go c.serve(s, out, done)
 	return share, out, func() { once.Do(func() { close(done) }) }, nil
 }
 
-// serve sends s its deltas until done is closed or the compiler stops.
-func (c *Compiler) serve(s *subscriber, out chan<- api.Delta, done <-chan struct{}) {
+// serve sends s its deltas until ctx ends (cancel, or the compiler stopped).
+func (c *Compiler) serve(ctx context.Context, s *subscriber, deliveries *runner.BoundedFrequencyRunner, out chan<- api.Delta) {
 	defer func() {
 		c.mu.Lock()
 		c.model.unsubscribe(s)
 		c.mu.Unlock()
 		close(out)
 	}()
-	for {
-		select {
-		case <-done:
-			return
-		case <-c.stopped:
-			return
-		case <-s.notify:
-		}
-		c.mu.RLock()
-		d, ok := c.model.delta(s)
-		c.mu.RUnlock()
-		if !ok {
-			continue
-		}
-		select {
-		case out <- d:
-		case <-done:
-			return
-		case <-c.stopped:
-			return
-		}
+	deliveries.Loop(ctx)
+}
+
+// deliver sends s the delta of what is pending for it, if anything, waiting for the
+// receiver to take it or for ctx to end.
+func (c *Compiler) deliver(ctx context.Context, s *subscriber, out chan<- api.Delta) {
+	c.mu.RLock()
+	d, ok := c.model.delta(s)
+	c.mu.RUnlock()
+	if !ok {
+		return
+	}
+	select {
+	case out <- d:
+	case <-ctx.Done():
 	}
 }

@@ -14,14 +14,15 @@ type subscriber struct {
 	pending pending
 	// lastGen is the generation of the share the subscriber has.
 	lastGen uint64
-	// notify has a token when pending is not empty.
-	notify chan struct{}
+	// wake asks for the pending deltas to be delivered (the subscriber's runner); the
+	// compiler calls it, outside its lock, after each batch that gave the subscriber some.
+	wake func()
 }
 
 // subscribe registers a subscriber of node name and returns it with the node's share.
 func (m *model) subscribe(name string) (*subscriber, api.NodeShare) {
 	n := m.node(name)
-	s := &subscriber{node: n, pending: newPending(), lastGen: m.generation, notify: make(chan struct{}, 1)}
+	s := &subscriber{node: n, pending: newPending(), lastGen: m.generation, wake: func() {}}
 	n.subs = append(n.subs, s)
 	m.watched[n] = struct{}{}
 	return s, m.snapshot(n)
