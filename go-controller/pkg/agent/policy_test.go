@@ -37,8 +37,8 @@ func podKey(name string) policy.PodKey {
 	return policy.PodKey{Namespace: "x", Name: name, UID: "uid-" + name}
 }
 
-func podRef(name string, host int) policy.PodRef {
-	return policy.PodRef{PodKey: podKey(name), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(host)})}}
+func podRef(name string, host int) policy.AppliedPod {
+	return policy.AppliedPod{PodKey: podKey(name), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(host)})}}
 }
 
 func hostPrefixes(ss ...string) []netip.Prefix {
@@ -100,7 +100,7 @@ func startShare() policy.NodeShare {
 	s := policy.NewNodeShare("node-1")
 	s.Generation = 1
 	s.AddressSets["s-peers"] = policy.AddressSet{ID: "s-peers", Addresses: hostPrefixes("10.244.2.10")}
-	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.PodRef{podRef("a", 10)}}
+	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.AppliedPod{podRef("a", 10)}}
 	r := ingressRule("x/np/ingress/0", []string{"s-peers"}, policy.Port{Protocol: policy.TCP, Port: 80})
 	s.Rules[r.ID] = r
 	s.Isolation.Ingress = []policy.PodKey{podKey("a")}
@@ -114,7 +114,7 @@ func deltas() []policy.Delta {
 	iso := policy.Isolation{Ingress: []policy.PodKey{podKey("a"), podKey("c")}}
 	return []policy.Delta{
 		{Node: "node-1", FromGeneration: 1, Generation: 4, AddedPods: []policy.PodKey{podKey("c")},
-			UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "g-np", Pods: []policy.PodRef{podRef("a", 10), podRef("c", 12)}}},
+			UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "g-np", Pods: []policy.AppliedPod{podRef("a", 10), podRef("c", 12)}}},
 			UpdatedAddressSets:   []policy.AddressSetPatch{{ID: "s-peers", Added: hostPrefixes("10.244.3.10")}},
 			Isolation:            &iso},
 		{Node: "node-1", FromGeneration: 4, Generation: 6, RemovedPods: []policy.PodKey{podKey("b")},
@@ -127,7 +127,7 @@ func endShare() policy.NodeShare {
 	s := policy.NewNodeShare("node-1")
 	s.Generation = 6
 	s.AddressSets["s-peers"] = policy.AddressSet{ID: "s-peers", Addresses: hostPrefixes("10.244.2.10", "10.244.3.10")}
-	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.PodRef{podRef("a", 10), podRef("c", 12)}}
+	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.AppliedPod{podRef("a", 10), podRef("c", 12)}}
 	r := ingressRule("x/np/ingress/1", nil, policy.Port{Protocol: policy.UDP, Port: 5000, EndPort: 5100})
 	s.Rules[r.ID] = r
 	s.Isolation.Ingress = []policy.PodKey{podKey("a"), podKey("c")}

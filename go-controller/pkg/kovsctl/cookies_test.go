@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
-	controller "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -50,7 +50,7 @@ func namedPortPolicy() (*networkingv1.NetworkPolicy, []*corev1.Pod) {
 // included (for the traced protocol and port).
 func TestPolicyRuleNamesMatchTheCompiler(t *testing.T) {
 	np, pods := namedPortPolicy()
-	shares := controller.Compile([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}}, pods, []*networkingv1.NetworkPolicy{np})
+	shares := networkpolicy.Compile([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}}, pods, []*networkingv1.NetworkPolicy{np})
 	a := Access{Client: fake.NewClientset(np)}
 	for id := range shares["node-1"].Rules {
 		proto, port := "tcp", 80

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"fmt"

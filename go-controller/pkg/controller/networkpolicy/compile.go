@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"net/netip"
@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // compilePolicy compiles a NetworkPolicy into rules over groups, acquiring the groups
@@ -26,15 +26,15 @@ func (m *model) compilePolicy(key types.NamespacedName, np *networkingv1.Network
 	}
 	ps.appliedTo = m.acquire(ps, groupSpec{scope: key.Namespace, selector: sel, podKey: selKey})
 	ps.isolates = policyTypes(np)
-	ref := api.PolicyRef{Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
+	ref := policy.PolicyRef{Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
 	if ps.isolates[ingress] {
 		for i, r := range np.Spec.Ingress {
-			m.compileRule(ps, ref, api.Ingress, i, r.Ports, r.From)
+			m.compileRule(ps, ref, policy.Ingress, i, r.Ports, r.From)
 		}
 	}
 	if ps.isolates[egress] {
 		for i, r := range np.Spec.Egress {
-			m.compileRule(ps, ref, api.Egress, i, r.Ports, r.To)
+			m.compileRule(ps, ref, policy.Egress, i, r.Ports, r.To)
 		}
 	}
 	return ps
@@ -61,19 +61,19 @@ func policyTypes(np *networkingv1.NetworkPolicy) [2]bool {
 // compileRule compiles one rule: numeric ports (or no ports) in one rule over all the
 // applied-to pods and peers, and each named port split by the number it resolves to on
 // the destination pods (see splitIngress and splitEgress).
-func (m *model) compileRule(ps *policyState, ref api.PolicyRef, dir api.Direction, index int,
+func (m *model) compileRule(ps *policyState, ref policy.PolicyRef, dir policy.Direction, index int,
 	ports []networkingv1.NetworkPolicyPort, peers []networkingv1.NetworkPolicyPeer) {
 	logger := func() *log.Entry {
 		return log.WithFields(log.Fields{"policy": ps.key.String(), "direction": dir, "rule": index})
 	}
-	base := api.Rule{ID: ruleID(ps.key, dir, index), Policy: ref, RuleIndex: index, Direction: dir, Action: api.ActionAllow}
+	base := policy.Rule{ID: ruleID(ps.key, dir, index), Policy: ref, RuleIndex: index, Direction: dir, Action: policy.ActionAllow}
 	numeric, named := splitPorts(ports, logger)
 	sets, podPeers := m.compilePeers(ps, peers, logger)
 	if len(ports) == 0 || len(numeric) > 0 {
 		m.addRule(ps, base, ps.appliedTo, sets, numeric)
 	}
 	for _, np := range named {
-		if dir == api.Ingress {
+		if dir == policy.Ingress {
 			m.splitIngress(ps, base, np, sets)
 		} else {
 			m.splitEgress(ps, base, np, podPeers, len(peers) == 0)
@@ -81,12 +81,12 @@ func (m *model) compileRule(ps *policyState, ref api.PolicyRef, dir api.Directio
 	}
 }
 
-func ruleID(key types.NamespacedName, dir api.Direction, index int) string {
+func ruleID(key types.NamespacedName, dir policy.Direction, index int) string {
 	return key.Namespace + "/" + key.Name + "/" + strings.ToLower(string(dir)) + "/" + strconv.Itoa(index)
 }
 
 // addRule adds a rule to ps; nil sets means any peer.
-func (m *model) addRule(ps *policyState, tmpl api.Rule, appliedTo *group, sets []*addrSet, ports []api.Port) {
+func (m *model) addRule(ps *policyState, tmpl policy.Rule, appliedTo *group, sets []*addrSet, ports []policy.Port) {
 	r := &rule{api: tmpl, appliedTo: appliedTo, peers: sets}
 	r.api.AppliedTo = appliedTo.id
 	r.api.Ports = ports

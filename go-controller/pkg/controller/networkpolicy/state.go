@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"net/netip"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // namespace is a namespace as the model sees it: its labels and its selectable pods.
@@ -40,7 +40,7 @@ type pod struct {
 // namedPort is a named container port of a pod.
 type namedPort struct {
 	name     string
-	protocol api.Protocol
+	protocol policy.Protocol
 	number   int32
 }
 
@@ -72,7 +72,7 @@ type group struct {
 
 // portFilter keeps the pods that resolve one of names (of protocol) to number.
 type portFilter struct {
-	protocol api.Protocol
+	protocol policy.Protocol
 	names    []string
 	number   int32
 }
@@ -96,7 +96,7 @@ type addrRef struct {
 
 // rule is a compiled rule attached to its applied-to group.
 type rule struct {
-	api       api.Rule
+	api       policy.Rule
 	appliedTo *group
 	peers     []*addrSet
 	// slot is the rule's index in appliedTo.rules while attached.

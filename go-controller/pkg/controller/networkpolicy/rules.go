@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	networkingv1 "k8s.io/api/networking/v1"

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // TestIncrementalEqualsScratch applies random sequences of namespace, pod and policy
@@ -45,7 +45,7 @@ type randomCluster struct {
 
 type watcher struct {
 	sub   *subscriber
-	share api.NodeShare
+	share policy.NodeShare
 }
 
 func (r *randomCluster) run(t *testing.T) {
@@ -82,13 +82,13 @@ func (r *randomCluster) check(t *testing.T, batch int, m *model, watchers []*wat
 	scratch := Compile(sortedValues(r.ns), sortedValues(r.pods), sortedValues(r.policies))
 	for name := range 4 {
 		node := fmt.Sprint("node-", name)
-		incremental := api.NewNodeShare(node)
+		incremental := policy.NewNodeShare(node)
 		if n, ok := m.nodes[node]; ok {
 			incremental = m.snapshot(n)
 		}
 		want, ok := scratch[node]
 		if !ok {
-			want = api.NewNodeShare(node)
+			want = policy.NewNodeShare(node)
 		}
 		if a, b := shareJSON(t, incremental), shareJSON(t, want); !bytes.Equal(a, b) {
 			t.Fatalf("batch %d: %s incremental share differs from scratch:\nincremental %s\nscratch     %s", batch, node, a, b)
@@ -106,7 +106,7 @@ func (r *randomCluster) check(t *testing.T, batch int, m *model, watchers []*wat
 
 // shareJSON encodes a share without its generation, so that nil and empty lists compare
 // equal and maps are in key order.
-func shareJSON(t *testing.T, s api.NodeShare) []byte {
+func shareJSON(t *testing.T, s policy.NodeShare) []byte {
 	s.Generation = 0
 	b, err := json.Marshal(s)
 	if err != nil {

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // startCompiler runs a compiler over a fake clientset holding the world's objects and
@@ -60,7 +60,7 @@ func startCompiler(t *testing.T, w *world) (*fake.Clientset, *Compiler) {
 }
 
 // scratch compiles the objects the client holds now.
-func scratch(t *testing.T, client kubernetes.Interface, node string) api.NodeShare {
+func scratch(t *testing.T, client kubernetes.Interface, node string) policy.NodeShare {
 	t.Helper()
 	ctx := context.Background()
 	nsList, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -79,7 +79,7 @@ func scratch(t *testing.T, client kubernetes.Interface, node string) api.NodeSha
 	if s, ok := shares[node]; ok {
 		return s
 	}
-	return api.NewNodeShare(node)
+	return policy.NewNodeShare(node)
 }
 
 func pointers[T any](items []T) []*T {
@@ -91,7 +91,7 @@ func pointers[T any](items []T) []*T {
 }
 
 // converge applies deltas to share until it equals want, and returns how many it took.
-func converge(t *testing.T, deltas <-chan api.Delta, share *api.NodeShare, want api.NodeShare) int {
+func converge(t *testing.T, deltas <-chan policy.Delta, share *policy.NodeShare, want policy.NodeShare) int {
 	t.Helper()
 	n := 0
 	timeout := time.After(10 * time.Second)
@@ -112,7 +112,7 @@ func converge(t *testing.T, deltas <-chan api.Delta, share *api.NodeShare, want 
 	return n
 }
 
-func watch(t *testing.T, c *Compiler, node string) (api.NodeShare, <-chan api.Delta) {
+func watch(t *testing.T, c *Compiler, node string) (policy.NodeShare, <-chan policy.Delta) {
 	t.Helper()
 	share, deltas, cancel, err := c.Watch(context.Background(), node)
 	if err != nil {
@@ -212,7 +212,7 @@ func TestPolicyUpdateAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge(t, deltas, &share, scratch(t, client, "node-1"))
-	if !share.Isolation.Isolated(api.Egress, "x", "c") || share.Isolation.Isolated(api.Ingress, "x", "a") {
+	if !share.Isolation.Isolated(policy.Egress, "x", "c") || share.Isolation.Isolated(policy.Ingress, "x", "a") {
 		t.Errorf("isolation after update = %+v", share.Isolation)
 	}
 	if r := share.Rules["x/np/ingress/0"]; len(r.Ports) != 1 || r.Ports[0].Port != 443 {
@@ -238,7 +238,7 @@ func TestNewPodOnNewNodeIsIsolatedBeforeItHasAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge(t, deltas, &share, scratch(t, client, "node-3"))
-	if !share.Isolation.Isolated(api.Ingress, "x", "a2") || len(share.Rules) != 1 {
+	if !share.Isolation.Isolated(policy.Ingress, "x", "a2") || len(share.Rules) != 1 {
 		t.Errorf("new pod's share = %+v", share)
 	}
 	p.Status.PodIPs = []corev1.PodIP{{IP: "10.0.3.1"}}
@@ -284,8 +284,8 @@ func TestInformerPathConverges(t *testing.T) {
 			r := &randomCluster{rng: rand.New(rand.NewPCG(uint64(seed), 11)), ns: map[string]*corev1.Namespace{},
 				pods: map[types.NamespacedName]*corev1.Pod{}, policies: map[types.NamespacedName]*networkingv1.NetworkPolicy{}}
 			client, c := startCompiler(t, &world{})
-			shares := make([]api.NodeShare, 4)
-			deltas := make([]<-chan api.Delta, 4)
+			shares := make([]policy.NodeShare, 4)
+			deltas := make([]<-chan policy.Delta, 4)
 			for i := range shares {
 				shares[i], deltas[i] = watch(t, c, fmt.Sprint("node-", i))
 			}

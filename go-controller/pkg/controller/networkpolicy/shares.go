@@ -1,11 +1,11 @@
-package policy
+package networkpolicy
 
 import (
 	"net/netip"
 	"slices"
 	"strings"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // subscriber receives the deltas of one node's share.
@@ -20,7 +20,7 @@ type subscriber struct {
 }
 
 // subscribe registers a subscriber of node name and returns it with the node's share.
-func (m *model) subscribe(name string) (*subscriber, api.NodeShare) {
+func (m *model) subscribe(name string) (*subscriber, policy.NodeShare) {
 	n := m.node(name)
 	s := &subscriber{node: n, pending: newPending(), lastGen: m.generation, wake: func() {}}
 	n.subs = append(n.subs, s)
@@ -77,7 +77,7 @@ func (m *model) emitPatch(n *node, a *addrSet, added, removed []netip.Prefix) {
 }
 
 // emitPod records that the node's evaluated pods gained or lost a pod.
-func (m *model) emitPod(n *node, k api.PodKey, o op) {
+func (m *model) emitPod(n *node, k policy.PodKey, o op) {
 	for _, s := range n.subs {
 		s.pending.pod(k, o)
 		m.batch.notify[s] = struct{}{}
@@ -93,8 +93,8 @@ func (m *model) emitIsolation(n *node) {
 
 // snapshot returns node n's share at the current generation. The address lists are
 // shared with the model, which never modifies them in place.
-func (m *model) snapshot(n *node) api.NodeShare {
-	share := api.NewNodeShare(n.name)
+func (m *model) snapshot(n *node) policy.NodeShare {
+	share := policy.NewNodeShare(n.name)
 	share.Generation = m.generation
 	for g := range n.groups {
 		share.AppliedToSets[g.id] = g.appliedToOn(n)
@@ -103,7 +103,7 @@ func (m *model) snapshot(n *node) api.NodeShare {
 		}
 	}
 	for a := range n.addrRefs {
-		share.AddressSets[a.id] = api.AddressSet{ID: a.id, Addresses: a.addrs}
+		share.AddressSets[a.id] = policy.AddressSet{ID: a.id, Addresses: a.addrs}
 	}
 	share.Isolation = isolationOf(n)
 	share.Pods = podsOf(n)
@@ -111,31 +111,31 @@ func (m *model) snapshot(n *node) api.NodeShare {
 }
 
 // podsOf returns the node's evaluated pods, sorted.
-func podsOf(n *node) []api.PodKey {
+func podsOf(n *node) []policy.PodKey {
 	if len(n.pods) == 0 {
 		return nil
 	}
-	keys := make([]api.PodKey, 0, len(n.pods))
+	keys := make([]policy.PodKey, 0, len(n.pods))
 	for p := range n.pods {
 		keys = append(keys, p.apiKey())
 	}
-	slices.SortFunc(keys, api.PodKey.Compare)
+	slices.SortFunc(keys, policy.PodKey.Compare)
 	return keys
 }
 
 // appliedToOn returns g's applied-to set restricted to the pods of n.
-func (g *group) appliedToOn(n *node) api.AppliedToSet {
+func (g *group) appliedToOn(n *node) policy.AppliedToSet {
 	list := g.members.on(n)
-	set := api.AppliedToSet{ID: g.id, Pods: make([]api.PodRef, len(list))}
+	set := policy.AppliedToSet{ID: g.id, Pods: make([]policy.AppliedPod, len(list))}
 	for i, p := range list {
 		set.Pods[i] = p.ref()
 	}
-	slices.SortFunc(set.Pods, func(a, b api.PodRef) int { return a.PodKey.Compare(b.PodKey) })
+	slices.SortFunc(set.Pods, func(a, b policy.AppliedPod) int { return a.PodKey.Compare(b.PodKey) })
 	return set
 }
 
-func isolationOf(n *node) api.Isolation {
-	var iso api.Isolation
+func isolationOf(n *node) policy.Isolation {
+	var iso policy.Isolation
 	for p := range n.pods {
 		if p.isolating[ingress] > 0 {
 			iso.Ingress = append(iso.Ingress, p.apiKey())
@@ -144,20 +144,20 @@ func isolationOf(n *node) api.Isolation {
 			iso.Egress = append(iso.Egress, p.apiKey())
 		}
 	}
-	slices.SortFunc(iso.Ingress, api.PodKey.Compare)
-	slices.SortFunc(iso.Egress, api.PodKey.Compare)
+	slices.SortFunc(iso.Ingress, policy.PodKey.Compare)
+	slices.SortFunc(iso.Egress, policy.PodKey.Compare)
 	return iso
 }
 
 // delta takes what is pending for s as a delta from the share s has to the current one.
 // It reports false when nothing is to be sent.
-func (m *model) delta(s *subscriber) (api.Delta, bool) {
+func (m *model) delta(s *subscriber) (policy.Delta, bool) {
 	if s.pending.empty() {
-		return api.Delta{}, false
+		return policy.Delta{}, false
 	}
 	p := s.pending
 	s.pending = newPending()
-	d := api.Delta{Node: s.node.name, FromGeneration: s.lastGen, Generation: m.generation}
+	d := policy.Delta{Node: s.node.name, FromGeneration: s.lastGen, Generation: m.generation}
 	ruleChanges(&d, p.rules)
 	appliedToChanges(&d, s.node, p.appliedTo)
 	addrChanges(&d, p.addrs)
@@ -167,13 +167,13 @@ func (m *model) delta(s *subscriber) (api.Delta, bool) {
 		d.Isolation = &iso
 	}
 	if d.IsEmpty() {
-		return api.Delta{}, false
+		return policy.Delta{}, false
 	}
 	s.lastGen = m.generation
 	return d, true
 }
 
-func ruleChanges(d *api.Delta, pend map[string]pendingRule) {
+func ruleChanges(d *policy.Delta, pend map[string]pendingRule) {
 	for _, id := range sortedKeys(pend) {
 		switch p := pend[id]; p.op {
 		case opRemove:
@@ -186,7 +186,7 @@ func ruleChanges(d *api.Delta, pend map[string]pendingRule) {
 	}
 }
 
-func appliedToChanges(d *api.Delta, n *node, pend map[string]pendingGroup) {
+func appliedToChanges(d *policy.Delta, n *node, pend map[string]pendingGroup) {
 	for _, id := range sortedKeys(pend) {
 		switch p := pend[id]; p.op {
 		case opRemove:
@@ -199,7 +199,7 @@ func appliedToChanges(d *api.Delta, n *node, pend map[string]pendingGroup) {
 	}
 }
 
-func addrChanges(d *api.Delta, pend map[string]*addrPending) {
+func addrChanges(d *policy.Delta, pend map[string]*addrPending) {
 	for _, id := range sortedKeys(pend) {
 		a := pend[id]
 		if a.op == opRemove || a.op == opReplace {
@@ -207,11 +207,11 @@ func addrChanges(d *api.Delta, pend map[string]*addrPending) {
 		}
 		switch a.op {
 		case opAdd, opReplace:
-			d.AddedAddressSets = append(d.AddedAddressSets, api.AddressSet{ID: id, Addresses: a.set.addrs})
+			d.AddedAddressSets = append(d.AddedAddressSets, policy.AddressSet{ID: id, Addresses: a.set.addrs})
 		case opPatch:
 			if len(a.added)+len(a.removed) > 0 {
 				d.UpdatedAddressSets = append(d.UpdatedAddressSets,
-					api.AddressSetPatch{ID: id, Added: sortedPrefixes(a.added), Removed: sortedPrefixes(a.removed)})
+					policy.AddressSetPatch{ID: id, Added: sortedPrefixes(a.added), Removed: sortedPrefixes(a.removed)})
 			}
 		}
 	}
@@ -219,7 +219,7 @@ func addrChanges(d *api.Delta, pend map[string]*addrPending) {
 
 // podChanges lists the pods that joined or left the node; a pod that left and came back
 // (same UID) did not change for the receiver.
-func podChanges(d *api.Delta, pend map[api.PodKey]op) {
+func podChanges(d *policy.Delta, pend map[policy.PodKey]op) {
 	for k, o := range pend {
 		switch o {
 		case opAdd:
@@ -228,8 +228,8 @@ func podChanges(d *api.Delta, pend map[api.PodKey]op) {
 			d.RemovedPods = append(d.RemovedPods, k)
 		}
 	}
-	slices.SortFunc(d.AddedPods, api.PodKey.Compare)
-	slices.SortFunc(d.RemovedPods, api.PodKey.Compare)
+	slices.SortFunc(d.AddedPods, policy.PodKey.Compare)
+	slices.SortFunc(d.RemovedPods, policy.PodKey.Compare)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -246,5 +246,5 @@ func sortedPrefixes(set map[netip.Prefix]struct{}) []netip.Prefix {
 	for p := range set {
 		out = append(out, p)
 	}
-	return api.SortPrefixes(out)
+	return policy.SortPrefixes(out)
 }

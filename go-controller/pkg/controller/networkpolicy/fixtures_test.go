@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // world is a small cluster modelled on the upstream NetworkPolicy e2e tests: namespaces
@@ -70,7 +70,7 @@ func (w *world) pod(key string) *corev1.Pod {
 	panic("no pod " + key)
 }
 
-func (w *world) compile() map[string]api.NodeShare {
+func (w *world) compile() map[string]policy.NodeShare {
 	return Compile(w.namespaces, w.pods, w.policies)
 }
 
@@ -214,14 +214,14 @@ func ports(ss ...string) []networkingv1.NetworkPolicyPort {
 }
 
 // flow is "src dst proto/port", where src and dst are pods ("x/a") or addresses.
-func (w *world) allowed(t *testing.T, shares map[string]api.NodeShare, flow string) bool {
+func (w *world) allowed(t *testing.T, shares map[string]policy.NodeShare, flow string) bool {
 	t.Helper()
 	f := strings.Fields(flow)
 	if len(f) != 3 {
 		t.Fatalf("bad flow %q", flow)
 	}
 	protoStr, portStr, _ := strings.Cut(f[2], "/")
-	proto := api.Protocol(strings.ToUpper(protoStr))
+	proto := policy.Protocol(strings.ToUpper(protoStr))
 	n, _ := strconv.Atoi(portStr)
 	srcKey, srcIP, srcNode := w.endpoint(t, f[0])
 	dstKey, dstIP, dstNode := w.endpoint(t, f[1])
@@ -233,10 +233,10 @@ func (w *world) allowed(t *testing.T, shares map[string]api.NodeShare, flow stri
 
 // endpoint resolves a flow end: a pod (its first address, or the one of the family of an
 // "@6" suffix) or an address outside the pods.
-func (w *world) endpoint(t *testing.T, s string) (api.PodKey, netip.Addr, string) {
+func (w *world) endpoint(t *testing.T, s string) (policy.PodKey, netip.Addr, string) {
 	t.Helper()
 	if ip, err := netip.ParseAddr(s); err == nil {
-		return api.PodKey{}, ip, ""
+		return policy.PodKey{}, ip, ""
 	}
 	name, family, _ := strings.Cut(s, "@")
 	p := w.pod(name)
@@ -250,5 +250,5 @@ func (w *world) endpoint(t *testing.T, s string) (api.PodKey, netip.Addr, string
 	if p.Spec.HostNetwork {
 		node = "" // host-network traffic is the node's: no pod policy applies
 	}
-	return api.PodKey{Namespace: p.Namespace, Name: p.Name}, ip, node
+	return policy.PodKey{Namespace: p.Namespace, Name: p.Name}, ip, node
 }

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 // acquire returns the group of spec, creating and filling it if needed, and records a
 // reference to it held by ps.

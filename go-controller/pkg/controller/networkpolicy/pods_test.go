@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // TestShareListsEveryEvaluatedPod: a node's share lists all its selectable pods, whether
@@ -18,7 +18,7 @@ import (
 func TestShareListsEveryEvaluatedPod(t *testing.T) {
 	client, c := startCompiler(t, newWorld())
 	share, deltas := watch(t, c, "node-2")
-	want := []api.PodKey{{Namespace: "x", Name: "b", UID: "uid-x-b"}, {Namespace: "y", Name: "b", UID: "uid-y-b"},
+	want := []policy.PodKey{{Namespace: "x", Name: "b", UID: "uid-x-b"}, {Namespace: "y", Name: "b", UID: "uid-y-b"},
 		{Namespace: "z", Name: "b", UID: "uid-z-b"}}
 	if !slices.Equal(share.Pods, want) {
 		t.Fatalf("snapshot pods = %v, want %v", share.Pods, want)
@@ -33,7 +33,7 @@ func TestShareListsEveryEvaluatedPod(t *testing.T) {
 		}
 	}
 	converge(t, deltas, &share, scratch(t, client, "node-2"))
-	if !share.HasPod(api.PodKey{Namespace: "x", Name: "plain", UID: "uid-x-plain"}) || share.HasPod(api.PodKey{Namespace: "x", Name: "host"}) {
+	if !share.HasPod(policy.PodKey{Namespace: "x", Name: "plain", UID: "uid-x-plain"}) || share.HasPod(policy.PodKey{Namespace: "x", Name: "host"}) {
 		t.Errorf("pods = %v: want x/plain and not the host-network pod", share.Pods)
 	}
 	if err := client.CoreV1().Pods("x").Delete(ctx, "plain", metav1.DeleteOptions{}); err != nil {
@@ -44,13 +44,13 @@ func TestShareListsEveryEvaluatedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	converge(t, deltas, &share, scratch(t, client, "node-2"))
-	if share.HasPod(api.PodKey{Namespace: "x", Name: "plain", UID: "uid-x-plain"}) || !share.HasPod(api.PodKey{Namespace: "x", Name: "plain", UID: "uid-x-plain-2"}) {
+	if share.HasPod(policy.PodKey{Namespace: "x", Name: "plain", UID: "uid-x-plain"}) || !share.HasPod(policy.PodKey{Namespace: "x", Name: "plain", UID: "uid-x-plain-2"}) {
 		t.Errorf("recreated pod: pods = %v", share.Pods)
 	}
 	plain.Status.Phase = corev1.PodSucceeded
 	mustUpdatePod(t, client, plain)
 	converge(t, deltas, &share, scratch(t, client, "node-2"))
-	if share.HasPod(api.PodKey{Namespace: "x", Name: "plain"}) {
+	if share.HasPod(policy.PodKey{Namespace: "x", Name: "plain"}) {
 		t.Errorf("terminated pod still listed: %v", share.Pods)
 	}
 }
@@ -67,7 +67,7 @@ func TestPodArrivesWithItsPolicy(t *testing.T) {
 	if _, err := client.CoreV1().Pods("x").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	key := api.PodKey{Namespace: "x", Name: "a2", UID: "uid-x-a2"}
+	key := policy.PodKey{Namespace: "x", Name: "a2", UID: "uid-x-a2"}
 	timeout := time.After(10 * time.Second)
 	for !share.HasPod(key) {
 		select {
@@ -79,7 +79,7 @@ func TestPodArrivesWithItsPolicy(t *testing.T) {
 			t.Fatal("the new pod never appeared in the share")
 		}
 	}
-	if !share.Isolation.Isolated(api.Ingress, "x", "a2") || len(share.Rules) != 1 {
+	if !share.Isolation.Isolated(policy.Ingress, "x", "a2") || len(share.Rules) != 1 {
 		t.Errorf("the share that lists the new pod lacks its policy: %+v", share)
 	}
 }

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
@@ -144,20 +144,20 @@ func (c *Compiler) Generation() uint64 {
 // while the receiver is busy, so a slow receiver never holds up the compiler. The channel
 // is closed after cancel is called or when the compiler stops. Watch waits until the
 // compiler is Ready.
-func (c *Compiler) Watch(ctx context.Context, node string) (api.NodeShare, <-chan api.Delta, func(), error) {
+func (c *Compiler) Watch(ctx context.Context, node string) (policy.NodeShare, <-chan policy.Delta, func(), error) {
 	select {
 	case <-c.stopped:
-		return api.NodeShare{}, nil, nil, ErrStopped
+		return policy.NodeShare{}, nil, nil, ErrStopped
 	default:
 	}
 	select {
 	case <-c.ready:
 	case <-c.stopped:
-		return api.NodeShare{}, nil, nil, ErrStopped
+		return policy.NodeShare{}, nil, nil, ErrStopped
 	case <-ctx.Done():
-		return api.NodeShare{}, nil, nil, fmt.Errorf("watch the policy of node %s: %w", node, ctx.Err())
+		return policy.NodeShare{}, nil, nil, fmt.Errorf("watch the policy of node %s: %w", node, ctx.Err())
 	}
-	out := make(chan api.Delta)
+	out := make(chan policy.Delta)
 	done := make(chan struct{})
 	dctx, cancel := context.WithCancel(context.Background())
 	var s *subscriber
@@ -182,7 +182,7 @@ func (c *Compiler) Watch(ctx context.Context, node string) (api.NodeShare, <-cha
 }
 
 // serve sends s its deltas until ctx ends (cancel, or the compiler stopped).
-func (c *Compiler) serve(ctx context.Context, s *subscriber, deliveries *runner.BoundedFrequencyRunner, out chan<- api.Delta) {
+func (c *Compiler) serve(ctx context.Context, s *subscriber, deliveries *runner.BoundedFrequencyRunner, out chan<- policy.Delta) {
 	defer func() {
 		c.mu.Lock()
 		c.model.unsubscribe(s)
@@ -194,7 +194,7 @@ func (c *Compiler) serve(ctx context.Context, s *subscriber, deliveries *runner.
 
 // deliver sends s the delta of what is pending for it, if anything, waiting for the
 // receiver to take it or for ctx to end.
-func (c *Compiler) deliver(ctx context.Context, s *subscriber, out chan<- api.Delta) {
+func (c *Compiler) deliver(ctx context.Context, s *subscriber, out chan<- policy.Delta) {
 	c.mu.RLock()
 	d, ok := c.model.delta(s)
 	c.mu.RUnlock()

@@ -1,17 +1,17 @@
-package policy
+package networkpolicy
 
 import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // Compile computes every node's share from scratch, in one batch: the reference the
 // incremental Compiler is tested against, and a fixture for tests of the agent. Nodes
 // without selectable pods have no share (their share is empty).
-func Compile(namespaces []*corev1.Namespace, pods []*corev1.Pod, policies []*networkingv1.NetworkPolicy) map[string]api.NodeShare {
+func Compile(namespaces []*corev1.Namespace, pods []*corev1.Pod, policies []*networkingv1.NetworkPolicy) map[string]policy.NodeShare {
 	m := newModel()
 	for _, ns := range namespaces {
 		m.setNamespace(ns.Name, ns)
@@ -23,7 +23,7 @@ func Compile(namespaces []*corev1.Namespace, pods []*corev1.Pod, policies []*net
 		m.setPolicy(types.NamespacedName{Namespace: np.Namespace, Name: np.Name}, np)
 	}
 	m.commit()
-	shares := make(map[string]api.NodeShare, len(m.nodes))
+	shares := make(map[string]policy.NodeShare, len(m.nodes))
 	for name, n := range m.nodes {
 		shares[name] = m.snapshot(n)
 	}

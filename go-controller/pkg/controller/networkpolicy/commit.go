@@ -1,9 +1,9 @@
-package policy
+package networkpolicy
 
 import (
 	"net/netip"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // commit ends a batch of changes: it compiles again the policies whose named ports may
@@ -42,7 +42,7 @@ func (m *model) commit() []*subscriber {
 // updateAddresses recomputes a group's addresses and patches the nodes that hold them.
 func (m *model) updateAddresses(g *group) {
 	addrs := g.addresses()
-	added, removed := api.DiffPrefixes(g.addr.addrs, addrs)
+	added, removed := policy.DiffPrefixes(g.addr.addrs, addrs)
 	if len(added)+len(removed) == 0 {
 		return
 	}
@@ -59,8 +59,8 @@ func (g *group) addresses() []netip.Prefix {
 	out := make([]netip.Prefix, 0, g.members.size)
 	g.members.each(func(p *pod) {
 		for _, ip := range p.ips {
-			out = append(out, api.HostPrefix(ip))
+			out = append(out, policy.HostPrefix(ip))
 		}
 	})
-	return api.SortPrefixes(out)
+	return policy.SortPrefixes(out)
 }

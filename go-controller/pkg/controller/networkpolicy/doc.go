@@ -1,4 +1,4 @@
-// Package policy is the NetworkPolicy compiler of kovs-controller. It watches Namespaces,
+// Package networkpolicy is the NetworkPolicy compiler of kovs-controller. It watches Namespaces,
 // Pods and NetworkPolicies and keeps, for every node, the node's share of the normalized
 // policy of package [github.com/kovs-net/kovs/go-controller/pkg/policy]: the rules that
 // apply to the node's pods, their applied-to sets restricted to those pods, the address
@@ -61,4 +61,4 @@
 //
 //	go test -run '^$' -bench BenchmarkPolicyShapes -benchtime 1x ./go-controller/pkg/controller/policy
 //	go test -run '^$' -bench BenchmarkPolicyShapes -benchtime 1x ./go-controller/pkg/controller/policy -policy.scale 0.1
-package policy
+package networkpolicy

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"crypto/sha256"
@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // groupSpec defines a group by selectors. A namespace-scoped group has a scope (its
@@ -68,7 +68,7 @@ func (k groupKey) String() string {
 }
 
 // withPorts returns the spec restricted to pods resolving names to number.
-func (s groupSpec) withPorts(protocol api.Protocol, names []string, number int32) groupSpec {
+func (s groupSpec) withPorts(protocol policy.Protocol, names []string, number int32) groupSpec {
 	s.ports = &portFilter{protocol: protocol, names: names, number: number}
 	return s
 }
@@ -185,7 +185,7 @@ func ipBlockPrefixes(b *networkingv1.IPBlock) ([]netip.Prefix, error) {
 		}
 		except = append(except, p)
 	}
-	return api.SubtractPrefixes(cidr, except), nil
+	return policy.SubtractPrefixes(cidr, except), nil
 }
 
 // ipBlockKey is the content key of an ipBlock's addresses.

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 func TestAddressSetsAreShared(t *testing.T) {
@@ -58,14 +58,14 @@ func TestNodeGetsOnlyItsShare(t *testing.T) {
 	if got := n1.AddressSets[r.Peers[0]].Addresses; !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("8.8.8.8/32")}) {
 		t.Errorf("egress peer set on the source's node = %v", got)
 	}
-	wantIso := api.Isolation{
-		Ingress: []api.PodKey{{Namespace: "y", Name: "a", UID: "uid-y-a"}},
-		Egress:  []api.PodKey{{Namespace: "y", Name: "a", UID: "uid-y-a"}},
+	wantIso := policy.Isolation{
+		Ingress: []policy.PodKey{{Namespace: "y", Name: "a", UID: "uid-y-a"}},
+		Egress:  []policy.PodKey{{Namespace: "y", Name: "a", UID: "uid-y-a"}},
 	}
 	if !n1.Isolation.Equal(wantIso) {
 		t.Errorf("node-1 isolation = %+v, want %+v", n1.Isolation, wantIso)
 	}
-	if !n2.Isolation.Equal(api.Isolation{Ingress: []api.PodKey{{Namespace: "x", Name: "b", UID: "uid-x-b"}}}) {
+	if !n2.Isolation.Equal(policy.Isolation{Ingress: []policy.PodKey{{Namespace: "x", Name: "b", UID: "uid-x-b"}}}) {
 		t.Errorf("node-2 isolation = %+v", n2.Isolation)
 	}
 }
@@ -81,7 +81,7 @@ func TestNamedPortSplit(t *testing.T) {
 	shares := w.compile()
 	n1 := shares["node-1"] // x/a, x/c, y/c
 	numeric := n1.Rules["x/in/ingress/0"]
-	if !slices.Equal(numeric.Ports, []api.Port{{Protocol: api.TCP, Port: 80}}) {
+	if !slices.Equal(numeric.Ports, []policy.Port{{Protocol: policy.TCP, Port: 80}}) {
 		t.Errorf("numeric part = %+v", numeric)
 	}
 	split := n1.Rules["x/in/ingress/0/tcp-8080"]
@@ -95,7 +95,7 @@ func TestNamedPortSplit(t *testing.T) {
 		t.Error("node-2 lacks the 9090 split of x/b")
 	}
 	e8080, e9090 := n1.Rules["y/out/egress/0/tcp-8080"], n1.Rules["y/out/egress/0/tcp-9090"]
-	addrs := func(r api.Rule) []netip.Prefix { return n1.AddressSets[r.Peers[0]].Addresses }
+	addrs := func(r policy.Rule) []netip.Prefix { return n1.AddressSets[r.Peers[0]].Addresses }
 	if !slices.Equal(addrs(e8080), []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}) ||
 		!slices.Equal(addrs(e9090), []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}) {
 		t.Errorf("egress splits: 8080 -> %v, 9090 -> %v", addrs(e8080), addrs(e9090))

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"net/netip"
@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // selectable reports whether NetworkPolicy can select the pod, as applied-to pod or as
@@ -54,9 +54,9 @@ func podNamedPorts(p *corev1.Pod) []namedPort {
 			if cp.Name == "" {
 				continue
 			}
-			proto := api.Protocol(cp.Protocol)
+			proto := policy.Protocol(cp.Protocol)
 			if proto == "" {
-				proto = api.TCP
+				proto = policy.TCP
 			}
 			ports = append(ports, namedPort{name: cp.Name, protocol: proto, number: cp.ContainerPort})
 		}
@@ -65,7 +65,7 @@ func podNamedPorts(p *corev1.Pod) []namedPort {
 }
 
 // resolves reports whether the pod gives one of names, for protocol, the number.
-func (p *pod) resolves(protocol api.Protocol, names []string, number int32) bool {
+func (p *pod) resolves(protocol policy.Protocol, names []string, number int32) bool {
 	for _, np := range p.ports {
 		if np.protocol == protocol && np.number == number && slices.Contains(names, np.name) {
 			return true
@@ -75,7 +75,7 @@ func (p *pod) resolves(protocol api.Protocol, names []string, number int32) bool
 }
 
 // appendResolved appends the numbers the pod gives names for protocol.
-func (p *pod) appendResolved(numbers []int32, protocol api.Protocol, names []string) []int32 {
+func (p *pod) appendResolved(numbers []int32, protocol policy.Protocol, names []string) []int32 {
 	for _, np := range p.ports {
 		if np.protocol == protocol && slices.Contains(names, np.name) {
 			numbers = append(numbers, np.number)
@@ -92,12 +92,12 @@ func (p *pod) nodeName() string {
 }
 
 // ref returns the pod as a member of an applied-to set.
-func (p *pod) ref() api.PodRef {
-	return api.PodRef{PodKey: p.apiKey(), IPs: p.ips}
+func (p *pod) ref() policy.AppliedPod {
+	return policy.AppliedPod{PodKey: p.apiKey(), IPs: p.ips}
 }
 
-func (p *pod) apiKey() api.PodKey {
-	return api.PodKey{Namespace: p.key.Namespace, Name: p.key.Name, UID: p.uid}
+func (p *pod) apiKey() policy.PodKey {
+	return policy.PodKey{Namespace: p.key.Namespace, Name: p.key.Name, UID: p.uid}
 }
 
 func (p *pod) memberOf(g *group) bool {

@@ -1,9 +1,9 @@
-package policy
+package networkpolicy
 
 import (
 	"net/netip"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // op is what happened to an object of a node's share since the subscriber's last delta.
@@ -100,7 +100,7 @@ type pending struct {
 	appliedTo map[string]pendingGroup
 	addrs     map[string]*addrPending
 	// pods are the node's evaluated pods that joined (opAdd) or left (opRemove).
-	pods      map[api.PodKey]op
+	pods      map[policy.PodKey]op
 	isolation bool
 }
 
@@ -116,7 +116,7 @@ type pendingGroup struct {
 
 func newPending() pending {
 	return pending{rules: map[string]pendingRule{}, appliedTo: map[string]pendingGroup{}, addrs: map[string]*addrPending{},
-		pods: map[api.PodKey]op{}}
+		pods: map[policy.PodKey]op{}}
 }
 
 func (p *pending) empty() bool {
@@ -124,7 +124,7 @@ func (p *pending) empty() bool {
 }
 
 // pod folds a pod joining or leaving the node into the pending change.
-func (p *pending) pod(k api.PodKey, next op) {
+func (p *pending) pod(k policy.PodKey, next op) {
 	if o := merge(p.pods[k], next); o == opNone || o == opUpdate {
 		delete(p.pods, k) // gone and back with the same UID: nothing changed
 	} else {

@@ -1,4 +1,4 @@
-package policy
+package networkpolicy
 
 import (
 	"errors"
@@ -10,44 +10,44 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	api "github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 var errEmptyPeer = errors.New("peer has no podSelector, namespaceSelector or ipBlock")
 
 // namedPorts are the port names of a rule for one protocol, sorted.
 type namedPorts struct {
-	protocol api.Protocol
+	protocol policy.Protocol
 	names    []string
 }
 
 // splitPorts separates a rule's ports into numeric ports (and ranges, and whole
 // protocols) and named ports grouped by protocol. Entries the API server would reject
 // (unknown protocol, port 0, endPort before port) are dropped, so they allow nothing.
-func splitPorts(ports []networkingv1.NetworkPolicyPort, logger func() *log.Entry) ([]api.Port, []namedPorts) {
+func splitPorts(ports []networkingv1.NetworkPolicyPort, logger func() *log.Entry) ([]policy.Port, []namedPorts) {
 	if len(ports) == 0 {
 		return nil, nil
 	}
-	var numeric []api.Port
-	byProto := map[api.Protocol][]string{}
+	var numeric []policy.Port
+	byProto := map[policy.Protocol][]string{}
 	for _, p := range ports {
-		proto := api.TCP
+		proto := policy.TCP
 		if p.Protocol != nil {
-			proto = api.Protocol(*p.Protocol)
+			proto = policy.Protocol(*p.Protocol)
 		}
-		if proto != api.TCP && proto != api.UDP && proto != api.SCTP {
+		if proto != policy.TCP && proto != policy.UDP && proto != policy.SCTP {
 			logger().WithField("protocol", proto).Warn("ignoring port of unknown protocol")
 			continue
 		}
 		switch {
 		case p.Port == nil:
-			numeric = append(numeric, api.Port{Protocol: proto})
+			numeric = append(numeric, policy.Port{Protocol: proto})
 		case p.Port.Type == intstr.String:
 			byProto[proto] = append(byProto[proto], p.Port.StrVal)
 		case p.Port.IntVal < 1 || p.Port.IntVal > 65535 || (p.EndPort != nil && *p.EndPort < p.Port.IntVal):
 			logger().WithField("port", p.Port.String()).Warn("ignoring invalid port")
 		default:
-			port := api.Port{Protocol: proto, Port: p.Port.IntVal}
+			port := policy.Port{Protocol: proto, Port: p.Port.IntVal}
 			if p.EndPort != nil && *p.EndPort > p.Port.IntVal {
 				port.EndPort = min(*p.EndPort, 65535)
 			}
@@ -55,7 +55,7 @@ func splitPorts(ports []networkingv1.NetworkPolicyPort, logger func() *log.Entry
 		}
 	}
 	var named []namedPorts
-	for _, proto := range []api.Protocol{api.TCP, api.UDP, api.SCTP} {
+	for _, proto := range []policy.Protocol{policy.TCP, policy.UDP, policy.SCTP} {
 		if names := byProto[proto]; len(names) > 0 {
 			slices.Sort(names)
 			named = append(named, namedPorts{protocol: proto, names: slices.Compact(names)})
@@ -64,8 +64,8 @@ func splitPorts(ports []networkingv1.NetworkPolicyPort, logger func() *log.Entry
 	return dedupePorts(numeric), named
 }
 
-func dedupePorts(ports []api.Port) []api.Port {
-	var out []api.Port
+func dedupePorts(ports []policy.Port) []policy.Port {
+	var out []policy.Port
 	for _, p := range ports {
 		if !slices.Contains(out, p) {
 			out = append(out, p)
@@ -77,11 +77,11 @@ func dedupePorts(ports []api.Port) []api.Port {
 // splitIngress compiles the named ports of an ingress rule. The destinations are the
 // applied-to pods, and a name can mean a different number on each: the rule becomes one
 // rule per number, applied to the pods that resolve a name to that number.
-func (m *model) splitIngress(ps *policyState, base api.Rule, np namedPorts, sets []*addrSet) {
+func (m *model) splitIngress(ps *policyState, base policy.Rule, np namedPorts, sets []*addrSet) {
 	m.useNamedPortBase(ps, ps.appliedTo)
 	for _, number := range m.resolvedNumbers(ps.appliedTo, np) {
 		g := m.acquire(ps, ps.appliedTo.groupSpec.withPorts(np.protocol, np.names, number))
-		m.addRule(ps, splitRule(base, np.protocol, number), g, sets, []api.Port{{Protocol: np.protocol, Port: number}})
+		m.addRule(ps, splitRule(base, np.protocol, number), g, sets, []policy.Port{{Protocol: np.protocol, Port: number}})
 	}
 }
 
@@ -91,7 +91,7 @@ func (m *model) splitIngress(ps *policyState, base api.Rule, np namedPorts, sets
 // port never matches them (as in the upstream implementations: a name is a pod's
 // container port, and an address outside the pods has none). A rule without peers
 // resolves names over every pod of the cluster.
-func (m *model) splitEgress(ps *policyState, base api.Rule, np namedPorts, podPeers []groupSpec, anyPeer bool) {
+func (m *model) splitEgress(ps *policyState, base policy.Rule, np namedPorts, podPeers []groupSpec, anyPeer bool) {
 	if anyPeer {
 		podPeers = []groupSpec{allPods()}
 		m.acquire(ps, podPeers[0])
@@ -113,11 +113,11 @@ func (m *model) splitEgress(ps *policyState, base api.Rule, np namedPorts, podPe
 		}
 		slices.SortFunc(sets, func(a, b *addrSet) int { return strings.Compare(a.id, b.id) })
 		m.addRule(ps, splitRule(base, np.protocol, number), ps.appliedTo, slices.Compact(sets),
-			[]api.Port{{Protocol: np.protocol, Port: number}})
+			[]policy.Port{{Protocol: np.protocol, Port: number}})
 	}
 }
 
-func splitRule(base api.Rule, protocol api.Protocol, number int32) api.Rule {
+func splitRule(base policy.Rule, protocol policy.Protocol, number int32) policy.Rule {
 	base.ID += "/" + strings.ToLower(string(protocol)) + "-" + strconv.Itoa(int(number))
 	return base
 }
