@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -122,8 +123,8 @@ func TestVerdictNamesTheAllowingRules(t *testing.T) {
 	egress := pipeline.NewPolicyCookie(1, pipeline.PolicyKindRule, pipeline.PolicyRuleObjectID("x/web/egress/0"))
 	ingress := pipeline.NewPolicyCookie(1, pipeline.PolicyKindRule, pipeline.PolicyRuleObjectID("x/web/ingress/0"))
 	r := &TraceResult{owners: cookieOwners{rules: rules}, Hops: []Hop{
-		{Node: "node-1", Parsed: ParsedTrace{Steps: []TraceStep{{Table: 50, Cookie: egress}}, OutputPorts: []int{1}}},
-		{Node: "node-2", Parsed: ParsedTrace{Steps: []TraceStep{{Table: 70, Cookie: ingress}}, OutputPorts: []int{4}},
+		{Node: "node-1", Parsed: ovs.Trace{Steps: []ovs.TraceStep{{Table: 50, Cookie: uint64(egress)}}, OutputPorts: []int{1}}},
+		{Node: "node-2", Parsed: ovs.Trace{Steps: []ovs.TraceStep{{Table: 70, Cookie: uint64(ingress)}}, OutputPorts: []int{4}},
 			ports: map[int]string{4: "pod x/web-1"}},
 	}}
 	want := "delivered on node-2 to pod x/web-1; allowed by NetworkPolicy x/web egress rule 0 on node-1, " +
@@ -131,7 +132,7 @@ func TestVerdictNamesTheAllowingRules(t *testing.T) {
 	if got := r.verdict(); got != want {
 		t.Errorf("verdict = %q\nwant      %q", got, want)
 	}
-	r.Hops[1].Parsed = ParsedTrace{Steps: []TraceStep{{Table: 70, Cookie: pipeline.NewPolicyCookie(1, pipeline.PolicyKindIngressDeny, 4)}}}
+	r.Hops[1].Parsed = ovs.Trace{Steps: []ovs.TraceStep{{Table: 70, Cookie: uint64(pipeline.NewPolicyCookie(1, pipeline.PolicyKindIngressDeny, 4))}}}
 	want = "DROPPED on node-2 in table 70 IngressPolicy by default deny of x/web-1 (isolated for ingress)"
 	if got := r.verdict(); got != want {
 		t.Errorf("verdict = %q\nwant      %q", got, want)

@@ -35,7 +35,7 @@ type Hop struct {
 	Node   string
 	Packet packet
 	Raw    string
-	Parsed ParsedTrace
+	Parsed ovs.Trace
 	ports  map[int]string // ofport -> what it is
 }
 
@@ -137,14 +137,14 @@ func (a Access) explainDeny(ctx context.Context, res *TraceResult) {
 		return
 	}
 	dir := networkingv1.PolicyTypeIngress
-	switch step.Cookie.PolicyKind() {
+	switch pipeline.Cookie(step.Cookie).PolicyKind() {
 	case pipeline.PolicyKindIngressDeny:
 	case pipeline.PolicyKindEgressDeny:
 		dir = networkingv1.PolicyTypeEgress
 	default:
 		return
 	}
-	pod, ok := strings.CutPrefix(last.ports[int(step.Cookie.Object())], "pod ")
+	pod, ok := strings.CutPrefix(last.ports[int(pipeline.Cookie(step.Cookie).Object())], "pod ")
 	if !ok {
 		return
 	}
@@ -222,7 +222,7 @@ func (a Access) traceOn(ctx context.Context, node string, p packet, ctState stri
 	if err != nil {
 		return Hop{}, err
 	}
-	return Hop{Node: node, Packet: p, Raw: raw, Parsed: ParseTrace(raw), ports: ports}, nil
+	return Hop{Node: node, Packet: p, Raw: raw, Parsed: ovs.ParseTrace(raw, Bridge), ports: ports}, nil
 }
 
 func (a Access) podOFPort(ctx context.Context, src *endpoint) (int, error) {
@@ -277,7 +277,7 @@ func (r *TraceResult) verdict() string {
 		if !ok {
 			return "dropped on " + last.Node + " before any flow"
 		}
-		return fmt.Sprintf("DROPPED on %s in table %d %s by %s", last.Node, step.Table, step.TableName(), r.dropper(step, last))
+		return fmt.Sprintf("DROPPED on %s in table %d %s by %s", last.Node, step.Table, tableName(int(step.Table)), r.dropper(step, last))
 	}
 	var outs []string
 	for _, p := range last.Parsed.OutputPorts {
@@ -292,10 +292,10 @@ func (r *TraceResult) verdict() string {
 
 // dropper names the flow that dropped the packet: its owner, and for flows that are not
 // NetworkPolicy's, which flow it was.
-func (r *TraceResult) dropper(step TraceStep, h Hop) string {
-	owner := r.owners.describe(step.Cookie, h.ports)
+func (r *TraceResult) dropper(step ovs.TraceStep, h Hop) string {
+	owner := r.owners.describe(pipeline.Cookie(step.Cookie), h.ports)
 	switch {
-	case step.Cookie.Category() == pipeline.CategoryPolicy:
+	case pipeline.Cookie(step.Cookie).Category() == pipeline.CategoryPolicy:
 		return owner
 	case step.Priority == 0:
 		return owner + " table-miss flow (no flow of this table matches the packet)"
@@ -309,8 +309,8 @@ func (r *TraceResult) policyAllowances() []string {
 	var out []string
 	for _, h := range r.Hops {
 		for _, s := range h.Parsed.Steps {
-			if s.Cookie.PolicyKind() == pipeline.PolicyKindRule {
-				out = append(out, r.owners.describe(s.Cookie, h.ports)+" on "+h.Node)
+			if c := pipeline.Cookie(s.Cookie); c.PolicyKind() == pipeline.PolicyKindRule {
+				out = append(out, r.owners.describe(c, h.ports)+" on "+h.Node)
 			}
 		}
 	}
@@ -340,7 +340,7 @@ func (r *TraceResult) Print(w io.Writer) {
 					fmt.Fprintf(w, "      %-16s conntrack answered ct_state=%s; the packet goes on in table %d\n", "(recirculation)", c.CtState, s.Table)
 				}
 			}
-			fmt.Fprintf(w, "  %3d %-16s %s\n", s.Table, s.TableName(), stepSummary(s, brief, h))
+			fmt.Fprintf(w, "  %3d %-16s %s\n", s.Table, tableName(int(s.Table)), stepSummary(s, brief, h))
 		}
 		if r.Request.Raw {
 			fmt.Fprintf(w, "\n--- ovs-appctl ofproto/trace br-int '%s' --ct-next %s ---\n%s\n", h.Packet.Spec(), r.Request.CtState, h.Raw)
@@ -353,7 +353,7 @@ func (r *TraceResult) Print(w io.Writer) {
 }
 
 // stepSummary is one line per table: the match, then what it did and who owns the flow.
-func stepSummary(s TraceStep, owners cookieOwners, h Hop) string {
+func stepSummary(s ovs.TraceStep, owners cookieOwners, h Hop) string {
 	short := make([]string, len(s.Actions))
 	for i, a := range s.Actions {
 		short[i] = shortAction(a)
@@ -366,7 +366,7 @@ func stepSummary(s TraceStep, owners cookieOwners, h Hop) string {
 	if match == "" {
 		match = "(any)"
 	}
-	return fmt.Sprintf("%s => %s   [%s]", match, acts, owners.describe(s.Cookie, h.ports))
+	return fmt.Sprintf("%s => %s   [%s]", match, acts, owners.describe(pipeline.Cookie(s.Cookie), h.ports))
 }
 
 // shortAction writes set_field:V->F as F=V, so that a routing step's tunnel destination

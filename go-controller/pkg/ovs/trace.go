@@ -1,12 +1,9 @@
-package kovsctl
+package ovs
 
 import (
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
 // TraceStep is one flow an ofproto/trace went through.
@@ -14,21 +11,13 @@ type TraceStep struct {
 	Table    uint8
 	Match    string
 	Priority int
-	Cookie   pipeline.Cookie
+	Cookie   uint64
 	Actions  []string // the actions, as the trace lists them
 	Notes    []string // the trace's "-> ..." explanations
 }
 
-// TableName names the step's table from the pipeline declaration.
-func (s TraceStep) TableName() string {
-	if t, ok := pipeline.TableByID(s.Table); ok {
-		return t.Name
-	}
-	return fmt.Sprintf("table%d", s.Table)
-}
-
-// ParsedTrace is what one ofproto/trace on one bridge showed.
-type ParsedTrace struct {
+// Trace is what one ofproto/trace on one bridge showed.
+type Trace struct {
 	Steps           []TraceStep
 	DatapathActions string // the last "Datapath actions:" line
 	// OutputPorts lists the OpenFlow ports the packet was output to, in order.
@@ -37,11 +26,11 @@ type ParsedTrace struct {
 	TunnelDst string
 	// Continuations are the points where the trace resumed after conntrack (a ct()
 	// action with table=), with the ct_state it resumed with.
-	Continuations []Continuation
+	Continuations []TraceContinuation
 }
 
-// Continuation is a resumption after conntrack: before Steps[Step], with CtState.
-type Continuation struct {
+// TraceContinuation is a resumption after conntrack: before Steps[Step], with CtState.
+type TraceContinuation struct {
 	Step    int
 	CtState string // as ofproto/trace prints it, e.g. "new|trk"
 }
@@ -56,23 +45,23 @@ var (
 
 // ParseTrace reads the text ovs-appctl ofproto/trace prints.
 //
-// Only the steps on br-int are kept: after a tunnel push the trace goes on through the
+// Only the steps on bridge are kept: after a tunnel push the trace goes on through the
 // uplink bridge, which is not kovs's. The trace prints a ct() action's nested actions on
 // the lines after it ("drop" when there are none); they are folded into the ct() action.
-func ParseTrace(text string) ParsedTrace {
-	var t ParsedTrace
+func ParseTrace(text, bridge string) Trace {
+	var t Trace
 	var cur *TraceStep
-	onBrInt := true
+	onBridge := true
 	for _, raw := range strings.Split(text, "\n") {
 		line := strings.TrimSpace(raw)
 		switch {
 		case resumeCT.MatchString(line):
-			t.Continuations = append(t.Continuations, Continuation{Step: len(t.Steps), CtState: resumeCT.FindStringSubmatch(line)[1]})
+			t.Continuations = append(t.Continuations, TraceContinuation{Step: len(t.Steps), CtState: resumeCT.FindStringSubmatch(line)[1]})
 			cur = nil
 		case strings.HasPrefix(line, "bridge(\""):
-			onBrInt = strings.HasPrefix(line, "bridge(\""+Bridge+"\")")
+			onBridge = strings.HasPrefix(line, "bridge(\""+bridge+"\")")
 			cur = nil
-		case !onBrInt:
+		case !onBridge:
 		case stepLine.MatchString(raw):
 			m := stepLine.FindStringSubmatch(raw)
 			table, _ := strconv.Atoi(m[1])
@@ -81,7 +70,7 @@ func ParseTrace(text string) ParsedTrace {
 			if m[4] != "" {
 				cookie, _ = strconv.ParseUint(strings.TrimPrefix(m[4], "0x"), 16, 64)
 			}
-			t.Steps = append(t.Steps, TraceStep{Table: uint8(table), Match: m[2], Priority: prio, Cookie: pipeline.Cookie(cookie)})
+			t.Steps = append(t.Steps, TraceStep{Table: uint8(table), Match: m[2], Priority: prio, Cookie: cookie})
 			cur = &t.Steps[len(t.Steps)-1]
 		case strings.HasPrefix(line, "Datapath actions:"):
 			t.DatapathActions = strings.TrimSpace(strings.TrimPrefix(line, "Datapath actions:"))
@@ -110,13 +99,13 @@ func ParseTrace(text string) ParsedTrace {
 }
 
 // Dropped reports whether the packet went nowhere.
-func (t ParsedTrace) Dropped() bool {
+func (t Trace) Dropped() bool {
 	return len(t.OutputPorts) == 0 && !strings.Contains(t.DatapathActions, "userspace")
 }
 
 // ReturnedToSender reports whether the bridge answered the packet on its own ingress
 // port (an ARP or ND reply built in OVS).
-func (t ParsedTrace) ReturnedToSender() bool {
+func (t Trace) ReturnedToSender() bool {
 	for _, s := range t.Steps {
 		for _, a := range s.Actions {
 			if a == "IN_PORT" || a == "in_port" {
@@ -128,7 +117,7 @@ func (t ParsedTrace) ReturnedToSender() bool {
 }
 
 // LastStep is the final flow the packet matched.
-func (t ParsedTrace) LastStep() (TraceStep, bool) {
+func (t Trace) LastStep() (TraceStep, bool) {
 	if len(t.Steps) == 0 {
 		return TraceStep{}, false
 	}
