@@ -9,6 +9,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -25,7 +26,7 @@ func newAttachRig(t *testing.T, policyWait time.Duration) *attachRig {
 	t.Cleanup(cancel)
 	r.state.onChange = r.syncer.Trigger
 	go r.syncer.Run(ctx)
-	store := ovs.NewFakeOVSDB()
+	store := ovsfake.NewOVSDB()
 	if err := store.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev}); err != nil {
 		t.Fatal(err)
 	}

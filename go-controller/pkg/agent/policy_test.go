@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -58,14 +58,14 @@ func ingressRule(id string, peers []string, ports ...policy.Port) policy.Rule {
 // syncer does not run by itself: tests sync when they want to.
 type policyRig struct {
 	state  *NodeState
-	sw     *ovs.FakeOpenFlow
+	sw     *ovsfake.OpenFlow
 	syncer *FlowSyncer
 	sink   *NodePolicy
 }
 
 func newPolicyRig(t *testing.T, pods ...pipeline.PodPort) *policyRig {
 	t.Helper()
-	r := &policyRig{state: NewNodeState(1, nil), sw: ovs.NewFakeOpenFlow()}
+	r := &policyRig{state: NewNodeState(1, nil), sw: ovsfake.NewOpenFlow()}
 	r.state.SetNode(testNodeConfig())
 	r.state.EnablePolicy("node-1")
 	for _, p := range pods {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -139,7 +140,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 
 // recordingFlows records the bundles a FlowClient applies.
 type recordingFlows struct {
-	*ovs.FakeOpenFlow
+	*ovsfake.OpenFlow
 	mu      sync.Mutex
 	bundles [][]string
 }
@@ -149,7 +150,7 @@ func (r *recordingFlows) Bundle(ctx context.Context, mods []ovs.Mod) error {
 	r.mu.Lock()
 	r.bundles = append(r.bundles, strings.Split(strings.TrimSpace(text), "\n"))
 	r.mu.Unlock()
-	return r.FakeOpenFlow.Bundle(ctx, mods)
+	return r.OpenFlow.Bundle(ctx, mods)
 }
 
 func (r *recordingFlows) last() []string {
@@ -163,7 +164,7 @@ func (r *recordingFlows) last() []string {
 
 func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	ctx := context.Background()
-	of := &recordingFlows{FakeOpenFlow: ovs.NewFakeOpenFlow()}
+	of := &recordingFlows{OpenFlow: ovsfake.NewOpenFlow()}
 	state := NewNodeState(1, nil)
 	sw := newGroupSwitch(of, state.Groups)
 	syncer := NewRenderedFlowSyncer(sw, state.RenderedFlows, time.Hour) // as the agent runs it

@@ -1,4 +1,4 @@
-package ovs
+package ovsfake
 
 import (
 	"fmt"
@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
-// fakeTables is the state a FakeOpenFlow bundle works on.
+// fakeTables is the state a OpenFlow bundle works on.
 type fakeTables struct {
-	flows  map[flowKey]FlowEntry
-	groups map[uint32]GroupEntry
+	flows  map[flowKey]ovs.FlowEntry
+	groups map[uint32]ovs.GroupEntry
 }
 
 // flowFilter is what a modify or delete selects flows by.
@@ -29,28 +31,28 @@ type flowFilter struct {
 var groupRefRE = regexp.MustCompile(`\bgroup:(\d+)`)
 
 // apply applies one mod, validated and rendered as Bundle would send it.
-func (t *fakeTables) apply(m Mod) error {
-	line, err := m.bundleLine()
+func (t *fakeTables) apply(m ovs.Mod) error {
+	text, err := ovs.BundleText([]ovs.Mod{m})
 	if err != nil {
 		return err
 	}
-	kind, rest, _ := strings.Cut(line, " ")
+	kind, rest, _ := strings.Cut(strings.TrimSuffix(text, "\n"), " ")
 	op, text, _ := strings.Cut(rest, " ")
 	if kind == "group" {
-		return t.applyGroup(GroupOp(op), text)
+		return t.applyGroup(ovs.GroupOp(op), text)
 	}
-	return t.applyFlow(FlowOp(op), text)
+	return t.applyFlow(ovs.FlowOp(op), text)
 }
 
-func (t *fakeTables) applyFlow(op FlowOp, text string) error {
+func (t *fakeTables) applyFlow(op ovs.FlowOp, text string) error {
 	switch op {
-	case FlowAdd:
+	case ovs.FlowAdd:
 		e, err := t.parseFlowWithGroups(text)
 		if err == nil {
 			t.flows[keyOf(e.Table, e.Priority, e.Match)] = e
 		}
 		return err
-	case FlowModifyStrict:
+	case ovs.FlowModifyStrict:
 		e, err := t.parseFlowWithGroups(text)
 		if err != nil {
 			return err
@@ -60,14 +62,14 @@ func (t *fakeTables) applyFlow(op FlowOp, text string) error {
 			t.flows[keyOf(e.Table, e.Priority, e.Match)] = old
 		}
 		return nil
-	case FlowModify:
+	case ovs.FlowModify:
 		return t.modifyFlows(text)
-	case FlowDelete, FlowDeleteStrict:
+	case ovs.FlowDelete, ovs.FlowDeleteStrict:
 		filter, err := parseFlowFilter(text)
 		if err != nil {
 			return err
 		}
-		maps.DeleteFunc(t.flows, func(k flowKey, e FlowEntry) bool { return filter.selects(e, op == FlowDeleteStrict) })
+		maps.DeleteFunc(t.flows, func(k flowKey, e ovs.FlowEntry) bool { return filter.selects(e, op == ovs.FlowDeleteStrict) })
 		return nil
 	}
 	return fmt.Errorf("unknown flow command %q", op)
@@ -75,7 +77,7 @@ func (t *fakeTables) applyFlow(op FlowOp, text string) error {
 
 // modifyFlows sets the actions of every flow the (non-strict) filter selects.
 func (t *fakeTables) modifyFlows(text string) error {
-	head, _, _ := cutActions(text)
+	head, _, _ := matchPart(text)
 	filter, err := parseFlowFilter(head)
 	if err != nil {
 		return err
@@ -94,33 +96,33 @@ func (t *fakeTables) modifyFlows(text string) error {
 }
 
 // parseFlowWithGroups parses a flow and checks that the groups it outputs to exist.
-func (t *fakeTables) parseFlowWithGroups(text string) (FlowEntry, error) {
-	e, err := ParseFlow(text)
+func (t *fakeTables) parseFlowWithGroups(text string) (ovs.FlowEntry, error) {
+	e, err := ovs.ParseFlow(text)
 	if err != nil {
-		return FlowEntry{}, err
+		return ovs.FlowEntry{}, err
 	}
 	for _, m := range groupRefRE.FindAllStringSubmatch(e.Actions, -1) {
 		id, _ := strconv.ParseUint(m[1], 10, 32)
 		if _, ok := t.groups[uint32(id)]; !ok {
-			return FlowEntry{}, fmt.Errorf("OFPBAC_BAD_OUT_GROUP: group %d does not exist", id)
+			return ovs.FlowEntry{}, fmt.Errorf("OFPBAC_BAD_OUT_GROUP: group %d does not exist", id)
 		}
 	}
 	return e, nil
 }
 
-func (t *fakeTables) applyGroup(op GroupOp, text string) error {
-	if op == GroupDelete {
+func (t *fakeTables) applyGroup(op ovs.GroupOp, text string) error {
+	if op == ovs.GroupDelete {
 		return t.deleteGroup(text)
 	}
-	g, err := parseGroup(text)
+	g, err := parseGroupLine(text)
 	if err != nil {
 		return err
 	}
 	_, exists := t.groups[g.ID]
 	switch {
-	case op == GroupAdd && exists:
+	case op == ovs.GroupAdd && exists:
 		return fmt.Errorf("OFPGMFC_GROUP_EXISTS: group %d exists", g.ID)
-	case op == GroupModify && !exists:
+	case op == ovs.GroupModify && !exists:
 		return fmt.Errorf("OFPGMFC_UNKNOWN_GROUP: group %d does not exist", g.ID)
 	}
 	t.groups[g.ID] = g
@@ -132,14 +134,14 @@ func (t *fakeTables) applyGroup(op GroupOp, text string) error {
 func (t *fakeTables) deleteGroup(text string) error {
 	id, all := uint32(0), strings.HasPrefix(text, "group_id=all")
 	if !all {
-		g, err := parseGroup(text)
+		g, err := parseGroupLine(text)
 		if err != nil {
 			return err
 		}
 		id = g.ID
 	}
-	maps.DeleteFunc(t.groups, func(gid uint32, _ GroupEntry) bool { return all || gid == id })
-	maps.DeleteFunc(t.flows, func(_ flowKey, e FlowEntry) bool {
+	maps.DeleteFunc(t.groups, func(gid uint32, _ ovs.GroupEntry) bool { return all || gid == id })
+	maps.DeleteFunc(t.flows, func(_ flowKey, e ovs.FlowEntry) bool {
 		for _, m := range groupRefRE.FindAllStringSubmatch(e.Actions, -1) {
 			if all || m[1] == strconv.FormatUint(uint64(id), 10) {
 				return true
@@ -152,7 +154,7 @@ func (t *fakeTables) deleteGroup(text string) error {
 
 // parseFlowFilter parses the selection part of a modify or delete.
 func parseFlowFilter(text string) (flowFilter, error) {
-	f := flowFilter{priority: DefaultPriority}
+	f := flowFilter{priority: ovs.DefaultPriority}
 	for _, tok := range strings.FieldsFunc(text, isFieldSeparator) {
 		key, val, _ := strings.Cut(tok, "=")
 		var err error
@@ -193,7 +195,7 @@ func parseCookieMask(s string) (uint64, uint64, error) {
 
 // selects reports whether the filter picks flow e. A strict filter needs the
 // same table, priority and match; a loose one, a match that includes its fields.
-func (f flowFilter) selects(e FlowEntry, strict bool) bool {
+func (f flowFilter) selects(e ovs.FlowEntry, strict bool) bool {
 	if e.Cookie&f.cookieMask != f.cookie&f.cookieMask {
 		return false
 	}
@@ -217,4 +219,34 @@ func keyOf(table, priority int, match string) flowKey {
 	fields := strings.FieldsFunc(match, isFieldSeparator)
 	slices.Sort(fields)
 	return flowKey{table: table, priority: priority, match: strings.Join(fields, ",")}
+}
+
+// matchPart is what a flow's text has before its actions.
+func matchPart(flow string) (head, actions string, found bool) {
+	for from := 0; ; {
+		i := strings.Index(flow[from:], "actions=")
+		if i < 0 {
+			return flow, "", false
+		}
+		at := from + i
+		if at == 0 || isFieldSeparator(rune(flow[at-1])) {
+			return strings.TrimRight(flow[:at], " ,\t"), flow[at+len("actions="):], true
+		}
+		from = at + 1
+	}
+}
+
+// isFieldSeparator reports whether r separates fields of a flow's match part.
+func isFieldSeparator(r rune) bool { return r == ',' || r == ' ' || r == '\t' }
+
+// parseGroupLine parses a group mod's text as dump-groups would show the group.
+func parseGroupLine(text string) (ovs.GroupEntry, error) {
+	groups, err := ovs.ParseGroupDump(text)
+	if err != nil {
+		return ovs.GroupEntry{}, err
+	}
+	if len(groups) != 1 {
+		return ovs.GroupEntry{}, fmt.Errorf("group mod %q is not one group", text)
+	}
+	return groups[0], nil
 }

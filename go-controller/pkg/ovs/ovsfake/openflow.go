@@ -1,4 +1,4 @@
-package ovs
+package ovsfake
 
 import (
 	"cmp"
@@ -8,19 +8,21 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
-// FakeOpenFlow is an in-memory FlowClient for unit tests of the packages above
+// OpenFlow is an in-memory FlowClient for unit tests of the packages above
 // pkg/ovs. It applies bundles atomically with OpenFlow's semantics (add
 // replaces the flow with the same table, priority and match; modify keeps the
 // cookie; deletes match on table, cookie/mask and match fields; a flow may
 // only output to an existing group). Matches are compared as text, field by
 // field in any order: it does not normalize them as OVS does ("ip" is not
 // "dl_type=0x0800", a port name is not its number). It is safe for concurrent use.
-type FakeOpenFlow struct {
+type OpenFlow struct {
 	mu       sync.Mutex
-	flows    map[flowKey]FlowEntry
-	groups   map[uint32]GroupEntry
+	flows    map[flowKey]ovs.FlowEntry
+	groups   map[uint32]ovs.GroupEntry
 	bundles  int
 	failNext error
 }
@@ -33,22 +35,22 @@ type flowKey struct {
 	match    string
 }
 
-var _ FlowClient = (*FakeOpenFlow)(nil)
+var _ ovs.FlowClient = (*OpenFlow)(nil)
 
-// NewFakeOpenFlow returns a bridge with no flows and no groups.
-func NewFakeOpenFlow() *FakeOpenFlow {
-	return &FakeOpenFlow{flows: map[flowKey]FlowEntry{}, groups: map[uint32]GroupEntry{}}
+// NewOpenFlow returns a bridge with no flows and no groups.
+func NewOpenFlow() *OpenFlow {
+	return &OpenFlow{flows: map[flowKey]ovs.FlowEntry{}, groups: map[uint32]ovs.GroupEntry{}}
 }
 
 // FailNextBundle makes the next Bundle fail with err and apply nothing.
-func (f *FakeOpenFlow) FailNextBundle(err error) {
+func (f *OpenFlow) FailNextBundle(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failNext = err
 }
 
 // Bundles counts the bundles applied so far (failed ones excluded).
-func (f *FakeOpenFlow) Bundles() int {
+func (f *OpenFlow) Bundles() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.bundles
@@ -56,14 +58,14 @@ func (f *FakeOpenFlow) Bundles() int {
 
 // Flows returns every flow, sorted by table, then priority (highest first),
 // then match.
-func (f *FakeOpenFlow) Flows() []FlowEntry {
+func (f *OpenFlow) Flows() []ovs.FlowEntry {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return sortedFlows(f.flows, func(FlowEntry) bool { return true })
+	return sortedFlows(f.flows, func(ovs.FlowEntry) bool { return true })
 }
 
 // Bundle implements FlowClient: all mods apply, or none.
-func (f *FakeOpenFlow) Bundle(ctx context.Context, mods []Mod) error {
+func (f *OpenFlow) Bundle(ctx context.Context, mods []ovs.Mod) error {
 	if len(mods) == 0 {
 		return nil
 	}
@@ -79,8 +81,8 @@ func (f *FakeOpenFlow) Bundle(ctx context.Context, mods []Mod) error {
 	next := &fakeTables{flows: maps.Clone(f.flows), groups: maps.Clone(f.groups)}
 	for i, m := range mods {
 		if err := next.apply(m); err != nil {
-			line, _ := BundleText(mods[i : i+1])
-			return &BundleError{Bridge: "fake", Line: i + 1, Mod: strings.TrimSpace(line), Reason: err.Error(), Err: err}
+			line, _ := ovs.BundleText(mods[i : i+1])
+			return &ovs.BundleError{Bridge: "fake", Line: i + 1, Mod: strings.TrimSpace(line), Reason: err.Error(), Err: err}
 		}
 	}
 	f.flows, f.groups = next.flows, next.groups
@@ -89,44 +91,44 @@ func (f *FakeOpenFlow) Bundle(ctx context.Context, mods []Mod) error {
 }
 
 // DumpFlows implements FlowClient.
-func (f *FakeOpenFlow) DumpFlows(ctx context.Context, cookie, mask uint64) ([]FlowEntry, error) {
+func (f *OpenFlow) DumpFlows(ctx context.Context, cookie, mask uint64) ([]ovs.FlowEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dump flows of fake bridge: %w", err)
 	}
-	return sortedFlows(f.flows, func(e FlowEntry) bool { return e.Cookie&mask == cookie&mask }), nil
+	return sortedFlows(f.flows, func(e ovs.FlowEntry) bool { return e.Cookie&mask == cookie&mask }), nil
 }
 
 // DeleteFlows implements FlowClient.
-func (f *FakeOpenFlow) DeleteFlows(ctx context.Context, cookie, mask uint64) error {
+func (f *OpenFlow) DeleteFlows(ctx context.Context, cookie, mask uint64) error {
 	if mask == 0 {
 		return fmt.Errorf("delete flows of fake bridge: refusing a zero cookie mask, which matches every flow")
 	}
-	return f.Bundle(ctx, []Mod{DeleteFlowsByCookie(cookie, mask)})
+	return f.Bundle(ctx, []ovs.Mod{ovs.DeleteFlowsByCookie(cookie, mask)})
 }
 
 // DumpGroups implements FlowClient.
-func (f *FakeOpenFlow) DumpGroups(ctx context.Context) ([]GroupEntry, error) {
+func (f *OpenFlow) DumpGroups(ctx context.Context) ([]ovs.GroupEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dump groups of fake bridge: %w", err)
 	}
 	groups := slices.Collect(maps.Values(f.groups))
-	slices.SortFunc(groups, func(a, b GroupEntry) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(groups, func(a, b ovs.GroupEntry) int { return cmp.Compare(a.ID, b.ID) })
 	return groups, nil
 }
 
 // sortedFlows returns the flows keep selects, in dump order.
-func sortedFlows(flows map[flowKey]FlowEntry, keep func(FlowEntry) bool) []FlowEntry {
-	var out []FlowEntry
+func sortedFlows(flows map[flowKey]ovs.FlowEntry, keep func(ovs.FlowEntry) bool) []ovs.FlowEntry {
+	var out []ovs.FlowEntry
 	for _, e := range flows {
 		if keep(e) {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b FlowEntry) int {
+	slices.SortFunc(out, func(a, b ovs.FlowEntry) int {
 		return cmp.Or(cmp.Compare(a.Table, b.Table), cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Match, b.Match))
 	})
 	return out

@@ -1,17 +1,19 @@
-package ovs
+package ovsfake
 
 import (
 	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
-func fakeWithBridge(t *testing.T) *FakeOVSDB {
+func fakeWithBridge(t *testing.T) *OVSDB {
 	t.Helper()
-	f := NewFakeOVSDB()
-	err := f.EnsureBridge(context.Background(), BridgeSpec{Name: "br-int", DatapathType: DatapathNetdev,
-		FailMode: FailModeSecure, OtherConfig: map[string]string{"datapath-id": "1"}})
+	f := NewOVSDB()
+	err := f.EnsureBridge(context.Background(), ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev,
+		FailMode: ovs.FailModeSecure, OtherConfig: map[string]string{"datapath-id": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +23,7 @@ func fakeWithBridge(t *testing.T) *FakeOVSDB {
 func TestFakeOVSDBBridgeMergesMaps(t *testing.T) {
 	f := fakeWithBridge(t)
 	ctx := context.Background()
-	if err := f.EnsureBridge(ctx, BridgeSpec{Name: "br-int", DatapathType: DatapathNetdev,
+	if err := f.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev,
 		OtherConfig: map[string]string{"hwaddr": "02:00:00:00:00:01"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func TestFakeOVSDBBridgeMergesMaps(t *testing.T) {
 		t.Errorf("bridge = %+v, want merged other_config and the new fail mode", b)
 	}
 	ports, err := f.Ports(ctx, "br-int")
-	if err != nil || len(ports) != 1 || ports[0].Ofport != OfportLocal {
+	if err != nil || len(ports) != 1 || ports[0].Ofport != ovs.OfportLocal {
 		t.Errorf("ports = %+v, %v; want the local port", ports, err)
 	}
 }
@@ -38,7 +40,7 @@ func TestFakeOVSDBBridgeMergesMaps(t *testing.T) {
 func TestFakeOVSDBOfports(t *testing.T) {
 	f := fakeWithBridge(t)
 	ctx := context.Background()
-	ensure := func(spec PortSpec) int {
+	ensure := func(spec ovs.PortSpec) int {
 		t.Helper()
 		ofport, err := f.EnsurePort(ctx, "br-int", spec)
 		if err != nil {
@@ -46,23 +48,23 @@ func TestFakeOVSDBOfports(t *testing.T) {
 		}
 		return ofport
 	}
-	if got := ensure(PortSpec{Name: "tun0", Type: PortTypeGeneve, OfportRequest: 1}); got != 1 {
+	if got := ensure(ovs.PortSpec{Name: "tun0", Type: ovs.PortTypeGeneve, OfportRequest: 1}); got != 1 {
 		t.Errorf("tun0 at %d, want 1", got)
 	}
-	if got := ensure(PortSpec{Name: "pod-a"}); got != 2 {
+	if got := ensure(ovs.PortSpec{Name: "pod-a"}); got != 2 {
 		t.Errorf("pod-a at %d, want the lowest free ofport 2", got)
 	}
-	if got := ensure(PortSpec{Name: "pod-a", ExternalIDs: map[string]string{"iface-id": "ns_a"}}); got != 2 {
+	if got := ensure(ovs.PortSpec{Name: "pod-a", ExternalIDs: map[string]string{"iface-id": "ns_a"}}); got != 2 {
 		t.Errorf("pod-a moved to %d on update", got)
 	}
-	if _, err := f.EnsurePort(ctx, "br-int", PortSpec{Name: "pod-b", OfportRequest: 1}); err == nil {
+	if _, err := f.EnsurePort(ctx, "br-int", ovs.PortSpec{Name: "pod-b", OfportRequest: 1}); err == nil {
 		t.Error("EnsurePort took an ofport another port holds")
 	}
 	found, err := f.FindPorts(ctx, "br-int", "iface-id", "ns_a")
 	if err != nil || len(found) != 1 || found[0].Name != "pod-a" {
 		t.Errorf("FindPorts = %+v, %v", found, err)
 	}
-	if _, err := f.EnsurePort(ctx, "br-nope", PortSpec{Name: "x"}); !errors.Is(err, ErrNotFound) {
+	if _, err := f.EnsurePort(ctx, "br-nope", ovs.PortSpec{Name: "x"}); !errors.Is(err, ovs.ErrNotFound) {
 		t.Errorf("EnsurePort on a missing bridge = %v", err)
 	}
 }
@@ -71,7 +73,7 @@ func TestFakeOVSDBFailedPortAndDelete(t *testing.T) {
 	f := fakeWithBridge(t)
 	ctx := context.Background()
 	f.FailPort("veth1", "could not open network device veth1 (No such device)")
-	_, err := f.EnsurePort(ctx, "br-int", PortSpec{Name: "veth1"})
+	_, err := f.EnsurePort(ctx, "br-int", ovs.PortSpec{Name: "veth1"})
 	if err == nil || !strings.Contains(err.Error(), "No such device") {
 		t.Fatalf("EnsurePort of a failing port = %v", err)
 	}
@@ -93,7 +95,7 @@ func TestFakeOVSDBFailedPortAndDelete(t *testing.T) {
 }
 
 func TestFakeOVSDBSwitchConfigAndClose(t *testing.T) {
-	f := NewFakeOVSDB()
+	f := NewOVSDB()
 	ctx := context.Background()
 	if err := f.SetOtherConfig(ctx, map[string]string{"flow-restore-wait": "true", "vlan-limit": "0"}); err != nil {
 		t.Fatal(err)
@@ -105,7 +107,7 @@ func TestFakeOVSDBSwitchConfigAndClose(t *testing.T) {
 	if len(cfg) != 1 || cfg["vlan-limit"] != "0" {
 		t.Errorf("other_config = %v", cfg)
 	}
-	f.SetDatapathTypes(DatapathNetdev)
+	f.SetDatapathTypes(ovs.DatapathNetdev)
 	if types, _ := f.DatapathTypes(ctx); len(types) != 1 {
 		t.Errorf("datapath types = %v", types)
 	}

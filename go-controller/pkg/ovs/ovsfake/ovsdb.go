@@ -1,4 +1,4 @@
-package ovs
+package ovsfake
 
 import (
 	"cmp"
@@ -8,15 +8,17 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
-// FakeOVSDB is an in-memory Store for unit tests of the packages above pkg/ovs.
+// OVSDB is an in-memory Store for unit tests of the packages above pkg/ovs.
 // It behaves as OVSDB and ovs-vswitchd do together: bridges get their internal
 // port at ofport 65534, ports get the requested ofport or the lowest free one,
 // maps merge as EnsureBridge and EnsurePort document, and a port marked with
 // FailPort gets ofport -1 and an error, as a missing device does. It is safe
 // for concurrent use.
-type FakeOVSDB struct {
+type OVSDB struct {
 	mu            sync.Mutex
 	bridges       map[string]*fakeBridge
 	otherConfig   map[string]string
@@ -27,27 +29,27 @@ type FakeOVSDB struct {
 }
 
 type fakeBridge struct {
-	spec  BridgeSpec
-	ports map[string]*PortInfo
-	specs map[string]PortSpec
+	spec  ovs.BridgeSpec
+	ports map[string]*ovs.PortInfo
+	specs map[string]ovs.PortSpec
 }
 
-var _ Store = (*FakeOVSDB)(nil)
+var _ ovs.Store = (*OVSDB)(nil)
 
-// NewFakeOVSDB returns an empty database whose ovs-vswitchd supports the
+// NewOVSDB returns an empty database whose ovs-vswitchd supports the
 // netdev and system datapaths.
-func NewFakeOVSDB() *FakeOVSDB {
-	return &FakeOVSDB{
+func NewOVSDB() *OVSDB {
+	return &OVSDB{
 		bridges:       map[string]*fakeBridge{},
 		otherConfig:   map[string]string{},
 		externalIDs:   map[string]string{},
-		datapathTypes: []string{DatapathNetdev, DatapathSystem},
+		datapathTypes: []string{ovs.DatapathNetdev, ovs.DatapathSystem},
 		portErrors:    map[string]string{},
 	}
 }
 
 // SetDatapathTypes sets what DatapathTypes returns.
-func (f *FakeOVSDB) SetDatapathTypes(types ...string) {
+func (f *OVSDB) SetDatapathTypes(types ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.datapathTypes = slices.Clone(types)
@@ -56,7 +58,7 @@ func (f *FakeOVSDB) SetDatapathTypes(types ...string) {
 // FailPort makes ovs-vswitchd fail to set up interfaces named name, reporting
 // msg (e.g. "could not open network device x (No such device)"). An empty msg
 // lifts it.
-func (f *FakeOVSDB) FailPort(name, msg string) {
+func (f *OVSDB) FailPort(name, msg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if msg == "" {
@@ -67,38 +69,38 @@ func (f *FakeOVSDB) FailPort(name, msg string) {
 }
 
 // Bridge returns the current state of a bridge's owned columns.
-func (f *FakeOVSDB) Bridge(name string) (BridgeSpec, bool) {
+func (f *OVSDB) Bridge(name string) (ovs.BridgeSpec, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.bridges[name]
 	if !ok {
-		return BridgeSpec{}, false
+		return ovs.BridgeSpec{}, false
 	}
 	return cloneBridgeSpec(b.spec), true
 }
 
 // Port returns the current spec of a port on a bridge, as EnsurePort left it
 // (external IDs merged).
-func (f *FakeOVSDB) Port(bridge, name string) (PortSpec, bool) {
+func (f *OVSDB) Port(bridge, name string) (ovs.PortSpec, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.bridges[bridge]
 	if !ok {
-		return PortSpec{}, false
+		return ovs.PortSpec{}, false
 	}
 	spec, ok := b.specs[name]
 	return clonePortSpec(spec), ok
 }
 
 // ExternalIDs returns a copy of Open_vSwitch external_ids.
-func (f *FakeOVSDB) ExternalIDs() map[string]string {
+func (f *OVSDB) ExternalIDs() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.externalIDs)
 }
 
 // EnsureBridge implements BridgeStore.
-func (f *FakeOVSDB) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
+func (f *OVSDB) EnsureBridge(ctx context.Context, spec ovs.BridgeSpec) error {
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("ensure bridge: %w", err)
 	}
@@ -109,11 +111,11 @@ func (f *FakeOVSDB) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 	}
 	b, ok := f.bridges[spec.Name]
 	if !ok {
-		local := &PortInfo{Name: spec.Name, Type: PortTypeInternal, Ofport: OfportLocal, MAC: fakeMAC(OfportLocal)}
+		local := &ovs.PortInfo{Name: spec.Name, Type: ovs.PortTypeInternal, Ofport: ovs.OfportLocal, MAC: fakeMAC(ovs.OfportLocal)}
 		b = &fakeBridge{
-			spec:  BridgeSpec{Name: spec.Name},
-			ports: map[string]*PortInfo{spec.Name: local},
-			specs: map[string]PortSpec{spec.Name: {Name: spec.Name, Type: PortTypeInternal}},
+			spec:  ovs.BridgeSpec{Name: spec.Name},
+			ports: map[string]*ovs.PortInfo{spec.Name: local},
+			specs: map[string]ovs.PortSpec{spec.Name: {Name: spec.Name, Type: ovs.PortTypeInternal}},
 		}
 		f.bridges[spec.Name] = b
 	}
@@ -125,7 +127,7 @@ func (f *FakeOVSDB) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 }
 
 // DeleteBridge implements BridgeStore.
-func (f *FakeOVSDB) DeleteBridge(ctx context.Context, name string) error {
+func (f *OVSDB) DeleteBridge(ctx context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.usable(ctx); err != nil {
@@ -136,7 +138,7 @@ func (f *FakeOVSDB) DeleteBridge(ctx context.Context, name string) error {
 }
 
 // EnsurePort implements PortStore.
-func (f *FakeOVSDB) EnsurePort(ctx context.Context, bridge string, spec PortSpec) (int, error) {
+func (f *OVSDB) EnsurePort(ctx context.Context, bridge string, spec ovs.PortSpec) (int, error) {
 	if err := spec.Validate(); err != nil {
 		return 0, fmt.Errorf("ensure port on bridge %s: %w", bridge, err)
 	}
@@ -148,7 +150,7 @@ func (f *FakeOVSDB) EnsurePort(ctx context.Context, bridge string, spec PortSpec
 	}
 	b, ok := f.bridges[bridge]
 	if !ok {
-		return 0, fmt.Errorf("%s: bridge %s: %w", what, bridge, ErrNotFound)
+		return 0, fmt.Errorf("%s: bridge %s: %w", what, bridge, ovs.ErrNotFound)
 	}
 	if other := f.bridgeOfPort(spec.Name); other != "" && other != bridge {
 		return 0, fmt.Errorf("%s: port %s exists on another bridge", what, spec.Name)
@@ -162,13 +164,13 @@ func (f *FakeOVSDB) EnsurePort(ctx context.Context, bridge string, spec PortSpec
 
 // ensurePort records the port and assigns its ofport, as ovs-vswitchd would.
 // The MAC is the requested one or derived from the ofport.
-func (b *fakeBridge) ensurePort(spec PortSpec, failure string) (*PortInfo, error) {
+func (b *fakeBridge) ensurePort(spec ovs.PortSpec, failure string) (*ovs.PortInfo, error) {
 	merged := clonePortSpec(spec)
 	merged.ExternalIDs = mergeKeys(b.specs[spec.Name].ExternalIDs, spec.ExternalIDs)
 	b.specs[spec.Name] = merged
 	info := b.ports[spec.Name]
 	if info == nil {
-		info = &PortInfo{Name: spec.Name}
+		info = &ovs.PortInfo{Name: spec.Name}
 		b.ports[spec.Name] = info
 	}
 	info.Type, info.ExternalIDs, info.Error = spec.Type, maps.Clone(merged.ExternalIDs), failure
@@ -212,7 +214,7 @@ func (b *fakeBridge) freeOfport() int {
 }
 
 // bridgeOfPort names the bridge that holds a port, or "". Callers hold f.mu.
-func (f *FakeOVSDB) bridgeOfPort(port string) string {
+func (f *OVSDB) bridgeOfPort(port string) string {
 	for name, b := range f.bridges {
 		if _, ok := b.ports[port]; ok {
 			return name
@@ -227,7 +229,7 @@ func fakeMAC(ofport int) string {
 }
 
 // usable fails once the fake is closed or the context is done. Callers hold f.mu.
-func (f *FakeOVSDB) usable(ctx context.Context) error {
+func (f *OVSDB) usable(ctx context.Context) error {
 	if f.closed {
 		return errors.New("ovsdb client closed")
 	}
@@ -244,13 +246,13 @@ func mergeKeys(have, set map[string]string) map[string]string {
 	return out
 }
 
-func cloneBridgeSpec(s BridgeSpec) BridgeSpec {
+func cloneBridgeSpec(s ovs.BridgeSpec) ovs.BridgeSpec {
 	s.Protocols = slices.Clone(s.Protocols)
 	s.OtherConfig, s.ExternalIDs = maps.Clone(s.OtherConfig), maps.Clone(s.ExternalIDs)
 	return s
 }
 
-func clonePortSpec(s PortSpec) PortSpec {
+func clonePortSpec(s ovs.PortSpec) ovs.PortSpec {
 	s.Options, s.ExternalIDs = maps.Clone(s.Options), maps.Clone(s.ExternalIDs)
 	return s
 }
