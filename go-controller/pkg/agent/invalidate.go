@@ -27,7 +27,7 @@ func touchesPolicy(texts []string) bool {
 			continue
 		}
 		if tbl, ok := pipeline.TableByID(uint8(id)); ok &&
-			(tbl.Stage == pipeline.StageEgressPolicy || tbl.Stage == pipeline.StageIngressPolicy) {
+			(tbl.Phase == pipeline.PhaseEgressPolicy || tbl.Phase == pipeline.PhaseIngressPolicy) {
 			return true
 		}
 	}

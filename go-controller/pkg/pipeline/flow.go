@@ -99,7 +99,7 @@ func FormatByTable(flows []Flow) string {
 
 func tableHeading(t Table) string {
 	if known, ok := TableByID(t.ID); ok {
-		return fmt.Sprintf("# table %d %s (stage: %s; miss: %s)", known.ID, known.Name, known.Stage, known.Miss)
+		return fmt.Sprintf("# table %d %s (stage: %s; miss: %s)", known.ID, known.Name, known.Phase, known.Miss)
 	}
 	return fmt.Sprintf("# table %d (not a kovs table)", t.ID)
 }

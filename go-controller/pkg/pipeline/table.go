@@ -3,11 +3,12 @@ package pipeline
 import "fmt"
 
 // Table is one OpenFlow table of br-int: a fixed number, a name that dump-flows and traces
-// are read against, the stage it belongs to and what happens to a packet no flow matches.
+// are read against, the phase of a packet's path it belongs to and what happens to a
+// packet no flow matches.
 type Table struct {
 	ID    uint8
 	Name  string
-	Stage Stage
+	Phase Phase
 	Miss  MissAction
 	// MissTo is the table a MissJump table's misses continue in (by ID: a Table cannot
 	// hold a Table).
@@ -34,71 +35,73 @@ func (m MissAction) String() string {
 	return "drop"
 }
 
-// Stage is a step of the pipeline; a stage owns one or more tables.
-type Stage uint8
+// Phase is a step of a packet's path through br-int (classification, spoof guard, ...);
+// one or more tables make a phase. The golden files' table headings print it as
+// "stage:", the name it had before stages became the values that compile flows.
+type Phase uint8
 
-// Stages in pipeline order.
+// Phases in pipeline order.
 const (
-	StageClassification Stage = iota + 1
-	StageSpoofGuard
-	StageNeighbor
-	StageConntrack
-	StageServiceLB
-	StageEgressPolicy
-	StageRouting
-	StageIngressPolicy
-	StageOutput
+	PhaseClassification Phase = iota + 1
+	PhaseSpoofGuard
+	PhaseNeighbor
+	PhaseConntrack
+	PhaseServiceLB
+	PhaseEgressPolicy
+	PhaseRouting
+	PhaseIngressPolicy
+	PhaseOutput
 )
 
-func (s Stage) String() string {
+func (s Phase) String() string {
 	switch s {
-	case StageClassification:
+	case PhaseClassification:
 		return "classification"
-	case StageSpoofGuard:
+	case PhaseSpoofGuard:
 		return "spoof guard"
-	case StageNeighbor:
+	case PhaseNeighbor:
 		return "ARP/ND"
-	case StageConntrack:
+	case PhaseConntrack:
 		return "conntrack"
-	case StageServiceLB:
+	case PhaseServiceLB:
 		return "service load balancing"
-	case StageEgressPolicy:
+	case PhaseEgressPolicy:
 		return "egress policy"
-	case StageRouting:
+	case PhaseRouting:
 		return "L3 forwarding"
-	case StageIngressPolicy:
+	case PhaseIngressPolicy:
 		return "ingress policy"
-	case StageOutput:
+	case PhaseOutput:
 		return "output"
 	}
-	return fmt.Sprintf("stage(%d)", uint8(s))
+	return fmt.Sprintf("phase(%d)", uint8(s))
 }
 
 // The tables of br-int, declared once (never written after initialisation). IDs leave gaps
 // so later stages slot in by name: 40-49 Service load balancing, 51-59 more egress policy
 // tables, 71-79 more ingress policy tables.
 var (
-	Classifier      = Table{ID: 0, Name: "Classifier", Stage: StageClassification, Miss: MissDrop}
-	SpoofGuard      = Table{ID: 10, Name: "SpoofGuard", Stage: StageSpoofGuard, Miss: MissDrop}
-	ARPResponder    = Table{ID: 20, Name: "ARPResponder", Stage: StageNeighbor, Miss: MissDrop}
-	NDResponder     = Table{ID: 21, Name: "NDResponder", Stage: StageNeighbor, Miss: MissNext}
-	NDReply         = Table{ID: 22, Name: "NDReply", Stage: StageNeighbor, Miss: MissNext}
-	ConntrackZone   = Table{ID: 30, Name: "ConntrackZone", Stage: StageConntrack, Miss: MissDrop}
-	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Stage: StageConntrack, Miss: MissJump, MissTo: 40}
-	SCTPReply       = Table{ID: 32, Name: "SCTPReply", Stage: StageConntrack, Miss: MissDrop} // resubmit only
-	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
-	ServiceAffinity = Table{ID: 41, Name: "ServiceAffinity", Stage: StageServiceLB, Miss: MissDrop}
-	EndpointDNAT    = Table{ID: 43, Name: "EndpointDNAT", Stage: StageServiceLB, Miss: MissDrop}
-	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
-	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Stage: StageServiceLB, Miss: MissDrop}
-	SCTPUnNAT       = Table{ID: 46, Name: "SCTPUnNAT", Stage: StageServiceLB, Miss: MissDrop} // resubmit only
-	SCTPPin         = Table{ID: 47, Name: "SCTPPin", Stage: StageServiceLB, Miss: MissDrop}   // resubmit only
-	EgressPolicy    = Table{ID: 50, Name: "EgressPolicy", Stage: StageEgressPolicy, Miss: MissNext}
-	L3Forwarding    = Table{ID: 60, Name: "L3Forwarding", Stage: StageRouting, Miss: MissDrop}
-	L3DecTTL        = Table{ID: 61, Name: "L3DecTTL", Stage: StageRouting, Miss: MissDrop}
-	IngressPolicy   = Table{ID: 70, Name: "IngressPolicy", Stage: StageIngressPolicy, Miss: MissNext}
-	ConntrackCommit = Table{ID: 80, Name: "ConntrackCommit", Stage: StageOutput, Miss: MissNext}
-	Output          = Table{ID: 90, Name: "Output", Stage: StageOutput, Miss: MissDrop}
+	Classifier      = Table{ID: 0, Name: "Classifier", Phase: PhaseClassification, Miss: MissDrop}
+	SpoofGuard      = Table{ID: 10, Name: "SpoofGuard", Phase: PhaseSpoofGuard, Miss: MissDrop}
+	ARPResponder    = Table{ID: 20, Name: "ARPResponder", Phase: PhaseNeighbor, Miss: MissDrop}
+	NDResponder     = Table{ID: 21, Name: "NDResponder", Phase: PhaseNeighbor, Miss: MissNext}
+	NDReply         = Table{ID: 22, Name: "NDReply", Phase: PhaseNeighbor, Miss: MissNext}
+	ConntrackZone   = Table{ID: 30, Name: "ConntrackZone", Phase: PhaseConntrack, Miss: MissDrop}
+	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Phase: PhaseConntrack, Miss: MissJump, MissTo: 40}
+	SCTPReply       = Table{ID: 32, Name: "SCTPReply", Phase: PhaseConntrack, Miss: MissDrop} // resubmit only
+	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 50}
+	ServiceAffinity = Table{ID: 41, Name: "ServiceAffinity", Phase: PhaseServiceLB, Miss: MissDrop}
+	EndpointDNAT    = Table{ID: 43, Name: "EndpointDNAT", Phase: PhaseServiceLB, Miss: MissDrop}
+	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 50}
+	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Phase: PhaseServiceLB, Miss: MissDrop}
+	SCTPUnNAT       = Table{ID: 46, Name: "SCTPUnNAT", Phase: PhaseServiceLB, Miss: MissDrop} // resubmit only
+	SCTPPin         = Table{ID: 47, Name: "SCTPPin", Phase: PhaseServiceLB, Miss: MissDrop}   // resubmit only
+	EgressPolicy    = Table{ID: 50, Name: "EgressPolicy", Phase: PhaseEgressPolicy, Miss: MissNext}
+	L3Forwarding    = Table{ID: 60, Name: "L3Forwarding", Phase: PhaseRouting, Miss: MissDrop}
+	L3DecTTL        = Table{ID: 61, Name: "L3DecTTL", Phase: PhaseRouting, Miss: MissDrop}
+	IngressPolicy   = Table{ID: 70, Name: "IngressPolicy", Phase: PhaseIngressPolicy, Miss: MissNext}
+	ConntrackCommit = Table{ID: 80, Name: "ConntrackCommit", Phase: PhaseOutput, Miss: MissNext}
+	Output          = Table{ID: 90, Name: "Output", Phase: PhaseOutput, Miss: MissDrop}
 )
 
 // Tables returns the pipeline's tables in order.
