@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
-	a.syncer = NewRenderedFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.RenderedFlows, cfg.ResyncPeriod)
+	a.syncer = NewFlowSyncer(OpenFlowSwitch(a.of), a.state.Desired, cfg.ResyncPeriod)
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
 	a.syncer.metrics = a.metrics

@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
@@ -21,10 +22,31 @@ func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
 		{[]string{"priority=0 actions=drop"}, false},
 		{nil, false},
 	} {
-		if got := touchesPolicy(tc.texts); got != tc.want {
+		if got := touchesPolicy(keysOf(t, tc.texts)); got != tc.want {
 			t.Errorf("touchesPolicy(%q) = %v, want %v", tc.texts, got, tc.want)
 		}
 	}
+}
+
+// keysOf are the keys of flows or strict-delete selections given as ovs-ofctl text.
+func keysOf(t *testing.T, texts []string) []ovs.FlowKey {
+	t.Helper()
+	var keys []ovs.FlowKey
+	for _, text := range texts {
+		if !strings.Contains(text, "actions=") {
+			text += " actions=drop" // a delete's selection: the key is all there is
+		}
+		e, err := ovs.ParseFlow(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := e.Flow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, f.FlowKey)
+	}
+	return keys
 }
 
 // recordingCaches records the cache invalidations and flow deletions, in order.
@@ -65,12 +87,11 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
 // flows; a full resync, which deletes every owned flow it does not want, leaves them.
 func TestFullSyncKeepsLearnedFlows(t *testing.T) {
 	sw := newFakeSwitch()
-	learned := "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10," +
-		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0"
-	sw.flows["learned"] = learned
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 2), 1, nil }, time.Hour)
+	learned := sw.add(t, "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10,"+
+		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0")
+	s := NewFlowSyncer(sw, desiredFlows(testFlows(1, 2), 1), time.Hour)
 	s.sync(context.Background(), true)
-	if sw.flows["learned"] != learned {
+	if sw.flows[learned.FlowKey] != learned {
 		t.Errorf("full sync removed a learned flow")
 	}
 	if len(sw.flows) != 3 {

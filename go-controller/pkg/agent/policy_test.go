@@ -71,7 +71,7 @@ func newPolicyRig(t *testing.T, pods ...pipeline.PodPort) *policyRig {
 	for _, p := range pods {
 		r.state.SetPod(fmt.Sprint("veth-", p.Name), p)
 	}
-	r.syncer = NewFlowSyncer(ofSwitch{r.sw}, r.state.Flows, time.Hour)
+	r.syncer = NewFlowSyncer(OpenFlowSwitch(r.sw), r.state.Desired, time.Hour)
 	r.sink = NewNodePolicy("node-1", r.state, r.syncer.installedGeneration)
 	return r
 }
@@ -152,21 +152,28 @@ func TestSnapshotThenDeltasEqualsSnapshotOfEndState(t *testing.T) {
 		if err := incremental.sink.Delta(d); err != nil {
 			t.Fatalf("delta %d: %v", i, err)
 		}
-		flows, _, err := incremental.state.Flows()
+		flows, _, err := incremental.state.Desired()
 		if err != nil {
 			t.Fatal(err)
 		}
-		deletes, adds, err := incremental.syncer.plan(context.Background(), renderFlows(flows), false)
+		plan, err := incremental.syncer.plan(context.Background(), flows, false)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var deletes, adds []string
+		for _, k := range plan.DeleteFlows {
+			deletes = append(deletes, k.String())
+		}
+		for _, f := range plan.AddFlows {
+			adds = append(adds, f.String())
 		}
 		for _, text := range slices.Concat(deletes, adds) { // "table=70,priority=..." or "cookie=..., table=70, ..."
 			if !strings.Contains(text, "table=50") && !strings.Contains(text, "table=70") {
 				t.Errorf("delta %d changes a flow outside the policy tables: %s", i, text)
 			}
 		}
-		if len(deletes)+len(adds) == 0 || len(deletes)+len(adds) >= len(flows)/2 {
-			t.Errorf("delta %d: %d deletes and %d adds out of %d flows", i, len(deletes), len(adds), len(flows))
+		if len(deletes)+len(adds) == 0 || len(deletes)+len(adds) >= len(flows.Flows)/2 {
+			t.Errorf("delta %d: %d deletes and %d adds out of %d flows", i, len(deletes), len(adds), len(flows.Flows))
 		}
 		incremental.sync(t, false)
 	}

@@ -63,18 +63,25 @@ const (
 )
 
 // Builder compiles the flows of one node. It is immutable: every method is a pure function
-// of the node configuration, the round and its arguments.
+// of the node configuration, the round, the pipeline's tables and its arguments.
 type Builder struct {
 	node  NodeConfig
 	round Round
+	// tables are the pipeline's, in order: every one gets its miss flow (BaseFlows).
+	tables []Table
 }
 
-// NewBuilder validates node and returns a builder whose flows carry round in their cookie.
+// NewBuilder validates node and returns a builder of the kovs pipeline (Stages) whose
+// flows carry round in their cookie.
 func NewBuilder(node NodeConfig, round Round) (*Builder, error) {
+	return newBuilder(node, round, Tables())
+}
+
+func newBuilder(node NodeConfig, round Round, tables []Table) (*Builder, error) {
 	if err := node.Validate(); err != nil {
 		return nil, fmt.Errorf("node %q: %w", node.Name, err)
 	}
-	return &Builder{node: node.clone(), round: round}, nil
+	return &Builder{node: node.clone(), round: round, tables: tables}, nil
 }
 
 // NodeFlows is every flow of the node: base, gateway, each pod and each peer.

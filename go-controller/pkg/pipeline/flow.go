@@ -79,9 +79,12 @@ type sortKey struct {
 }
 
 // FormatByTable renders flows as an ovs-ofctl flow file, sorted and grouped under a comment
-// line per table that names it, its stage and its miss action. `ovs-ofctl add-flows` and
+// line per table that names it, its phase and its miss action. `ovs-ofctl add-flows` and
 // `--bundle add-flows` accept the result as is ('#' lines are comments).
-func FormatByTable(flows []Flow) string {
+func FormatByTable(flows []Flow) string { return Stages().FormatByTable(flows) }
+
+// FormatByTable is FormatByTable with the tables of the registry's stages.
+func (r Registry) FormatByTable(flows []Flow) string {
 	sorted := slices.Clone(flows)
 	SortFlows(sorted)
 	var b strings.Builder
@@ -90,15 +93,15 @@ func FormatByTable(flows []Flow) string {
 			if i > 0 {
 				b.WriteString("\n")
 			}
-			b.WriteString(tableHeading(f.Table) + "\n")
+			b.WriteString(r.tableHeading(f.Table) + "\n")
 		}
 		b.WriteString(f.String() + "\n")
 	}
 	return b.String()
 }
 
-func tableHeading(t Table) string {
-	if known, ok := TableByID(t.ID); ok {
+func (r Registry) tableHeading(t Table) string {
+	if known, ok := r.TableByID(t.ID); ok {
 		return fmt.Sprintf("# table %d %s (stage: %s; miss: %s)", known.ID, known.Name, known.Phase, known.Miss)
 	}
 	return fmt.Sprintf("# table %d (not a kovs table)", t.ID)

@@ -1,6 +1,9 @@
 package pipeline
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Table is one OpenFlow table of br-int: a fixed number, a name that dump-flows and traces
 // are read against, the phase of a packet's path it belongs to and what happens to a
@@ -104,40 +107,34 @@ var (
 	Output          = Table{ID: 90, Name: "Output", Phase: PhaseOutput, Miss: MissDrop}
 )
 
-// Tables returns the pipeline's tables in order.
-func Tables() []Table {
-	return []Table{
-		Classifier, SpoofGuard, ARPResponder, NDResponder, NDReply, ConntrackZone,
-		ConntrackState, SCTPReply, ServiceLB, ServiceAffinity, EndpointDNAT, ServiceHairpin, HairpinUnSNAT, SCTPUnNAT, SCTPPin, EgressPolicy, L3Forwarding, L3DecTTL, IngressPolicy,
-		ConntrackCommit, Output,
-	}
-}
+// Tables returns the pipeline's tables in order: those the stages of Stages declare.
+func Tables() []Table { return Stages().Tables() }
 
-// missTarget is where a MissNext table sends unmatched packets.
-func (t Table) missTarget() (Table, bool) {
-	if t.Miss == MissJump {
-		return TableByID(t.MissTo)
-	}
-	if t.Miss != MissNext {
-		return Table{}, false
-	}
-	tables := Tables()
-	for i, tt := range tables[:len(tables)-1] {
-		if tt == t {
-			return tables[i+1], true
+// missTarget is where a MissNext or MissJump table of the kovs pipeline sends unmatched
+// packets.
+func (t Table) missTarget() (Table, bool) { return t.missTargetIn(Tables()) }
+
+// missTargetIn is where t sends unmatched packets in a pipeline of tables (in order).
+func (t Table) missTargetIn(tables []Table) (Table, bool) {
+	switch t.Miss {
+	case MissJump:
+		i := slices.IndexFunc(tables, func(tt Table) bool { return tt.ID == t.MissTo })
+		if i < 0 {
+			return Table{}, false
+		}
+		return tables[i], true
+	case MissNext:
+		for i, tt := range tables[:len(tables)-1] {
+			if tt == t {
+				return tables[i+1], true
+			}
 		}
 	}
 	return Table{}, false
 }
 
-// TableByID finds a pipeline table by number, e.g. to name the tables of a dump.
-func TableByID(id uint8) (Table, bool) {
-	for _, t := range Tables() {
-		if t.ID == id {
-			return t, true
-		}
-	}
-	return Table{}, false
-}
+// TableByID finds a table of the kovs pipeline by number, e.g. to name the tables of a
+// dump.
+func TableByID(id uint8) (Table, bool) { return Stages().TableByID(id) }
 
 func (t Table) String() string { return fmt.Sprintf("%d(%s)", t.ID, t.Name) }
