@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
 		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, policyWait: a.cfg.PolicyWait, readiness: a.ready.get}
-	restored, err := handlers.restore(ctx)
+	restored, stale, err := handlers.restore(ctx)
 	if err != nil {
 		return fmt.Errorf("restore pod ports: %w", err)
 	}
@@ -137,7 +137,11 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		return fmt.Errorf("first flow sync: %w", err)
 	}
 	a.health.programmed.Store(true)
-	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("round", a.state.round).Info("br-int programmed")
+	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("stale", len(stale)).
+		WithField("round", a.state.round).Info("br-int programmed")
+	if err := handlers.removeStalePorts(ctx, stale); err != nil {
+		log.WithError(err).Warn("stale pod ports left on br-int (CNI GC removes them later)")
+	}
 	a.seedTunnelNeighbors(ctx)
 	server, err := cni.NewServer(a.cfg.CNISocket, a.metrics.cniHandler(handlers), log.WithField("component", "cni-server"))
 	if err != nil {
