@@ -2,6 +2,7 @@ package kovsctl
 
 import (
 	"context"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,8 +143,8 @@ func TestVerdictNamesTheAllowingRules(t *testing.T) {
 func TestPacketSpecNamesPortsPerProtocol(t *testing.T) {
 	for proto, want := range map[string]string{"tcp": "tcp_src=40000,tcp_dst=53", "udp": "udp_src=40000,udp_dst=53",
 		"sctp": "sctp_src=40000,sctp_dst=53"} {
-		p := packet{InPort: 3, Proto: proto, SrcPort: 40000, DstPort: 53, TTL: 64}
-		if got := p.Spec(); !strings.HasSuffix(got, want) {
+		p := newPacket(proto, 3, nil, nil, netip.Addr{}, netip.Addr{}, 53)
+		if got := p.TraceFlow(); !strings.HasSuffix(got, want) {
 			t.Errorf("%s spec = %s, want it to end in %s", proto, got, want)
 		}
 	}
