@@ -175,3 +175,44 @@ func parseGroupHead(head string) (Group, error) {
 	}
 	return g, nil
 }
+
+// MatchField is one field of a match as dump-flows prints it: "in_port=3" is
+// {in_port 3}, the protocol shorthand "ip" is {ip ""}.
+type MatchField struct{ Name, Value string }
+
+// MatchFields splits a match (FlowKey.Match, FlowEntry.Match) into its fields, in order.
+func MatchFields(match string) []MatchField {
+	var out []MatchField
+	for _, tok := range strings.FieldsFunc(match, isFieldSeparator) {
+		name, value, _ := strings.Cut(tok, "=")
+		out = append(out, MatchField{Name: name, Value: value})
+	}
+	return out
+}
+
+// MatchValue is the value of the named field of a match; ok is false without it.
+func MatchValue(match, name string) (value string, ok bool) {
+	for _, f := range MatchFields(match) {
+		if f.Name == name {
+			return f.Value, true
+		}
+	}
+	return "", false
+}
+
+// ConjunctionIDs are the IDs of the conjunction(id,k/n) actions of a flow's actions, in
+// order.
+func ConjunctionIDs(actions string) []uint32 {
+	var ids []uint32
+	for rest := actions; ; {
+		i := strings.Index(rest, "conjunction(")
+		if i < 0 {
+			return ids
+		}
+		rest = rest[i+len("conjunction("):]
+		id, _, _ := strings.Cut(rest, ",")
+		if n, err := strconv.ParseUint(id, 10, 32); err == nil {
+			ids = append(ids, uint32(n))
+		}
+	}
+}

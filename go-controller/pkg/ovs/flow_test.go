@@ -98,3 +98,22 @@ func mustGroup(t *testing.T, e GroupEntry) Group {
 	}
 	return g
 }
+
+func TestMatchFieldsAndConjunctions(t *testing.T) {
+	match := "ip,reg1=0x5,nw_src=10.0.0.0/8"
+	if got := MatchFields(match); len(got) != 3 || got[0] != (MatchField{Name: "ip"}) || got[1] != (MatchField{"reg1", "0x5"}) {
+		t.Errorf("MatchFields(%q) = %v", match, got)
+	}
+	if v, ok := MatchValue(match, "nw_src"); !ok || v != "10.0.0.0/8" {
+		t.Errorf("MatchValue nw_src = %q, %v", v, ok)
+	}
+	if _, ok := MatchValue(match, "conj_id"); ok {
+		t.Error("MatchValue found a field the match lacks")
+	}
+	if got := ConjunctionIDs("conjunction(12,1/2),conjunction(77,1/3)"); len(got) != 2 || got[0] != 12 || got[1] != 77 {
+		t.Errorf("ConjunctionIDs = %v", got)
+	}
+	if got := ConjunctionIDs("goto_table:80"); len(got) != 0 {
+		t.Errorf("ConjunctionIDs of no conjunction = %v", got)
+	}
+}
