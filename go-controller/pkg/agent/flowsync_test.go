@@ -57,8 +57,8 @@ func (f *fakeSwitch) Groups(context.Context) ([]ovs.Group, error) {
 	return slices.Collect(maps.Values(f.groups)), nil
 }
 
-// add installs a flow given as dump-flows prints it, as if someone else had.
-func (f *fakeSwitch) add(t *testing.T, text string) ovs.Flow {
+// dumpedFlow is a flow given as dump-flows prints it.
+func dumpedFlow(t *testing.T, text string) ovs.Flow {
 	t.Helper()
 	e, err := ovs.ParseFlow(text)
 	if err != nil {
@@ -68,6 +68,13 @@ func (f *fakeSwitch) add(t *testing.T, text string) ovs.Flow {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return flow
+}
+
+// add installs a flow given as dump-flows prints it, as if someone else had.
+func (f *fakeSwitch) add(t *testing.T, text string) ovs.Flow {
+	t.Helper()
+	flow := dumpedFlow(t, text)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.flows[flow.FlowKey] = flow

@@ -36,15 +36,7 @@ func keysOf(t *testing.T, texts []string) []ovs.FlowKey {
 		if !strings.Contains(text, "actions=") {
 			text += " actions=drop" // a delete's selection: the key is all there is
 		}
-		e, err := ovs.ParseFlow(text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := e.Flow()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, f.FlowKey)
+		keys = append(keys, dumpedFlow(t, text).FlowKey)
 	}
 	return keys
 }

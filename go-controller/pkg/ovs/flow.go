@@ -123,7 +123,7 @@ func (e GroupEntry) Group() (Group, error) { return ParseGroup(e.Text) }
 func ParseGroup(text string) (Group, error) {
 	text = strings.TrimSpace(text)
 	parts := strings.Split(text, ",bucket=")
-	g, err := parseGroupHead(parts[0])
+	g, err := parseGroupHead(parts[0], true)
 	if err != nil {
 		return Group{}, fmt.Errorf("group %q: %w", text, err)
 	}
@@ -142,8 +142,9 @@ func ParseGroup(text string) (Group, error) {
 	return g, nil
 }
 
-// parseGroupHead parses what comes before the buckets.
-func parseGroupHead(head string) (Group, error) {
+// parseGroupHead parses what comes before the buckets. Strict, it refuses properties a
+// Group does not hold (it would not render back as dumped).
+func parseGroupHead(head string, strict bool) (Group, error) {
 	var g Group
 	if fields, ok := strings.CutSuffix(head, ")"); ok {
 		i := strings.Index(fields, ",fields(")
@@ -167,7 +168,9 @@ func parseGroupHead(head string) (Group, error) {
 		case "selection_method":
 			g.Method = val
 		default:
-			return Group{}, fmt.Errorf("unknown group property %q", tok)
+			if strict {
+				return Group{}, fmt.Errorf("unknown group property %q", tok)
+			}
 		}
 	}
 	if !seenID {

@@ -77,7 +77,7 @@ func (t *fakeTables) applyFlow(op ovs.FlowOp, text string) error {
 
 // modifyFlows sets the actions of every flow the (non-strict) filter selects.
 func (t *fakeTables) modifyFlows(text string) error {
-	head, _, _ := matchPart(text)
+	head, _, _ := ovs.SplitActions(text)
 	filter, err := parseFlowFilter(head)
 	if err != nil {
 		return err
@@ -219,21 +219,6 @@ func keyOf(table, priority int, match string) flowKey {
 	fields := strings.FieldsFunc(match, isFieldSeparator)
 	slices.Sort(fields)
 	return flowKey{table: table, priority: priority, match: strings.Join(fields, ",")}
-}
-
-// matchPart is what a flow's text has before its actions.
-func matchPart(flow string) (head, actions string, found bool) {
-	for from := 0; ; {
-		i := strings.Index(flow[from:], "actions=")
-		if i < 0 {
-			return flow, "", false
-		}
-		at := from + i
-		if at == 0 || isFieldSeparator(rune(flow[at-1])) {
-			return strings.TrimRight(flow[:at], " ,\t"), flow[at+len("actions="):], true
-		}
-		from = at + 1
-	}
 }
 
 // isFieldSeparator reports whether r separates fields of a flow's match part.
