@@ -55,7 +55,7 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) {
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
 type datapathCaches interface {
-	FlushConntrack(ctx context.Context, zone uint16, tuple string) error
+	FlushConntrack(ctx context.Context, zone uint16, ipProto uint8) error
 	PurgeDatapathFlows(ctx context.Context) error
 }
 
@@ -66,7 +66,7 @@ type flowDeleter interface {
 
 func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) {
 	if netdev {
-		if err := v.FlushConntrack(ctx, pipeline.CTZone, "ct_nw_proto=132"); err != nil {
+		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {
 			log.WithError(err).Warn("flush SCTP conntrack after a policy change")
 		}
 	}

@@ -44,8 +44,8 @@ func keysOf(t *testing.T, texts []string) []ovs.FlowKey {
 // recordingCaches records the cache invalidations and flow deletions, in order.
 type recordingCaches struct{ calls []string }
 
-func (r *recordingCaches) FlushConntrack(_ context.Context, zone uint16, tuple string) error {
-	r.calls = append(r.calls, fmt.Sprintf("flush-conntrack zone=%d %s", zone, tuple))
+func (r *recordingCaches) FlushConntrack(_ context.Context, zone uint16, ipProto uint8) error {
+	r.calls = append(r.calls, fmt.Sprintf("flush-conntrack zone=%d ct_nw_proto=%d", zone, ipProto))
 	return nil
 }
 

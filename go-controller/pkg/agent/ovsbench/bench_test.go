@@ -336,7 +336,7 @@ type invalidation struct {
 
 func (i *invalidation) after(ctx context.Context, _ agent.SwitchPlan) {
 	start := time.Now()
-	err := i.vswitchd.FlushConntrack(ctx, pipeline.CTZone, "ct_nw_proto=132")
+	err := i.vswitchd.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP)
 	if err == nil {
 		err = i.vswitchd.PurgeDatapathFlows(ctx)
 	}
