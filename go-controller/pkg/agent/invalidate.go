@@ -13,9 +13,9 @@ import (
 
 // touchesPolicy reports whether any of the flows is in a table of the policy stage.
 func touchesPolicy(keys []ovs.FlowKey) bool {
-	policy, _ := pipeline.Stages().Stage(pipeline.CategoryPolicy)
+	stages := pipeline.Stages()
 	for _, k := range keys {
-		if slices.ContainsFunc(policy.Tables, func(t pipeline.Table) bool { return t.ID == k.Table }) {
+		if st, ok := stages.StageOfTable(k.Table); ok && st.Category == pipeline.CategoryPolicy {
 			return true
 		}
 	}

@@ -84,9 +84,6 @@ func newBuilder(node NodeConfig, round Round, tables []Table) (*Builder, error) 
 	return &Builder{node: node.clone(), round: round, tables: tables}, nil
 }
 
-// Node is the node the builder compiles for.
-func (b *Builder) Node() NodeConfig { return b.node.clone() }
-
 // Cookie is the cookie of a flow of object obj of category cat, in the builder's round:
 // what a stage's flows carry.
 func (b *Builder) Cookie(cat Category, obj uint32) Cookie { return NewCookie(b.round, cat, obj) }
