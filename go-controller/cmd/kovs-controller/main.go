@@ -77,7 +77,7 @@ func main() {
 		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
 			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
-		Pod: controller.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
+		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips)},
 		Metrics: set, Health: health,

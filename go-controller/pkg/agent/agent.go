@@ -22,6 +22,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
 // Fixed OpenFlow port numbers of br-int.
@@ -48,9 +49,9 @@ type Agent struct {
 	ready    readiness
 	metrics  *Metrics
 	health   agentHealth
-	// peersChanged wakes the tunnel neighbour seeding.
-	peersChanged chan struct{}
-	uninstall    uninstallWatch
+	// neighbors seeds the tunnel neighbours: when peers change, and every period.
+	neighbors *runner.BoundedFrequencyRunner
+	uninstall uninstallWatch
 }
 
 // Run runs the agent until ctx ends.
@@ -59,7 +60,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a := &Agent{cfg: cfg, client: client, peersChanged: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, client: client}
+	a.neighbors = runner.MustNewBoundedFrequencyRunner("tunnel neighbours", func() { a.seedTunnelNeighbors(ctx) },
+		runner.Bounds{MaxInterval: neighborPeriod, Burst: 1})
 	a.ready.set(fmt.Errorf("starting"))
 	if err := a.startOps(ctx); err != nil {
 		return err
@@ -91,7 +94,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
-	a.syncer = NewRenderedFlowSyncer(newGroupSwitch(a.of, a.state.Groups), a.state.RenderedFlows)
+	a.syncer = NewFlowSyncer(OpenFlowSwitch(a.of), a.state.Desired, cfg.ResyncPeriod)
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
 	a.syncer.metrics = a.metrics
@@ -115,7 +118,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
 		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, policyWait: a.cfg.PolicyWait, readiness: a.ready.get}
-	restored, err := handlers.restore(ctx)
+	restored, stale, err := handlers.restore(ctx)
 	if err != nil {
 		return fmt.Errorf("restore pod ports: %w", err)
 	}
@@ -131,12 +134,16 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		go runPolicyFeed(ctx, a.cfg.PolicyFeed, a.metrics.policySink(a.policy, a.syncer), a.cfg.NodeName)
 		a.awaitFirstPolicy(ctx)
 	}
-	go a.syncer.Run(ctx, a.cfg.ResyncPeriod)
+	go a.syncer.Run(ctx)
 	if err := a.syncer.WaitFor(ctx, a.state.generationNow()); err != nil {
 		return fmt.Errorf("first flow sync: %w", err)
 	}
 	a.health.programmed.Store(true)
-	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("round", a.state.round).Info("br-int programmed")
+	log.WithField("node", a.cfg.NodeName).WithField("pods", restored).WithField("stale", len(stale)).
+		WithField("round", a.state.round).Info("br-int programmed")
+	if err := handlers.removeStalePorts(ctx, stale); err != nil {
+		log.WithError(err).Warn("stale pod ports left on br-int (CNI GC removes them later)")
+	}
 	a.seedTunnelNeighbors(ctx)
 	server, err := cni.NewServer(a.cfg.CNISocket, a.metrics.cniHandler(handlers), log.WithField("component", "cni-server"))
 	if err != nil {
@@ -155,7 +162,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 	if err := a.markNetworkAvailable(ctx); err != nil {
 		log.WithError(err).Warn("could not set NetworkUnavailable=False")
 	}
-	go a.maintainTunnelNeighbors(ctx)
+	go a.neighbors.Loop(ctx)
 	go a.watchVswitchd(ctx)
 	<-ctx.Done()
 	a.health.cniServing.Store(false)
@@ -318,9 +325,6 @@ func (a *Agent) updatePeers() {
 	}
 	before := a.state.generationNow()
 	if a.state.SetPeers(peers) != before {
-		select {
-		case a.peersChanged <- struct{}{}:
-		default:
-		}
+		a.neighbors.Run()
 	}
 }

@@ -103,6 +103,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-cidrs is required (the same as kovs-controller's)")
 	case c.CNISocket == "":
 		return fmt.Errorf("--cni-socket is required")
+	case c.ResyncPeriod < minSyncGap:
+		return fmt.Errorf("--resync-period %s: use at least %s (the full resync repairs drift; 10s is the default)", c.ResyncPeriod, minSyncGap)
 	}
 	if c.ServiceProxy != ServiceProxyKovs && c.ServiceProxy != ServiceProxyNone {
 		return fmt.Errorf("--service-proxy %q: use kovs or none", c.ServiceProxy)

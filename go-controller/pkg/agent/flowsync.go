@@ -4,47 +4,78 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	log "github.com/sirupsen/logrus"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
-// FlowSwitch is the OpenFlow side of br-int the flow syncer needs.
+// minSyncGap is the shortest time between two flow syncs once a burst of events has been
+// served: bursts of events become one bundle.
+const minSyncGap = 20 * time.Millisecond
+
+// FlowSwitch is the OpenFlow side of br-int the flow syncer needs. It takes and returns
+// pkg/ovs values: the syncer never reads or writes flow text.
 type FlowSwitch interface {
-	// Apply deletes and adds flows in one atomic bundle (deletes first). Adds are flow
-	// texts as pipeline.Flow.String() renders them; deletes are "table=N,priority=P,match".
-	Apply(ctx context.Context, deletes, adds []string) error
-	// Flows returns the installed flows, rendered as `dump-flows --no-stats --no-names`.
-	Flows(ctx context.Context) ([]string, error)
+	// Apply applies the plan in one atomic bundle: all of it or none.
+	Apply(ctx context.Context, p SwitchPlan) error
+	// Flows returns every installed flow.
+	Flows(ctx context.Context) ([]ovs.Flow, error)
+	// Groups returns every installed group.
+	Groups(ctx context.Context) ([]ovs.Group, error)
 }
 
-// FlowSyncer keeps br-int's flows equal to the desired flows. Event handlers only bump
-// the desired state's generation and signal; one goroutine computes the difference and
-// applies it as one bundle. It tracks what it installed, so an incremental sync touches
-// only what changed; a full sync diffs against the switch's own dump, which repairs drift
-// (a restarted ovs-vswitchd, someone's del-flows) and removes the flows of older rounds
-// after an agent restart without ever leaving the switch without its flows.
+// SwitchPlan is one bundle: groups are added and modified first (so that the flows that
+// output to them can be added), then flows deleted and added (an add replaces the flow
+// with the same key), then the groups no flow needs deleted.
+type SwitchPlan struct {
+	AddGroups, ModifyGroups []ovs.Group
+	DeleteFlows             []ovs.FlowKey
+	AddFlows                []ovs.Flow
+	DeleteGroups            []uint32
+}
+
+// Empty reports whether the plan changes nothing.
+func (p SwitchPlan) Empty() bool {
+	return len(p.AddGroups)+len(p.ModifyGroups)+len(p.DeleteFlows)+len(p.AddFlows)+len(p.DeleteGroups) == 0
+}
+
+// FlowSyncer keeps br-int's flows and groups equal to the desired ones. Event handlers
+// only bump the desired state's generation and signal; one goroutine computes the
+// difference and applies it as one bundle. It tracks what it installed, so an incremental
+// sync touches only what changed; a full sync diffs against the switch's own dumps, which
+// repairs drift (a restarted ovs-vswitchd, someone's del-flows) and removes the flows of
+// older rounds after an agent restart without ever leaving the switch without its flows.
 type FlowSyncer struct {
 	sw FlowSwitch
-	// desired returns the wanted flows rendered (flow key -> text, see renderFlows).
-	desired func() (flows map[string]string, generation uint64, err error)
-	minGap  time.Duration
+	// desired returns the wanted flows and groups (NodeState.Desired).
+	desired func() (pipeline.Desired, uint64, error)
+	// ownsGroup tells kovs's groups from anyone else's on the switch (the stages').
+	ownsGroup func(id uint32) bool
+	// resync is how often a full sync diffs against the switch's own dump.
+	resync time.Duration
+	runner *runner.BoundedFrequencyRunner
+	// fullWanted asks the next sync to be a full one; lastFull is when the last full
+	// sync started (read and written only by the runner's function).
+	fullWanted atomic.Bool
+	lastFull   time.Time
+	ctx        atomic.Pointer[context.Context]
 
-	kick     chan struct{}
-	fullKick chan struct{}
-
-	mu        sync.Mutex
-	installed map[string]string // flow key -> full text
-	synced    uint64            // generation of the last successful sync
-	lastErr   error
-	waiters   []waiter
-	onSynced  []func(generation uint64)
-	onApplied []func(ctx context.Context, deletes, adds []string)
+	mu sync.Mutex
+	// installed is what the last successful sync left on the switch; a sync replaces
+	// the maps, never changes them.
+	installed       map[ovs.FlowKey]ovs.Flow
+	installedGroups map[uint32]ovs.Group
+	synced          uint64 // generation of the last successful sync
+	lastErr         error
+	waiters         []waiter
+	onSynced        []func(generation uint64)
+	onApplied       []func(ctx context.Context, p SwitchPlan)
 	// health is when syncs were last attempted and succeeded (see syncHealth).
 	health  syncHealth
 	metrics *Metrics
@@ -55,63 +86,48 @@ type waiter struct {
 	ch         chan struct{}
 }
 
-// NewFlowSyncer builds a syncer; desired returns the flows the node wants now and the
-// state generation they reflect.
-func NewFlowSyncer(sw FlowSwitch, desired func() ([]pipeline.Flow, uint64, error)) *FlowSyncer {
-	return NewRenderedFlowSyncer(sw, func() (map[string]string, uint64, error) {
-		flows, gen, err := desired()
-		if err != nil {
-			return nil, gen, err
-		}
-		return renderFlows(flows), gen, nil
-	})
+// NewFlowSyncer builds a syncer of the kovs pipeline's flows and groups; desired returns
+// what the node wants now and the state generation it reflects; resync is how often a
+// full sync repairs drift.
+func NewFlowSyncer(sw FlowSwitch, desired func() (pipeline.Desired, uint64, error), resync time.Duration) *FlowSyncer {
+	return NewFlowSyncerOf(pipeline.Stages(), sw, desired, resync)
 }
 
-// NewRenderedFlowSyncer builds a syncer whose desired flows come rendered (flow key ->
-// text, as renderFlows renders them), so the source can keep renderings that did not
-// change (NodeState.RenderedFlows).
-func NewRenderedFlowSyncer(sw FlowSwitch, desired func() (map[string]string, uint64, error)) *FlowSyncer {
-	return &FlowSyncer{sw: sw, desired: desired, minGap: 20 * time.Millisecond,
-		kick: make(chan struct{}, 1), fullKick: make(chan struct{}, 1), installed: map[string]string{}}
+// NewFlowSyncerOf is NewFlowSyncer for the pipeline of stages (whose groups it owns).
+func NewFlowSyncerOf(stages pipeline.Registry, sw FlowSwitch, desired func() (pipeline.Desired, uint64, error),
+	resync time.Duration) *FlowSyncer {
+	s := &FlowSyncer{sw: sw, desired: desired, ownsGroup: stages.OwnsGroup, resync: resync,
+		installed: map[ovs.FlowKey]ovs.Flow{}, installedGroups: map[uint32]ovs.Group{}}
+	s.runner = runner.MustNewBoundedFrequencyRunner("flow sync", s.syncNow,
+		runner.Bounds{MinInterval: minSyncGap, MaxInterval: resync, Burst: 1})
+	return s
 }
 
 // TriggerFull asks for a full resync soon (the switch may have lost its flows, e.g.
 // ovs-vswitchd restarted); many triggers coalesce into one.
 func (s *FlowSyncer) TriggerFull() {
-	select {
-	case s.fullKick <- struct{}{}:
-	default:
-	}
+	s.fullWanted.Store(true)
+	s.runner.Run()
 }
 
 // Trigger asks for a sync soon; many triggers coalesce into one.
-func (s *FlowSyncer) Trigger() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+func (s *FlowSyncer) Trigger() { s.runner.Run() }
+
+// Run syncs on every trigger, at most once per minSyncGap after a burst, and fully every
+// resync period, until ctx ends. The first sync is a full one.
+func (s *FlowSyncer) Run(ctx context.Context) {
+	s.ctx.Store(&ctx)
+	s.runner.Run()
+	s.runner.Loop(ctx)
 }
 
-// Run syncs on every trigger and a full resync every period, until ctx ends. The first
-// sync is a full one.
-func (s *FlowSyncer) Run(ctx context.Context, period time.Duration) {
-	full := time.NewTicker(period)
-	defer full.Stop()
-	s.sync(ctx, true)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.kick:
-			s.sync(ctx, false)
-			time.Sleep(s.minGap) // bounded frequency: bursts of events become one bundle
-		case <-full.C:
-			s.sync(ctx, true)
-		case <-s.fullKick:
-			s.sync(ctx, true)
-			full.Reset(period)
-		}
+// syncNow is the runner's function: a full sync when one was asked for or is due.
+func (s *FlowSyncer) syncNow() {
+	full := s.fullWanted.Swap(false) || time.Since(s.lastFull) >= s.resync
+	if full {
+		s.lastFull = time.Now()
 	}
+	s.sync(*s.ctx.Load(), full)
 }
 
 // WaitFor blocks until a sync at or after generation succeeded.
@@ -153,24 +169,20 @@ func (s *FlowSyncer) Synced() (uint64, error) {
 func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 	start := time.Now()
 	want, gen, err := s.desired()
-	var deletes, adds []string
+	var plan SwitchPlan
 	if err == nil {
-		deletes, adds, err = s.plan(ctx, want, full)
+		plan, err = s.plan(ctx, want, full)
 	}
-	groupsChanged := false
-	if gs, ok := s.sw.(groupPlanner); ok && err == nil {
-		groupsChanged, err = gs.planGroups(ctx, full) // applied by sw.Apply, in the same bundle
-	}
-	if err == nil && (len(deletes) > 0 || len(adds) > 0 || groupsChanged) {
+	if err == nil && !plan.Empty() {
 		applyStart := time.Now()
-		err = s.sw.Apply(ctx, deletes, adds)
+		err = s.sw.Apply(ctx, plan)
 		s.metrics.bundleApplied(time.Since(applyStart), err)
 		if err == nil {
 			s.mu.Lock()
 			applied := slices.Clone(s.onApplied)
 			s.mu.Unlock()
 			for _, h := range applied {
-				h(ctx, deletes, adds)
+				h(ctx, plan)
 			}
 		}
 	}
@@ -179,9 +191,10 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 		log.WithError(err).WithField("full", full).Warn("flow sync failed")
 		return
 	}
-	if len(deletes) > 0 || len(adds) > 0 {
-		log.WithField("full", full).WithField("added", len(adds)).WithField("deleted", len(deletes)).
-			WithField("flows", len(want)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
+	if len(plan.DeleteFlows) > 0 || len(plan.AddFlows) > 0 {
+		log.WithField("full", full).WithField("added", len(plan.AddFlows)).WithField("deleted", len(plan.DeleteFlows)).
+			WithField("flows", len(want.Flows)).WithField("compiled", want.Compiled).
+			WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
 	}
 	s.mu.Lock()
 	hooks := slices.Clone(s.onSynced)
@@ -192,7 +205,7 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 }
 
 // record notes the outcome of a sync of generation gen and reports whether it succeeded.
-func (s *FlowSyncer) record(installed map[string]string, gen uint64, full bool, err error) bool {
+func (s *FlowSyncer) record(installed pipeline.Desired, gen uint64, full bool, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
@@ -200,15 +213,15 @@ func (s *FlowSyncer) record(installed map[string]string, gen uint64, full bool, 
 	if err != nil {
 		return false
 	}
-	s.installed = installed
+	s.installed, s.installedGroups = installed.Flows, installed.Groups
 	s.synced = gen
 	s.release(gen)
 	return true
 }
 
 // OnApplied registers f to be called after every bundle the switch accepted, with what it
-// deleted and added.
-func (s *FlowSyncer) OnApplied(f func(ctx context.Context, deletes, adds []string)) {
+// changed.
+func (s *FlowSyncer) OnApplied(f func(ctx context.Context, p SwitchPlan)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onApplied = append(s.onApplied, f)
@@ -233,86 +246,4 @@ func (s *FlowSyncer) release(gen uint64) {
 		}
 	}
 	s.waiters = kept
-}
-
-// plan returns the bundle that turns the installed flows into flows: against what this
-// syncer installed (incremental) or against the switch's dump (full).
-func (s *FlowSyncer) plan(ctx context.Context, want map[string]string, full bool) (deletes, adds []string, err error) {
-	var have map[string]string
-	if full {
-		have = map[string]string{}
-		dump, err := s.sw.Flows(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, text := range dump {
-			if key, owned := dumpedFlowKey(text); owned {
-				have[key] = text
-			}
-		}
-	} else {
-		// record replaces the map, never changes it: reading it needs no copy.
-		s.mu.Lock()
-		have = s.installed
-		s.mu.Unlock()
-	}
-	for key, text := range want {
-		if have[key] != text {
-			adds = append(adds, text) // a flow add with the same match replaces the flow
-		}
-	}
-	for key := range have {
-		if _, ok := want[key]; !ok {
-			deletes = append(deletes, key)
-		}
-	}
-	return deletes, adds, nil
-}
-
-// renderFlows renders every flow once, keyed as OpenFlow identifies it: a sync compares,
-// applies and records these texts without rendering any flow again.
-func renderFlows(flows []pipeline.Flow) map[string]string {
-	out := make(map[string]string, len(flows))
-	for _, f := range flows {
-		out[flowKey(f)] = f.String()
-	}
-	return out
-}
-
-// flowKey identifies a flow by what OpenFlow identifies it by: table, priority, match.
-func flowKey(f pipeline.Flow) string {
-	return matchKey(strconv.Itoa(int(f.Table.ID)), strconv.Itoa(int(f.Priority)), f.Match.String())
-}
-
-func matchKey(table, priority, match string) string {
-	if match == "" {
-		return "table=" + table + ",priority=" + priority
-	}
-	return "table=" + table + ",priority=" + priority + "," + match
-}
-
-// dumpedFlowKey parses a dump-flows line into the same key, and reports whether kovs owns
-// and installs the flow (a non-zero cookie category other than learned).
-func dumpedFlowKey(line string) (string, bool) {
-	line = strings.TrimSpace(line)
-	var cookie pipeline.Cookie
-	if rest, ok := strings.CutPrefix(line, "cookie="); ok {
-		v, after, _ := strings.Cut(rest, ", ")
-		var c uint64
-		if _, err := fmt.Sscanf(v, "0x%x", &c); err != nil {
-			return "", false
-		}
-		cookie, line = pipeline.Cookie(c), after
-	}
-	if !cookie.Owned() || cookie.Learned() {
-		// Learned flows are the switch's own (SCTP replies): kovs never installs them.
-		return "", false
-	}
-	head, _, _ := strings.Cut(line, " actions=")
-	table := "0"
-	if rest, ok := strings.CutPrefix(head, "table="); ok {
-		table, head, _ = strings.Cut(rest, ", ")
-	}
-	prio, match, _ := strings.Cut(strings.TrimPrefix(head, "priority="), ",")
-	return matchKey(table, prio, match), true
 }

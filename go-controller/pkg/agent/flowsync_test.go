@@ -2,46 +2,98 @@ package agent
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
-// fakeSwitch keeps flows as OVS would print them, keyed like the syncer keys them.
+// fakeSwitch keeps flows and groups as OVS would dump them.
 type fakeSwitch struct {
-	mu    sync.Mutex
-	flows map[string]string
-	// applies counts bundles; gap records whether any bundle left a key of `watch` absent.
+	mu     sync.Mutex
+	flows  map[ovs.FlowKey]ovs.Flow
+	groups map[uint32]ovs.Group
+	// applies counts bundles.
 	applies int
 }
 
-func newFakeSwitch() *fakeSwitch { return &fakeSwitch{flows: map[string]string{}} }
+func newFakeSwitch() *fakeSwitch {
+	return &fakeSwitch{flows: map[ovs.FlowKey]ovs.Flow{}, groups: map[uint32]ovs.Group{}}
+}
 
-func (f *fakeSwitch) Apply(_ context.Context, deletes, adds []string) error {
+func (f *fakeSwitch) Apply(_ context.Context, p SwitchPlan) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applies++
-	for _, d := range deletes {
-		delete(f.flows, d)
+	for _, g := range slices.Concat(p.AddGroups, p.ModifyGroups) {
+		f.groups[g.ID] = g
 	}
-	for _, a := range adds {
-		key, _ := dumpedFlowKey(a)
-		f.flows[key] = a
+	for _, k := range p.DeleteFlows {
+		delete(f.flows, k)
+	}
+	for _, a := range p.AddFlows {
+		f.flows[a.FlowKey] = a
+	}
+	for _, id := range p.DeleteGroups {
+		delete(f.groups, id)
 	}
 	return nil
 }
 
-func (f *fakeSwitch) Flows(context.Context) ([]string, error) {
+func (f *fakeSwitch) Flows(context.Context) ([]ovs.Flow, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []string
-	for _, v := range f.flows {
-		out = append(out, v)
+	return slices.Collect(maps.Values(f.flows)), nil
+}
+
+func (f *fakeSwitch) Groups(context.Context) ([]ovs.Group, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Collect(maps.Values(f.groups)), nil
+}
+
+// dumpedFlow is a flow given as dump-flows prints it.
+func dumpedFlow(t *testing.T, text string) ovs.Flow {
+	t.Helper()
+	e, err := ovs.ParseFlow(text)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, nil
+	flow, err := e.Flow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flow
+}
+
+// add installs a flow given as dump-flows prints it, as if someone else had.
+func (f *fakeSwitch) add(t *testing.T, text string) ovs.Flow {
+	t.Helper()
+	flow := dumpedFlow(t, text)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flows[flow.FlowKey] = flow
+	return flow
+}
+
+// texts are the switch's flows as dump-flows prints them.
+func (f *fakeSwitch) texts() []string {
+	flows, _ := f.Flows(context.Background())
+	out := make([]string, len(flows))
+	for i, fl := range flows {
+		out[i] = fl.String()
+	}
+	return out
+}
+
+// desiredFlows is a desired state of flows alone.
+func desiredFlows(flows []pipeline.Flow, gen uint64) func() (pipeline.Desired, uint64, error) {
+	return func() (pipeline.Desired, uint64, error) { return pipeline.Desire(flows, nil), gen, nil }
 }
 
 func testFlows(round pipeline.Round, n int) []pipeline.Flow {
@@ -56,14 +108,14 @@ func testFlows(round pipeline.Round, n int) []pipeline.Flow {
 
 func TestRestartReplacesOldRoundWithoutGap(t *testing.T) {
 	sw := newFakeSwitch()
-	old := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 5), 1, nil })
+	old := NewFlowSyncer(sw, desiredFlows(testFlows(1, 5), 1), time.Hour)
 	old.sync(context.Background(), true)
 	// A foreign flow (cookie category 0) must survive everything.
-	_ = sw.Apply(context.Background(), nil, []string{"table=99, priority=1 actions=drop"})
+	sw.add(t, "table=99, priority=1 actions=drop")
 
-	restarted := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(2, 4), 1, nil })
+	restarted := NewFlowSyncer(sw, desiredFlows(testFlows(2, 4), 1), time.Hour)
 	restarted.sync(context.Background(), true)
-	flows, _ := sw.Flows(context.Background())
+	flows := sw.texts()
 	if len(flows) != 5 {
 		t.Fatalf("after restart: %d flows, want 4 of round 2 and the foreign one:\n%s", len(flows), strings.Join(flows, "\n"))
 	}
@@ -80,12 +132,12 @@ func TestRestartReplacesOldRoundWithoutGap(t *testing.T) {
 func TestIncrementalSyncTouchesOnlyChanges(t *testing.T) {
 	sw := newFakeSwitch()
 	n := 3
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, n), uint64(n), nil })
+	s := NewFlowSyncer(sw, desiredFlows(testFlows(1, n), uint64(n)), time.Hour)
 	s.sync(context.Background(), true)
 	n = 4
 	var gotDeletes, gotAdds int
-	plannedDeletes, plannedAdds, _ := s.plan(context.Background(), renderFlows(testFlows(1, n)), false)
-	gotDeletes, gotAdds = len(plannedDeletes), len(plannedAdds)
+	plan, _ := s.plan(context.Background(), pipeline.Desire(testFlows(1, n), nil), false)
+	gotDeletes, gotAdds = len(plan.DeleteFlows), len(plan.AddFlows)
 	if gotDeletes != 0 || gotAdds != 1 {
 		t.Fatalf("incremental plan: %d deletes, %d adds; want 0 and 1", gotDeletes, gotAdds)
 	}
@@ -93,10 +145,10 @@ func TestIncrementalSyncTouchesOnlyChanges(t *testing.T) {
 
 func TestFullSyncRepairsDrift(t *testing.T) {
 	sw := newFakeSwitch()
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 3), 1, nil })
+	s := NewFlowSyncer(sw, desiredFlows(testFlows(1, 3), 1), time.Hour)
 	s.sync(context.Background(), true)
 	sw.mu.Lock()
-	sw.flows = map[string]string{} // ovs-vswitchd restarted: every flow is gone
+	sw.flows = map[ovs.FlowKey]ovs.Flow{} // ovs-vswitchd restarted: every flow is gone
 	sw.mu.Unlock()
 	s.sync(context.Background(), false)
 	if flows, _ := sw.Flows(context.Background()); len(flows) != 0 {
@@ -112,14 +164,14 @@ func TestWaitForReturnsOnceGenerationSynced(t *testing.T) {
 	sw := newFakeSwitch()
 	var mu sync.Mutex
 	gen := uint64(1)
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) {
+	s := NewFlowSyncer(sw, func() (pipeline.Desired, uint64, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return testFlows(1, int(gen)), gen, nil
-	})
+		return pipeline.Desire(testFlows(1, int(gen)), nil), gen, nil
+	}, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.Run(ctx, time.Hour)
+	go s.Run(ctx)
 	mu.Lock()
 	gen = 7
 	mu.Unlock()
@@ -136,9 +188,11 @@ func TestWaitForReturnsOnceGenerationSynced(t *testing.T) {
 func TestDumpedFlowKeyMatchesFlowKey(t *testing.T) {
 	for _, f := range append(testFlows(3, 2), pipeline.Flow{Table: pipeline.Classifier, Priority: 0,
 		Cookie: pipeline.NewCookie(3, pipeline.CategoryBase, 0)}) {
-		key, owned := dumpedFlowKey(f.String())
-		if !owned || key != flowKey(f) {
-			t.Errorf("dumped %q -> key %q owned %v; want %q", f.String(), key, owned, flowKey(f))
+		e, err := ovs.ParseFlow(f.String())
+		dumped, ferr := e.Flow()
+		owned := pipeline.Cookie(dumped.Cookie).Owned() && !pipeline.Cookie(dumped.Cookie).Learned()
+		if err != nil || ferr != nil || !owned || dumped.FlowKey != f.Key() {
+			t.Errorf("dumped %q -> key %q owned %v (%v, %v); want %q", f.String(), dumped.FlowKey, owned, err, ferr, f.Key())
 		}
 	}
 }
@@ -147,17 +201,17 @@ func TestDumpedFlowKeyMatchesFlowKey(t *testing.T) {
 // TriggerFull without waiting for the periodic resync.
 func TestTriggerFullRepairsAtOnce(t *testing.T) {
 	sw := newFakeSwitch()
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 3), 1, nil })
+	s := NewFlowSyncer(sw, desiredFlows(testFlows(1, 3), 1), time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.Run(ctx, time.Hour)
+	go s.Run(ctx)
 	count := func() int { flows, _ := sw.Flows(ctx); return len(flows) }
 	deadline := time.Now().Add(5 * time.Second)
 	for count() != 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sw.mu.Lock()
-	sw.flows = map[string]string{}
+	sw.flows = map[ovs.FlowKey]ovs.Flow{}
 	sw.mu.Unlock()
 	s.Trigger() // an incremental sync trusts its record: nothing comes back
 	time.Sleep(50 * time.Millisecond)

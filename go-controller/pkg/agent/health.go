@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 )
 
 // syncHealth is what the flow syncer's loop last did, for liveness and readiness. It is
@@ -36,19 +38,11 @@ func (s *FlowSyncer) syncHealth() syncHealth {
 	return s.health
 }
 
-// Check is one named health condition and its outcome.
-type Check struct {
-	Name string `json:"name"`
-	OK   bool   `json:"ok"`
-	// Message says what is wrong, or a detail when OK.
-	Message string `json:"message,omitempty"`
-}
-
-func check(name string, err error) Check {
+func check(name string, err error) nodestatus.Check {
 	if err != nil {
-		return Check{Name: name, Message: err.Error()}
+		return nodestatus.Check{Name: name, Message: err.Error()}
 	}
-	return Check{Name: name, OK: true}
+	return nodestatus.Check{Name: name, OK: true}
 }
 
 // agentHealth is what the health and status endpoints read: the agent's parts as Run
@@ -97,8 +91,8 @@ func (a *Agent) liveness(now time.Time) error {
 }
 
 // readinessChecks lists the conditions of a ready agent, in the order the agent meets them.
-func (a *Agent) readinessChecks() []Check {
-	checks := []Check{check("ovs", a.ovsCheck())}
+func (a *Agent) readinessChecks() []nodestatus.Check {
+	checks := []nodestatus.Check{check("ovs", a.ovsCheck())}
 	var programmed error
 	if !a.health.programmed.Load() {
 		programmed = fmt.Errorf("%s not programmed yet", a.cfg.Bridge)
@@ -163,7 +157,7 @@ func (a *Agent) policyFeedCheck() error {
 }
 
 // ready is nil when every readiness check passes.
-func ready(checks []Check) error {
+func ready(checks []nodestatus.Check) error {
 	for _, c := range checks {
 		if !c.OK {
 			return fmt.Errorf("%s: %s", c.Name, c.Message)

@@ -12,11 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	log "github.com/sirupsen/logrus"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 )
 
 // serveOps listens on the metrics address and serves, until ctx ends: /metrics (what
 // gatherer gathers), /healthz (alive: the agent's loops make progress), /readyz (every
-// readiness check passes, one line per check) and /status (NodeStatus as JSON). It
+// readiness check passes, one line per check) and /status (nodestatus.Status as JSON). It
 // returns once listening, or the error that prevented it.
 func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.Gatherer) error {
 	mux := http.NewServeMux()
@@ -46,7 +48,7 @@ func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.G
 			}
 		}
 	})
-	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(nodestatus.Path, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(a.nodeStatus(time.Now()))
 	})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 )
 
 // healthRig is an agent whose parts are a policy rig's, started as far as the test says.
@@ -21,7 +23,7 @@ func healthRig(t *testing.T) (*Agent, *policyRig) {
 	return a, r
 }
 
-func failing(checks []Check) []string {
+func failing(checks []nodestatus.Check) []string {
 	var out []string
 	for _, c := range checks {
 		if !c.OK {
@@ -123,7 +125,7 @@ func TestOpsEndpoints(t *testing.T) {
 		t.Errorf("/readyz of an unprogrammed agent = %d:\n%s", code, body)
 	}
 	code, body = get("/status")
-	var st NodeStatus
+	var st nodestatus.Status
 	if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
 		t.Fatalf("/status = %d %v:\n%s", code, err, body)
 	}

@@ -2,36 +2,33 @@ package agent
 
 import (
 	"context"
-	"regexp"
-	"strconv"
+	"slices"
 	"time"
 
 	log "github.com/sirupsen/logrus"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
-// tableOfFlow finds the table number in a flow or delete text ("table=70, ..." or
-// "table=70,priority=..."); table 0 is written without it.
-var tableOfFlow = regexp.MustCompile(`(?:^|[ ,])table=(\d+)`)
-
-// touchesPolicy reports whether any of the flow texts is in a policy table.
-func touchesPolicy(texts []string) bool {
-	for _, t := range texts {
-		m := tableOfFlow.FindStringSubmatch(t)
-		if m == nil {
-			continue
-		}
-		id, err := strconv.Atoi(m[1])
-		if err != nil || id > 255 {
-			continue
-		}
-		if tbl, ok := pipeline.TableByID(uint8(id)); ok &&
-			(tbl.Stage == pipeline.StageEgressPolicy || tbl.Stage == pipeline.StageIngressPolicy) {
+// touchesPolicy reports whether any of the flows is in a table of the policy stage.
+func touchesPolicy(keys []ovs.FlowKey) bool {
+	stages := pipeline.Stages()
+	for _, k := range keys {
+		if st, ok := stages.StageOfTable(k.Table); ok && st.Category == pipeline.CategoryPolicy {
 			return true
 		}
 	}
 	return false
+}
+
+// changedFlows are the keys of the flows a bundle deleted or added.
+func changedFlows(p SwitchPlan) []ovs.FlowKey {
+	keys := slices.Clone(p.DeleteFlows)
+	for _, f := range p.AddFlows {
+		keys = append(keys, f.FlowKey)
+	}
+	return keys
 }
 
 // invalidateAfterPolicyChange makes a policy change take effect on traffic already
@@ -49,8 +46,8 @@ func touchesPolicy(texts []string) bool {
 //     learned translations of stateless SCTP Services (pipeline.SCTPPin and SCTPUnNAT)
 //     stay: they let nothing skip policy, and a live association needs them to keep its
 //     endpoint.
-func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, deletes, adds []string) {
-	if !touchesPolicy(deletes) && !touchesPolicy(adds) {
+func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) {
+	if !touchesPolicy(changedFlows(p)) {
 		return
 	}
 	invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev)
@@ -58,7 +55,7 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, deletes, adds [
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
 type datapathCaches interface {
-	FlushConntrack(ctx context.Context, zone uint16, tuple string) error
+	FlushConntrack(ctx context.Context, zone uint16, ipProto uint8) error
 	PurgeDatapathFlows(ctx context.Context) error
 }
 
@@ -69,7 +66,7 @@ type flowDeleter interface {
 
 func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) {
 	if netdev {
-		if err := v.FlushConntrack(ctx, pipeline.CTZone, "ct_nw_proto=132"); err != nil {
+		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {
 			log.WithError(err).Warn("flush SCTP conntrack after a policy change")
 		}
 	}

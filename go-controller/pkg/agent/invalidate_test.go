@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
@@ -20,17 +22,30 @@ func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
 		{[]string{"priority=0 actions=drop"}, false},
 		{nil, false},
 	} {
-		if got := touchesPolicy(tc.texts); got != tc.want {
+		if got := touchesPolicy(keysOf(t, tc.texts)); got != tc.want {
 			t.Errorf("touchesPolicy(%q) = %v, want %v", tc.texts, got, tc.want)
 		}
 	}
 }
 
+// keysOf are the keys of flows or strict-delete selections given as ovs-ofctl text.
+func keysOf(t *testing.T, texts []string) []ovs.FlowKey {
+	t.Helper()
+	var keys []ovs.FlowKey
+	for _, text := range texts {
+		if !strings.Contains(text, "actions=") {
+			text += " actions=drop" // a delete's selection: the key is all there is
+		}
+		keys = append(keys, dumpedFlow(t, text).FlowKey)
+	}
+	return keys
+}
+
 // recordingCaches records the cache invalidations and flow deletions, in order.
 type recordingCaches struct{ calls []string }
 
-func (r *recordingCaches) FlushConntrack(_ context.Context, zone uint16, tuple string) error {
-	r.calls = append(r.calls, fmt.Sprintf("flush-conntrack zone=%d %s", zone, tuple))
+func (r *recordingCaches) FlushConntrack(_ context.Context, zone uint16, ipProto uint8) error {
+	r.calls = append(r.calls, fmt.Sprintf("flush-conntrack zone=%d ct_nw_proto=%d", zone, ipProto))
 	return nil
 }
 
@@ -64,12 +79,11 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
 // flows; a full resync, which deletes every owned flow it does not want, leaves them.
 func TestFullSyncKeepsLearnedFlows(t *testing.T) {
 	sw := newFakeSwitch()
-	learned := "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10," +
-		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0"
-	sw.flows["learned"] = learned
-	s := NewFlowSyncer(sw, func() ([]pipeline.Flow, uint64, error) { return testFlows(1, 2), 1, nil })
+	learned := sw.add(t, "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10,"+
+		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0")
+	s := NewFlowSyncer(sw, desiredFlows(testFlows(1, 2), 1), time.Hour)
 	s.sync(context.Background(), true)
-	if sw.flows["learned"] != learned {
+	if sw.flows[learned.FlowKey] != learned {
 		t.Errorf("full sync removed a learned flow")
 	}
 	if len(sw.flows) != 3 {

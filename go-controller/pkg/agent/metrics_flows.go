@@ -2,7 +2,6 @@ package agent
 
 import (
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,25 +57,16 @@ func (s *FlowSyncer) installedPerTable() map[string]int {
 	s.mu.Lock()
 	installed := s.installed // record replaces the map, never changes it
 	s.mu.Unlock()
-	byID := map[string]int{}
+	out := map[string]int{}
 	for key := range installed {
-		id, _, _ := strings.Cut(strings.TrimPrefix(key, "table="), ",")
-		byID[id]++
-	}
-	out := make(map[string]int, len(byID))
-	for id, n := range byID {
-		out[tableName(id)] += n
+		out[tableName(key.Table)]++
 	}
 	return out
 }
 
-func tableName(id string) string {
-	n, err := strconv.ParseUint(id, 10, 8)
-	if err != nil {
-		return id
-	}
-	if t, ok := pipeline.TableByID(uint8(n)); ok {
+func tableName(id uint8) string {
+	if t, ok := pipeline.TableByID(id); ok {
 		return t.Name
 	}
-	return id
+	return strconv.Itoa(int(id))
 }

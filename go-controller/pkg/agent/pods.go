@@ -227,14 +227,27 @@ func (p *PodPorts) Status(context.Context) error {
 }
 
 // restore loads the pod ports already on br-int (an agent restart) into the desired state,
-// so the first sync keeps their flows instead of dropping them.
-func (p *PodPorts) restore(ctx context.Context) (int, error) {
+// so the first sync keeps their flows instead of dropping them. It reconciles the ports
+// against the pods the API places on this node: the ports of pods that are gone (a DEL
+// while the agent was down, which removes the veth and leaves the port) or replaced (the
+// same name, another UID) are not restored but returned, for removeStalePorts to delete
+// once the first sync has removed their flows.
+func (p *PodPorts) restore(ctx context.Context) (int, []ovs.PortInfo, error) {
 	ports, err := p.store.FindPorts(ctx, p.bridge, extOwner, ownerPod)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	n := 0
+	var stale []ovs.PortInfo
 	for _, port := range ports {
+		if why, err := p.staleness(port); err != nil {
+			return 0, nil, err
+		} else if why != "" {
+			log.WithField("port", port.Name).WithField("pod", port.ExternalIDs[extNamespace]+"/"+port.ExternalIDs[extName]).
+				WithField("reason", why).Info("pod port is stale: removing it after the first flow sync")
+			stale = append(stale, port)
+			continue
+		}
 		pp, err := podPortFromIDs(port)
 		if err != nil || port.Ofport <= 0 {
 			log.WithField("port", port.Name).WithError(err).Warn("pod port not restored")
@@ -243,7 +256,38 @@ func (p *PodPorts) restore(ctx context.Context) (int, error) {
 		p.state.SetPod(port.Name, pp)
 		n++
 	}
-	return n, nil
+	return n, stale, nil
+}
+
+// staleness says why a pod port no longer belongs on br-int ("" if it does): its pod is
+// not on this node in the API, or is another pod of the same name.
+func (p *PodPorts) staleness(port ovs.PortInfo) (string, error) {
+	ids := port.ExternalIDs
+	pod, err := p.pods.Pods(ids[extNamespace]).Get(ids[extName])
+	switch {
+	case apierrors.IsNotFound(err):
+		return "the pod is no longer on this node", nil
+	case err != nil:
+		return "", fmt.Errorf("look up the pod of port %s: %w", port.Name, err)
+	case ids[extUID] != "" && string(pod.UID) != ids[extUID]:
+		return fmt.Sprintf("the pod is another of the same name (UID %s, the port's %s)", pod.UID, ids[extUID]), nil
+	}
+	return "", nil
+}
+
+// removeStalePorts deletes the ports restore found stale. Their flows, which the previous
+// incarnation installed, are gone with the first sync, so no flow points at their ofports.
+func (p *PodPorts) removeStalePorts(ctx context.Context, stale []ovs.PortInfo) error {
+	var errs []error
+	for _, port := range stale {
+		if err := p.store.DeletePort(ctx, p.bridge, port.Name); err != nil {
+			errs = append(errs, fmt.Errorf("remove stale pod port %s: %w", port.Name, err))
+			continue
+		}
+		log.WithField("port", port.Name).WithField("pod", port.ExternalIDs[extNamespace]+"/"+port.ExternalIDs[extName]).
+			Info("stale pod port removed")
+	}
+	return errors.Join(errs...)
 }
 
 func portIDs(req cni.AttachRequest) map[string]string {

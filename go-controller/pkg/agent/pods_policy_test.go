@@ -9,6 +9,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -24,8 +25,8 @@ func newAttachRig(t *testing.T, policyWait time.Duration) *attachRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r.state.onChange = r.syncer.Trigger
-	go r.syncer.Run(ctx, time.Hour)
-	store := ovs.NewFakeOVSDB()
+	go r.syncer.Run(ctx)
+	store := ovsfake.NewOVSDB()
 	if err := store.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -36,8 +37,8 @@ func podKey(name string) policy.PodKey {
 	return policy.PodKey{Namespace: "x", Name: name, UID: "uid-" + name}
 }
 
-func podRef(name string, host int) policy.PodRef {
-	return policy.PodRef{PodKey: podKey(name), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(host)})}}
+func podRef(name string, host int) policy.AppliedPod {
+	return policy.AppliedPod{PodKey: podKey(name), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(host)})}}
 }
 
 func hostPrefixes(ss ...string) []netip.Prefix {
@@ -57,20 +58,20 @@ func ingressRule(id string, peers []string, ports ...policy.Port) policy.Rule {
 // syncer does not run by itself: tests sync when they want to.
 type policyRig struct {
 	state  *NodeState
-	sw     *ovs.FakeOpenFlow
+	sw     *ovsfake.OpenFlow
 	syncer *FlowSyncer
 	sink   *NodePolicy
 }
 
 func newPolicyRig(t *testing.T, pods ...pipeline.PodPort) *policyRig {
 	t.Helper()
-	r := &policyRig{state: NewNodeState(1, nil), sw: ovs.NewFakeOpenFlow()}
+	r := &policyRig{state: NewNodeState(1, nil), sw: ovsfake.NewOpenFlow()}
 	r.state.SetNode(testNodeConfig())
 	r.state.EnablePolicy("node-1")
 	for _, p := range pods {
 		r.state.SetPod(fmt.Sprint("veth-", p.Name), p)
 	}
-	r.syncer = NewFlowSyncer(ofSwitch{r.sw}, r.state.Flows)
+	r.syncer = NewFlowSyncer(OpenFlowSwitch(r.sw), r.state.Desired, time.Hour)
 	r.sink = NewNodePolicy("node-1", r.state, r.syncer.installedGeneration)
 	return r
 }
@@ -99,7 +100,7 @@ func startShare() policy.NodeShare {
 	s := policy.NewNodeShare("node-1")
 	s.Generation = 1
 	s.AddressSets["s-peers"] = policy.AddressSet{ID: "s-peers", Addresses: hostPrefixes("10.244.2.10")}
-	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.PodRef{podRef("a", 10)}}
+	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.AppliedPod{podRef("a", 10)}}
 	r := ingressRule("x/np/ingress/0", []string{"s-peers"}, policy.Port{Protocol: policy.TCP, Port: 80})
 	s.Rules[r.ID] = r
 	s.Isolation.Ingress = []policy.PodKey{podKey("a")}
@@ -113,7 +114,7 @@ func deltas() []policy.Delta {
 	iso := policy.Isolation{Ingress: []policy.PodKey{podKey("a"), podKey("c")}}
 	return []policy.Delta{
 		{Node: "node-1", FromGeneration: 1, Generation: 4, AddedPods: []policy.PodKey{podKey("c")},
-			UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "g-np", Pods: []policy.PodRef{podRef("a", 10), podRef("c", 12)}}},
+			UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "g-np", Pods: []policy.AppliedPod{podRef("a", 10), podRef("c", 12)}}},
 			UpdatedAddressSets:   []policy.AddressSetPatch{{ID: "s-peers", Added: hostPrefixes("10.244.3.10")}},
 			Isolation:            &iso},
 		{Node: "node-1", FromGeneration: 4, Generation: 6, RemovedPods: []policy.PodKey{podKey("b")},
@@ -126,7 +127,7 @@ func endShare() policy.NodeShare {
 	s := policy.NewNodeShare("node-1")
 	s.Generation = 6
 	s.AddressSets["s-peers"] = policy.AddressSet{ID: "s-peers", Addresses: hostPrefixes("10.244.2.10", "10.244.3.10")}
-	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.PodRef{podRef("a", 10), podRef("c", 12)}}
+	s.AppliedToSets["g-np"] = policy.AppliedToSet{ID: "g-np", Pods: []policy.AppliedPod{podRef("a", 10), podRef("c", 12)}}
 	r := ingressRule("x/np/ingress/1", nil, policy.Port{Protocol: policy.UDP, Port: 5000, EndPort: 5100})
 	s.Rules[r.ID] = r
 	s.Isolation.Ingress = []policy.PodKey{podKey("a"), podKey("c")}
@@ -151,21 +152,28 @@ func TestSnapshotThenDeltasEqualsSnapshotOfEndState(t *testing.T) {
 		if err := incremental.sink.Delta(d); err != nil {
 			t.Fatalf("delta %d: %v", i, err)
 		}
-		flows, _, err := incremental.state.Flows()
+		flows, _, err := incremental.state.Desired()
 		if err != nil {
 			t.Fatal(err)
 		}
-		deletes, adds, err := incremental.syncer.plan(context.Background(), renderFlows(flows), false)
+		plan, err := incremental.syncer.plan(context.Background(), flows, false)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var deletes, adds []string
+		for _, k := range plan.DeleteFlows {
+			deletes = append(deletes, k.String())
+		}
+		for _, f := range plan.AddFlows {
+			adds = append(adds, f.String())
 		}
 		for _, text := range slices.Concat(deletes, adds) { // "table=70,priority=..." or "cookie=..., table=70, ..."
 			if !strings.Contains(text, "table=50") && !strings.Contains(text, "table=70") {
 				t.Errorf("delta %d changes a flow outside the policy tables: %s", i, text)
 			}
 		}
-		if len(deletes)+len(adds) == 0 || len(deletes)+len(adds) >= len(flows)/2 {
-			t.Errorf("delta %d: %d deletes and %d adds out of %d flows", i, len(deletes), len(adds), len(flows))
+		if len(deletes)+len(adds) == 0 || len(deletes)+len(adds) >= len(flows.Flows)/2 {
+			t.Errorf("delta %d: %d deletes and %d adds out of %d flows", i, len(deletes), len(adds), len(flows.Flows))
 		}
 		incremental.sync(t, false)
 	}

@@ -10,7 +10,7 @@ import (
 
 // BenchmarkOneServiceChange: the desired flows after one endpoint of one Service changed,
 // among 1,000 Services of 10 endpoints: everything compiled and rendered (Flows, the
-// baseline) against RenderedFlows, which keeps the 999 unchanged Services.
+// baseline) against Desired, whose compiler keeps the 999 unchanged Services.
 func BenchmarkOneServiceChange(b *testing.B) {
 	port := func(i, variant int) []pipeline.ServicePort {
 		var eps []netip.AddrPort
@@ -35,21 +35,21 @@ func BenchmarkOneServiceChange(b *testing.B) {
 		s := newState()
 		for i := 0; b.Loop(); i++ {
 			s.SetService("ns/s7", port(7, i%2))
-			flows, _, err := s.Flows()
+			c, _, err := s.Compiled()
 			if err != nil {
 				b.Fatal(err)
 			}
-			_ = renderFlows(flows)
+			_ = pipeline.Desire(c.Flows, c.Groups)
 		}
 	})
 	b.Run("rendered-flows-cached", func(b *testing.B) {
 		s := newState()
-		if _, _, err := s.RenderedFlows(); err != nil {
+		if _, _, err := s.Desired(); err != nil {
 			b.Fatal(err)
 		}
 		for i := 0; b.Loop(); i++ {
 			s.SetService("ns/s7", port(7, i%2))
-			if _, _, err := s.RenderedFlows(); err != nil {
+			if _, _, err := s.Desired(); err != nil {
 				b.Fatal(err)
 			}
 		}

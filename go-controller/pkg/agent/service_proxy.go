@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
 // Service proxy modes (--service-proxy).
@@ -45,9 +46,11 @@ type ServiceProxy struct {
 
 	mu      sync.Mutex
 	changed map[string]bool // Service keys (namespace/name) to recompute
-	kick    chan struct{}
+	runner  *runner.BoundedFrequencyRunner
 	ids     *groupAllocator
 	current map[string][]pipeline.ServicePort
+	// hostSynced is when onChange last ran with full set (only the runner touches it).
+	hostSynced time.Time
 }
 
 // hostResync is how often the host networking of Services is rewritten whether or not
@@ -60,8 +63,10 @@ func NewServiceProxy(node string, state *NodeState, factory informers.SharedInfo
 	sliceInformer := factory.Discovery().V1().EndpointSlices()
 	p := &ServiceProxy{node: node, state: state, services: svcInformer.Lister(), slices: sliceInformer.Lister(),
 		synced:  []cache.InformerSynced{svcInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced},
-		changed: map[string]bool{}, kick: make(chan struct{}, 1), ids: newGroupAllocator(),
-		current: map[string][]pipeline.ServicePort{}}
+		changed: map[string]bool{}, ids: newGroupAllocator(), current: map[string][]pipeline.ServicePort{}}
+	// Changes are handed over as soon as they come (coalesced while a run is busy); the
+	// host networking is rewritten every hostResync whether or not anything changed.
+	p.runner = runner.MustNewBoundedFrequencyRunner("service proxy", p.sync, runner.Bounds{MaxInterval: hostResync, Burst: 1})
 	svcHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o interface{}) { p.recordService(o) },
 		UpdateFunc: func(_, o interface{}) { p.recordService(o) },
@@ -109,10 +114,7 @@ func (p *ServiceProxy) record(key string) {
 	p.mu.Lock()
 	p.changed[key] = true
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
+	p.runner.Run()
 }
 
 // Start waits (up to wait) for both informers to sync and installs every Service in the
@@ -138,39 +140,34 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 	}
 	p.state.SetServices(p.current)
 	p.notify(true)
+	p.hostSynced = time.Now()
 	log.WithField("node", p.node).WithField("services", len(p.current)).Info("service proxy synced")
-	go p.run(ctx)
+	go p.runner.Loop(ctx)
 	return nil
 }
 
-func (p *ServiceProxy) run(ctx context.Context) {
-	resync := time.NewTicker(hostResync)
-	defer resync.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-resync.C:
-			p.notify(true)
-			continue
-		case <-p.kick:
+// sync is the runner's function: it recomputes the Services that changed and hands them to
+// the state, then lets the host networking follow (all of it when hostResync is due).
+func (p *ServiceProxy) sync() {
+	p.mu.Lock()
+	keys := p.changed
+	p.changed = map[string]bool{}
+	p.mu.Unlock()
+	for key := range keys {
+		ports := p.compute(key)
+		if len(ports) == 0 {
+			delete(p.current, key)
+			p.ids.release(key)
+		} else {
+			p.current[key] = ports
 		}
-		p.mu.Lock()
-		keys := p.changed
-		p.changed = map[string]bool{}
-		p.mu.Unlock()
-		for key := range keys {
-			ports := p.compute(key)
-			if len(ports) == 0 {
-				delete(p.current, key)
-				p.ids.release(key)
-			} else {
-				p.current[key] = ports
-			}
-			p.state.SetService(key, ports)
-		}
-		p.notify(false)
+		p.state.SetService(key, ports)
 	}
+	full := time.Since(p.hostSynced) >= hostResync
+	if full {
+		p.hostSynced = time.Now()
+	}
+	p.notify(full)
 }
 
 func (p *ServiceProxy) notify(full bool) {

@@ -6,9 +6,11 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -138,7 +141,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 
 // recordingFlows records the bundles a FlowClient applies.
 type recordingFlows struct {
-	*ovs.FakeOpenFlow
+	*ovsfake.OpenFlow
 	mu      sync.Mutex
 	bundles [][]string
 }
@@ -148,7 +151,7 @@ func (r *recordingFlows) Bundle(ctx context.Context, mods []ovs.Mod) error {
 	r.mu.Lock()
 	r.bundles = append(r.bundles, strings.Split(strings.TrimSpace(text), "\n"))
 	r.mu.Unlock()
-	return r.FakeOpenFlow.Bundle(ctx, mods)
+	return r.OpenFlow.Bundle(ctx, mods)
 }
 
 func (r *recordingFlows) last() []string {
@@ -162,10 +165,9 @@ func (r *recordingFlows) last() []string {
 
 func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	ctx := context.Background()
-	of := &recordingFlows{FakeOpenFlow: ovs.NewFakeOpenFlow()}
+	of := &recordingFlows{OpenFlow: ovsfake.NewOpenFlow()}
 	state := NewNodeState(1, nil)
-	sw := newGroupSwitch(of, state.Groups)
-	syncer := NewRenderedFlowSyncer(sw, state.RenderedFlows) // as the agent runs it
+	syncer := NewFlowSyncer(OpenFlowSwitch(of), state.Desired, time.Hour) // as the agent runs it
 	state.SetNode(testNodeConfig())
 	state.SetPod("p3", testPod("a", 3, 10))
 	ids := newGroupAllocator()
@@ -194,7 +196,7 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	sawModify := false
 	for _, line := range bundle {
 		switch {
-		case strings.HasPrefix(line, "group modify group_id="+uintText(webGroup)+","):
+		case strings.HasPrefix(line, "group modify group_id="+strconv.FormatUint(uint64(webGroup), 10)+","):
 			sawModify = true
 		case strings.HasPrefix(line, "group "):
 			t.Errorf("bundle touches another group: %s", line)
@@ -232,9 +234,10 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	}
 }
 
-// TestRenderedFlowsKeepUnchangedServices: RenderedFlows equals Flows rendered, through
-// Service changes, deletions, additions, pod and node changes, and compiles only the
-// Services whose ports changed.
+// TestRenderedFlowsKeepUnchangedServices: Desired (the compiler that keeps unchanged
+// objects) equals everything compiled afresh and rendered, through Service changes,
+// deletions, additions, pod and node changes, and compiles only the Services whose ports
+// changed.
 func TestRenderedFlowsKeepUnchangedServices(t *testing.T) {
 	state := NewNodeState(1, nil)
 	state.SetNode(testNodeConfig())
@@ -253,23 +256,26 @@ func TestRenderedFlowsKeepUnchangedServices(t *testing.T) {
 	dbPorts := servicePorts(db, []*discoveryv1.EndpointSlice{testSlice("db", "d", discoveryv1.AddressTypeIPv4, 5432, ready("10.244.1.10"))}, "node-1", ids.forService("x/db"), false)
 	same := func(step string) {
 		t.Helper()
-		flows, _, err := state.Flows()
+		compiled, _, err := state.Compiled()
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantGroups := slices.Clone(state.Groups())
-		got, _, err := state.RenderedFlows()
+		want := pipeline.Desire(compiled.Flows, compiled.Groups)
+		got, _, err := state.Desired()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := renderFlows(flows); !maps.Equal(got, want) {
-			t.Fatalf("%s: RenderedFlows has %d flows, Flows %d; they differ", step, len(got), len(want))
+		if !maps.Equal(got.Flows, want.Flows) {
+			t.Fatalf("%s: Desired has %d flows, Compiled %d; they differ", step, len(got.Flows), len(want.Flows))
 		}
-		if gotGroups := state.Groups(); !reflect.DeepEqual(gotGroups, wantGroups) {
-			t.Fatalf("%s: groups %v, want %v", step, gotGroups, wantGroups)
+		if !maps.EqualFunc(got.Groups, want.Groups, ovs.Group.Equal) {
+			t.Fatalf("%s: groups %v, want %v", step, got.Groups, want.Groups)
 		}
 	}
-	dbEntry := func() uintptr { return reflect.ValueOf(state.serviceCache.entries["x/db"].flows).Pointer() }
+	dbEntry := func() uintptr {
+		flows, _ := state.compiler.ObjectFlows(pipeline.CategoryService, "x/db")
+		return reflect.ValueOf(flows).Pointer()
+	}
 
 	state.SetServices(map[string][]pipeline.ServicePort{"x/web": webPorts("10.244.1.10", "10.244.2.10"), "x/db": dbPorts})
 	same("first sync")
@@ -283,7 +289,7 @@ func TestRenderedFlowsKeepUnchangedServices(t *testing.T) {
 	same("a pod added")
 	state.SetService("x/db", nil)
 	same("x/db deleted")
-	if _, ok := state.serviceCache.entries["x/db"]; ok {
+	if _, ok := state.compiler.ObjectFlows(pipeline.CategoryService, "x/db"); ok {
 		t.Error("the deleted Service is still cached")
 	}
 	state.SetService("x/db", dbPorts)

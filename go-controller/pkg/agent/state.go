@@ -11,9 +11,11 @@ import (
 )
 
 // NodeState is the desired state of this node's datapath: the node itself, its pods' ports,
-// its tunnel peers and, when NetworkPolicy is enabled, the node's share of it. Every change
-// bumps the generation; the flow syncer reports which generation it installed, so a CNI
-// ADD can wait for the flows of its own pod.
+// its tunnel peers, its Services and, when NetworkPolicy is enabled, the node's share of
+// it. Every change bumps the generation; the flow syncer reports which generation it
+// installed, so a CNI ADD can wait for the flows of its own pod. The flows are the
+// pipeline's stages compiled from a snapshot of the state (Desired), by one compiler that
+// keeps every unchanged object's flows.
 type NodeState struct {
 	mu         sync.Mutex
 	node       *pipeline.NodeConfig
@@ -28,20 +30,30 @@ type NodeState struct {
 	// policyChanged is closed, and replaced, whenever policy changes.
 	policyChanged chan struct{}
 	// services are the Service ports by Service (namespace/name); nil until the Service
-	// proxy has synced (see service_state.go). groups are the groups of the last Flows.
+	// proxy has synced (see service_state.go). A Service's slice is replaced, never
+	// changed in place.
 	services map[string][]pipeline.ServicePort
-	groups   []pipeline.Group
-	// serviceCache keeps the Services' rendered flows between RenderedFlows calls.
-	serviceCache serviceFlowCache
 	// evictions are learned SCTP translations to delete once their generation is
 	// installed (service_state.go).
 	evictions []pendingEviction
+
+	// stages are the pipeline; compiler compiles it for Desired (compileMu: one
+	// compilation at a time).
+	stages    pipeline.Registry
+	compileMu sync.Mutex
+	compiler  *pipeline.Compiler
 }
 
-// NewNodeState returns an empty state; onChange is called after every change.
+// NewNodeState returns an empty state of the kovs pipeline (pipeline.Stages); onChange is
+// called after every change.
 func NewNodeState(round pipeline.Round, onChange func()) *NodeState {
+	return NewNodeStateOf(pipeline.Stages(), round, onChange)
+}
+
+// NewNodeStateOf is NewNodeState for the pipeline of stages.
+func NewNodeStateOf(stages pipeline.Registry, round pipeline.Round, onChange func()) *NodeState {
 	return &NodeState{round: round, pods: map[string]pipeline.PodPort{}, peers: map[string]pipeline.TunnelPeer{},
-		onChange: onChange, policyChanged: make(chan struct{})}
+		onChange: onChange, policyChanged: make(chan struct{}), stages: stages, compiler: pipeline.NewCompiler(stages)}
 }
 
 func (s *NodeState) change(f func()) uint64 {
@@ -120,79 +132,51 @@ func sortedPeers(m map[string]pipeline.TunnelPeer) []pipeline.TunnelPeer {
 	return out
 }
 
-// compilation is what one compilation of the node's flows reads, taken at once under mu.
-type compilation struct {
-	node     *pipeline.NodeConfig
-	gen      uint64
-	pods     []pipeline.PodPort // by port name
-	peers    []pipeline.TunnelPeer
-	share    *policy.NodeShare
-	services map[string][]pipeline.ServicePort
-	ports    []pipeline.ServicePort // every Service port, in Service key order
-}
-
-// compile snapshots the state and returns a builder for it. Before the node's own
-// configuration is known there is nothing to install.
-func (s *NodeState) compile() (compilation, *pipeline.Builder, error) {
+// Snapshot is the state as the pipeline's stages read it, and the generation it is. Before
+// the node's own configuration is known there is nothing to compile.
+func (s *NodeState) Snapshot() (pipeline.Snapshot, uint64, error) {
 	s.mu.Lock()
-	c := compilation{node: s.node, gen: s.generation, peers: sortedPeers(s.peers), share: s.policy,
-		services: maps.Clone(s.services), ports: s.servicePortsLocked()}
-	c.pods = make([]pipeline.PodPort, 0, len(s.pods))
+	defer s.mu.Unlock()
+	if s.node == nil {
+		return pipeline.Snapshot{}, s.generation, errNodeNotConfigured
+	}
+	snap := pipeline.Snapshot{Node: *s.node, Round: s.round, Peers: sortedPeers(s.peers), Policy: s.policy,
+		Services: maps.Clone(s.services), Pods: make([]pipeline.PodPort, 0, len(s.pods))}
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
-		c.pods = append(c.pods, s.pods[name])
+		snap.Pods = append(snap.Pods, s.pods[name])
 	}
-	s.mu.Unlock()
-	if c.node == nil {
-		return c, nil, errNodeNotConfigured
-	}
-	b, err := pipeline.NewBuilder(*c.node, s.round)
-	return c, b, err
+	return snap, s.generation, nil
 }
 
-// Flows compiles the desired flows and returns the generation they reflect.
+// Desired compiles the flows and groups the node wants, as the switch holds them, and
+// returns the generation they reflect. Only the objects (pods, peers, Services,
+// NetworkPolicy clauses, ...) that changed since the last call are compiled.
+func (s *NodeState) Desired() (pipeline.Desired, uint64, error) {
+	snap, gen, err := s.Snapshot()
+	if err != nil {
+		return pipeline.Desired{}, gen, err
+	}
+	s.compileMu.Lock()
+	defer s.compileMu.Unlock()
+	d, err := s.compiler.Compile(snap)
+	return d, gen, err
+}
+
+// Compiled compiles the desired flows and groups from scratch, as typed values (for tests
+// and tools: the flow sync uses Desired), and returns the generation they reflect.
+func (s *NodeState) Compiled() (pipeline.Compiled, uint64, error) {
+	snap, gen, err := s.Snapshot()
+	if err != nil {
+		return pipeline.Compiled{}, gen, err
+	}
+	c, err := s.stages.Compile(snap)
+	return c, gen, err
+}
+
+// Flows are Compiled's flows.
 func (s *NodeState) Flows() ([]pipeline.Flow, uint64, error) {
-	c, b, err := s.compile()
-	if err != nil {
-		return nil, c.gen, err
-	}
-	flows, err := b.NodeFlows(c.pods, c.peers)
-	if err != nil {
-		return flows, c.gen, err
-	}
-	if flows, err = s.appendServiceFlows(b, flows, c.ports, c.pods); err != nil {
-		return nil, c.gen, err
-	}
-	if c.share == nil {
-		return flows, c.gen, nil
-	}
-	return append(flows, b.PolicyFlows(*c.share, c.pods)...), c.gen, nil
-}
-
-// RenderedFlows is Flows rendered as the flow syncer keys and compares them (flow key ->
-// text), with the Services' flows kept from the previous call while their ports are
-// unchanged.
-func (s *NodeState) RenderedFlows() (map[string]string, uint64, error) {
-	c, b, err := s.compile()
-	if err != nil {
-		return nil, c.gen, err
-	}
-	flows, err := b.NodeFlows(c.pods, c.peers)
-	if err != nil {
-		return nil, c.gen, err
-	}
-	flows = append(flows, b.ServiceHairpinFlows(c.ports, c.pods)...)
-	if c.share != nil {
-		flows = append(flows, b.PolicyFlows(*c.share, c.pods)...)
-	}
-	out := renderFlows(flows)
-	groups, err := s.serviceCache.render(b, c.node, c.services, out)
-	if err != nil {
-		return nil, c.gen, err
-	}
-	s.mu.Lock()
-	s.groups = groups
-	s.mu.Unlock()
-	return out, c.gen, nil
+	c, gen, err := s.Compiled()
+	return c.Flows, gen, err
 }
 
 // generationNow is the current generation.

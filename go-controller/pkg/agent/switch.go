@@ -2,33 +2,68 @@ package agent
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
-// ofSwitch is br-int's OpenFlow side as the flow syncer sees it.
+// OpenFlowSwitch is br-int's OpenFlow side as the flow syncer sees it, on an OpenFlow
+// client (the agent's ovs-ofctl client, or a fake in tests).
+func OpenFlowSwitch(of ovs.FlowClient) FlowSwitch { return ofSwitch{of} }
+
 type ofSwitch struct{ of ovs.FlowClient }
 
-func (s ofSwitch) Apply(ctx context.Context, deletes, adds []string) error {
-	mods := make([]ovs.Mod, 0, len(deletes)+len(adds))
-	for _, d := range deletes {
-		mods = append(mods, ovs.DeleteFlowStrict(d))
+// Apply implements FlowSwitch: the plan as one bundle, in the order SwitchPlan gives.
+func (s ofSwitch) Apply(ctx context.Context, p SwitchPlan) error {
+	mods := make([]ovs.Mod, 0, len(p.AddGroups)+len(p.ModifyGroups)+len(p.DeleteFlows)+len(p.AddFlows)+len(p.DeleteGroups))
+	for _, g := range p.AddGroups {
+		mods = append(mods, g.Add())
 	}
-	for _, a := range adds {
-		mods = append(mods, ovs.AddFlow(a))
+	for _, g := range p.ModifyGroups {
+		mods = append(mods, g.Modify())
+	}
+	for _, k := range p.DeleteFlows {
+		mods = append(mods, k.DeleteStrict())
+	}
+	for _, f := range p.AddFlows {
+		mods = append(mods, f.Add())
+	}
+	for _, id := range p.DeleteGroups {
+		mods = append(mods, ovs.DeleteGroup(id))
 	}
 	return s.of.Bundle(ctx, mods)
 }
 
-func (s ofSwitch) Flows(ctx context.Context) ([]string, error) {
+// Flows implements FlowSwitch.
+func (s ofSwitch) Flows(ctx context.Context) ([]ovs.Flow, error) {
 	entries, err := s.of.DumpFlows(ctx, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(entries))
+	out := make([]ovs.Flow, len(entries))
 	for i, e := range entries {
-		out[i] = e.String()
+		if out[i], err = e.Flow(); err != nil {
+			return nil, fmt.Errorf("dumped flows: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// Groups implements FlowSwitch. A group whose dump does not parse is kept by ID and type
+// only, so that it differs from any wanted group and is replaced.
+func (s ofSwitch) Groups(ctx context.Context) ([]ovs.Group, error) {
+	entries, err := s.of.DumpGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ovs.Group, len(entries))
+	for i, e := range entries {
+		g, err := e.Group()
+		if err != nil {
+			g = ovs.Group{ID: e.ID, Type: e.Type}
+		}
+		out[i] = g
 	}
 	return out, nil
 }

@@ -11,24 +11,14 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// maintainTunnelNeighbors keeps ovs-vswitchd's tunnel neighbour cache filled for every
-// peer, on the userspace datapath. vswitchd resolves outer next hops itself and drops the
-// first packet to a peer it has not resolved; the agent makes the kernel resolve each peer
-// and seeds vswitchd with the answer (tnl/neigh/set): before the node takes pods, when
-// peers change, and again every period, since a restarted vswitchd forgets them.
-func (a *Agent) maintainTunnelNeighbors(ctx context.Context) {
-	tick := time.NewTicker(15 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-a.peersChanged:
-		}
-		a.seedTunnelNeighbors(ctx)
-	}
-}
+// neighborPeriod is how often the tunnel neighbours are seeded again: a restarted
+// ovs-vswitchd forgets them.
+//
+// On the userspace datapath vswitchd resolves outer next hops itself and drops the first
+// packet to a peer it has not resolved; the agent makes the kernel resolve each peer and
+// seeds vswitchd with the answer (tnl/neigh/set): before the node takes pods, when peers
+// change, and again every period (the agent's neighbors runner).
+const neighborPeriod = 15 * time.Second
 
 // seedTunnelNeighbors seeds every current peer once (userspace datapath only).
 func (a *Agent) seedTunnelNeighbors(ctx context.Context) {

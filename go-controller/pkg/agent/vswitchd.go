@@ -14,9 +14,6 @@ func (a *Agent) watchVswitchd(ctx context.Context) {
 	socket := filepath.Join(a.cfg.OVSRundir, a.cfg.Bridge+".mgmt")
 	ovs.WatchBridge(ctx, socket, func() {
 		a.syncer.TriggerFull()
-		select {
-		case a.peersChanged <- struct{}{}:
-		default:
-		}
+		a.neighbors.Run()
 	})
 }

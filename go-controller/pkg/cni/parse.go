@@ -37,7 +37,7 @@ func (c IPConfig) Parse() (*net.IPNet, net.IP, error) {
 }
 
 // Parse returns the destination prefix and the next hop (nil when empty).
-func (r Route) Parse() (*net.IPNet, net.IP, error) {
+func (r RouteConfig) Parse() (*net.IPNet, net.IP, error) {
 	_, dst, err := net.ParseCIDR(r.Dst)
 	if err != nil {
 		return nil, nil, fmt.Errorf("route destination %q: %w", r.Dst, err)

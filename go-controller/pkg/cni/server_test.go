@@ -75,7 +75,7 @@ func testConfig() *PodNetworkConfig {
 			{Address: "fd00:10:244:1::5/64", Gateway: "fd00:10:244:1::1"},
 		},
 		MAC:                      "0a:58:0a:f4:01:05",
-		Routes:                   []Route{{Dst: "10.96.0.0/12"}},
+		Routes:                   []RouteConfig{{Dst: "10.96.0.0/12"}},
 		MTU:                      1450,
 		DisableTxChecksumOffload: true,
 	}

@@ -47,8 +47,8 @@ type IPConfig struct {
 	Gateway string `json:"gateway,omitempty"`
 }
 
-// Route is a route the pod gets in addition to the default route of each family.
-type Route struct {
+// RouteConfig is a route the pod gets in addition to the default route of each family.
+type RouteConfig struct {
 	// Dst is the destination prefix, "10.96.0.0/12".
 	Dst string `json:"dst"`
 	// GW is the next hop; empty means the Gateway of the pod address of the same family
@@ -63,7 +63,7 @@ type PodNetworkConfig struct {
 	// MAC is the pod interface's address, "0a:58:0a:f4:01:05".
 	MAC string `json:"mac"`
 	// Routes are extra routes; the default route per family comes from IPs' Gateway.
-	Routes []Route `json:"routes,omitempty"`
+	Routes []RouteConfig `json:"routes,omitempty"`
 	// MTU of both veth ends; it leaves room for the tunnel overhead.
 	MTU int `json:"mtu"`
 	// DisableTxChecksumOffload turns TX checksum offload off on the pod end (needed with

@@ -20,8 +20,8 @@ func TestPodNetworkConfigValidate(t *testing.T) {
 		{name: "bad MAC", edit: func(c *PodNetworkConfig) { c.MAC = "0a:58" }, wantErr: "pod MAC"},
 		{name: "multicast MAC", edit: func(c *PodNetworkConfig) { c.MAC = "01:00:5e:00:00:01" }, wantErr: "unicast"},
 		{name: "MTU too small", edit: func(c *PodNetworkConfig) { c.MTU = 576 }, wantErr: "MTU 576"},
-		{name: "bad route", edit: func(c *PodNetworkConfig) { c.Routes = []Route{{Dst: "10.96.0.0"}} }, wantErr: "route destination"},
-		{name: "route via other family", edit: func(c *PodNetworkConfig) { c.Routes = []Route{{Dst: "10.96.0.0/12", GW: "fd00::1"}} }, wantErr: "other IP family"},
+		{name: "bad route", edit: func(c *PodNetworkConfig) { c.Routes = []RouteConfig{{Dst: "10.96.0.0"}} }, wantErr: "route destination"},
+		{name: "route via other family", edit: func(c *PodNetworkConfig) { c.Routes = []RouteConfig{{Dst: "10.96.0.0/12", GW: "fd00::1"}} }, wantErr: "other IP family"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()

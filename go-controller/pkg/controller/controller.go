@@ -39,7 +39,7 @@ type Config struct {
 	LeaseName      string
 	Identity       string
 	// Pod is the controller's own pod: the leader labels it with LeaderLabel.
-	Pod PodRef
+	Pod OwnPod
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (defaults 15 s,
 	// 10 s, 2 s, as kube-controller-manager's).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration

@@ -17,17 +17,17 @@ import (
 // reach the replica that serves the policy stream, not a standby.
 const LeaderLabel = "kovs.io/leader"
 
-// PodRef names the controller's own pod (from the downward API); empty outside a pod.
-type PodRef struct {
+// OwnPod names the controller's own pod (from the downward API); empty outside a pod.
+type OwnPod struct {
 	Namespace, Name string
 }
 
-func (p PodRef) set() bool { return p.Namespace != "" && p.Name != "" }
+func (p OwnPod) set() bool { return p.Namespace != "" && p.Name != "" }
 
 // markLeader sets (leading) or removes LeaderLabel on the controller's own pod. A
 // replica clears it when it starts, so a container restarted in place does not keep the
 // label it had as leader.
-func markLeader(ctx context.Context, client kubernetes.Interface, pod PodRef, leading bool) error {
+func markLeader(ctx context.Context, client kubernetes.Interface, pod OwnPod, leading bool) error {
 	if !pod.set() {
 		return nil
 	}
@@ -48,7 +48,7 @@ func markLeader(ctx context.Context, client kubernetes.Interface, pod PodRef, le
 
 // labelAsLeader sets LeaderLabel, retrying every retry until it succeeds or ctx ends: the
 // leader must stay findable even if the API refused the first patch.
-func labelAsLeader(ctx context.Context, client kubernetes.Interface, pod PodRef, retry time.Duration) {
+func labelAsLeader(ctx context.Context, client kubernetes.Interface, pod OwnPod, retry time.Duration) {
 	for {
 		err := markLeader(ctx, client, pod, true)
 		if err == nil || ctx.Err() != nil {
@@ -64,7 +64,7 @@ func labelAsLeader(ctx context.Context, client kubernetes.Interface, pod PodRef,
 }
 
 // unlabel removes LeaderLabel, on its own deadline (the run's context may be over).
-func unlabel(client kubernetes.Interface, pod PodRef) {
+func unlabel(client kubernetes.Interface, pod OwnPod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := markLeader(ctx, client, pod, false); err != nil {

@@ -14,7 +14,7 @@ func TestLeaderLabelFollowsLeadership(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kovs-controller-1",
 		Labels: map[string]string{"app": "kovs-controller", LeaderLabel: "true"}}}
 	client := fake.NewSimpleClientset(pod)
-	ref := PodRef{Namespace: "kube-system", Name: "kovs-controller-1"}
+	ref := OwnPod{Namespace: "kube-system", Name: "kovs-controller-1"}
 	labels := func() map[string]string {
 		p, err := client.CoreV1().Pods("kube-system").Get(context.Background(), ref.Name, metav1.GetOptions{})
 		if err != nil {
@@ -35,14 +35,14 @@ func TestLeaderLabelFollowsLeadership(t *testing.T) {
 		t.Fatalf("after labelAsLeader: %v", l)
 	}
 	// Outside a pod there is nothing to label, and no error.
-	if err := markLeader(ctx, client, PodRef{}, true); err != nil {
+	if err := markLeader(ctx, client, OwnPod{}, true); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestLabelAsLeaderRetriesUntilThePodExists(t *testing.T) {
 	client := fake.NewSimpleClientset()
-	ref := PodRef{Namespace: "kube-system", Name: "late"}
+	ref := OwnPod{Namespace: "kube-system", Name: "late"}
 	done := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/servingcert"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
@@ -62,7 +62,7 @@ func (c *PolicyConfig) defaults() {
 // policyControllers are the NetworkPolicy parts of the controller.
 type policyControllers struct {
 	cfg         PolicyConfig
-	compiler    *compiler.Compiler
+	compiler    *networkpolicy.Compiler
 	realization *realization.Controller
 	obs         observer
 }
@@ -72,7 +72,7 @@ type policyControllers struct {
 func newPolicyControllers(factory informers.SharedInformerFactory, client kubernetes.Interface, recorder record.EventRecorder,
 	cfg PolicyConfig, obs observer) (*policyControllers, error) {
 	cfg.defaults()
-	comp, err := compiler.New(factory, compiler.Options{MinSyncInterval: cfg.MinSyncInterval})
+	comp, err := networkpolicy.New(factory, networkpolicy.Options{MinSyncInterval: cfg.MinSyncInterval})
 	if err != nil {
 		return nil, err
 	}

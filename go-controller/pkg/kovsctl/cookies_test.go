@@ -2,6 +2,7 @@ package kovsctl
 
 import (
 	"context"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
-	controller "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -50,7 +52,7 @@ func namedPortPolicy() (*networkingv1.NetworkPolicy, []*corev1.Pod) {
 // included (for the traced protocol and port).
 func TestPolicyRuleNamesMatchTheCompiler(t *testing.T) {
 	np, pods := namedPortPolicy()
-	shares := controller.Compile([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}}, pods, []*networkingv1.NetworkPolicy{np})
+	shares := networkpolicy.Compile([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "x"}}}, pods, []*networkingv1.NetworkPolicy{np})
 	a := Access{Client: fake.NewClientset(np)}
 	for id := range shares["node-1"].Rules {
 		proto, port := "tcp", 80
@@ -122,8 +124,8 @@ func TestVerdictNamesTheAllowingRules(t *testing.T) {
 	egress := pipeline.NewPolicyCookie(1, pipeline.PolicyKindRule, pipeline.PolicyRuleObjectID("x/web/egress/0"))
 	ingress := pipeline.NewPolicyCookie(1, pipeline.PolicyKindRule, pipeline.PolicyRuleObjectID("x/web/ingress/0"))
 	r := &TraceResult{owners: cookieOwners{rules: rules}, Hops: []Hop{
-		{Node: "node-1", Parsed: ParsedTrace{Steps: []TraceStep{{Table: 50, Cookie: egress}}, OutputPorts: []int{1}}},
-		{Node: "node-2", Parsed: ParsedTrace{Steps: []TraceStep{{Table: 70, Cookie: ingress}}, OutputPorts: []int{4}},
+		{Node: "node-1", Parsed: ovs.Trace{Steps: []ovs.TraceStep{{Table: 50, Cookie: uint64(egress)}}, OutputPorts: []int{1}}},
+		{Node: "node-2", Parsed: ovs.Trace{Steps: []ovs.TraceStep{{Table: 70, Cookie: uint64(ingress)}}, OutputPorts: []int{4}},
 			ports: map[int]string{4: "pod x/web-1"}},
 	}}
 	want := "delivered on node-2 to pod x/web-1; allowed by NetworkPolicy x/web egress rule 0 on node-1, " +
@@ -131,7 +133,7 @@ func TestVerdictNamesTheAllowingRules(t *testing.T) {
 	if got := r.verdict(); got != want {
 		t.Errorf("verdict = %q\nwant      %q", got, want)
 	}
-	r.Hops[1].Parsed = ParsedTrace{Steps: []TraceStep{{Table: 70, Cookie: pipeline.NewPolicyCookie(1, pipeline.PolicyKindIngressDeny, 4)}}}
+	r.Hops[1].Parsed = ovs.Trace{Steps: []ovs.TraceStep{{Table: 70, Cookie: uint64(pipeline.NewPolicyCookie(1, pipeline.PolicyKindIngressDeny, 4))}}}
 	want = "DROPPED on node-2 in table 70 IngressPolicy by default deny of x/web-1 (isolated for ingress)"
 	if got := r.verdict(); got != want {
 		t.Errorf("verdict = %q\nwant      %q", got, want)
@@ -141,8 +143,8 @@ func TestVerdictNamesTheAllowingRules(t *testing.T) {
 func TestPacketSpecNamesPortsPerProtocol(t *testing.T) {
 	for proto, want := range map[string]string{"tcp": "tcp_src=40000,tcp_dst=53", "udp": "udp_src=40000,udp_dst=53",
 		"sctp": "sctp_src=40000,sctp_dst=53"} {
-		p := packet{InPort: 3, Proto: proto, SrcPort: 40000, DstPort: 53, TTL: 64}
-		if got := p.Spec(); !strings.HasSuffix(got, want) {
+		p := newPacket(proto, 3, nil, nil, netip.Addr{}, netip.Addr{}, 53)
+		if got := p.TraceFlow(); !strings.HasSuffix(got, want) {
 			t.Errorf("%s spec = %s, want it to end in %s", proto, got, want)
 		}
 	}

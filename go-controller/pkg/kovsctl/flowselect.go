@@ -3,7 +3,6 @@ package kovsctl
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -32,19 +31,15 @@ func (s podFlows) selects(f ovs.FlowEntry) bool {
 	if isDenyKind(c.PolicyKind()) && uint64(c.Object()) == s.ofport {
 		return true
 	}
-	for _, tok := range strings.Split(f.Match, ",") {
-		key, val, ok := strings.Cut(tok, "=")
-		if !ok {
-			continue
-		}
-		switch key {
+	for _, field := range ovs.MatchFields(f.Match) {
+		switch field.Name {
 		case "in_port", "reg1":
-			if n, err := strconv.ParseUint(val, 0, 64); err == nil && n == s.ofport {
+			if n, err := strconv.ParseUint(field.Value, 0, 64); err == nil && n == s.ofport {
 				return true
 			}
 		case "nw_src", "nw_dst", "ipv6_src", "ipv6_dst", "arp_spa", "arp_tpa", "nd_target", "dl_src", "dl_dst",
 			"arp_sha", "arp_tha":
-			if s.values[strings.ToLower(val)] {
+			if s.values[strings.ToLower(field.Value)] {
 				return true
 			}
 		}
@@ -66,8 +61,6 @@ type policyFlows struct {
 	isolated map[pipeline.PolicyKind]map[uint32]bool
 }
 
-var conjunctionAction = regexp.MustCompile(`conjunction\((\d+),`)
-
 func (s policyFlows) selects(f ovs.FlowEntry) bool {
 	c := pipeline.Cookie(f.Cookie)
 	if c.Category() != pipeline.CategoryPolicy {
@@ -78,8 +71,8 @@ func (s policyFlows) selects(f ovs.FlowEntry) bool {
 		if s.rules[c.Object()] {
 			return true
 		}
-		for _, m := range conjunctionAction.FindAllStringSubmatch(f.Actions, -1) {
-			if id, err := strconv.ParseUint(m[1], 10, 32); err == nil && s.conjIDs[uint32(id)] {
+		for _, id := range ovs.ConjunctionIDs(f.Actions) {
+			if s.conjIDs[id] {
 				return true
 			}
 		}
@@ -91,13 +84,12 @@ func (s policyFlows) selects(f ovs.FlowEntry) bool {
 
 // conjIDOf reads the conj_id a rule's flow matches on.
 func conjIDOf(match string) (uint32, bool) {
-	for _, tok := range strings.Split(match, ",") {
-		if v, ok := strings.CutPrefix(tok, "conj_id="); ok {
-			n, err := strconv.ParseUint(v, 0, 32)
-			return uint32(n), err == nil
-		}
+	v, ok := ovs.MatchValue(match, "conj_id")
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	n, err := strconv.ParseUint(v, 0, 32)
+	return uint32(n), err == nil
 }
 
 // podSelection builds the --pod filter for a pod with a port on this node.

@@ -148,7 +148,7 @@ func TestDeniedVerdictNamesTheIsolatingPolicies(t *testing.T) {
 		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}
 	a := Access{Client: fake.NewClientset(np, denyAll, egressOnly, pods[1])}
 	r := &TraceResult{Hops: []Hop{{Node: "node-1", ports: map[int]string{4: "pod x/web-1"},
-		Parsed: ParsedTrace{Steps: []TraceStep{{Table: 70, Cookie: pipeline.NewPolicyCookie(1, pipeline.PolicyKindIngressDeny, 4)}}}}}}
+		Parsed: ovs.Trace{Steps: []ovs.TraceStep{{Table: 70, Cookie: uint64(pipeline.NewPolicyCookie(1, pipeline.PolicyKindIngressDeny, 4))}}}}}}
 	a.explainDeny(context.Background(), r)
 	want := "DROPPED on node-1 in table 70 IngressPolicy by default deny of x/web-1 (isolated for ingress by NetworkPolicy " +
 		"x/deny-all, x/web; none of their ingress rules (x/web ingress rule 0) allows this packet)"

@@ -14,8 +14,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/agent"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
@@ -50,9 +50,9 @@ type Status struct {
 type NodeReport struct {
 	Node string `json:"node"`
 	// Agent is the agent's /status, nil when it could not be read (AgentError says why).
-	Agent      *agent.NodeStatus `json:"agent,omitempty"`
-	AgentError string            `json:"agentError,omitempty"`
-	OVS        OVSReport         `json:"ovs"`
+	Agent      *nodestatus.Status `json:"agent,omitempty"`
+	AgentError string             `json:"agentError,omitempty"`
+	OVS        OVSReport          `json:"ovs"`
 	// ExpectedPeers are the other Nodes with subnets, as the API has them.
 	ExpectedPeers []string `json:"expectedPeers"`
 	Problems      []string `json:"problems"`
@@ -136,9 +136,9 @@ func (a Access) nodeReport(ctx context.Context, req StatusRequest, node string, 
 }
 
 // fetchAgentStatus reads the agent's /status, from inside netns when given.
-func fetchAgentStatus(ctx context.Context, addr, netns string) (*agent.NodeStatus, error) {
+func fetchAgentStatus(ctx context.Context, addr, netns string) (*nodestatus.Status, error) {
 	client := &http.Client{Transport: &http.Transport{DialContext: DialIn(netns), DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+nodestatus.Path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func fetchAgentStatus(ctx context.Context, addr, netns string) (*agent.NodeStatu
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("kovs-agent /status on %s: %s", addr, resp.Status)
 	}
-	var st agent.NodeStatus
+	var st nodestatus.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return nil, fmt.Errorf("kovs-agent /status on %s: %w", addr, err)
 	}

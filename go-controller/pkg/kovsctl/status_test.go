@@ -5,18 +5,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/agent"
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 )
 
 func healthyReport() NodeReport {
 	connected := true
 	return NodeReport{
 		Node: "node1",
-		Agent: &agent.NodeStatus{Node: "node1", Live: true, Ready: true,
-			Checks: []agent.Check{{Name: "ovs", OK: true}, {Name: "flows", OK: true}},
-			Flows:  agent.FlowStatus{Installed: 70, DesiredGeneration: 9, InstalledGeneration: 9},
-			Peers:  []agent.PeerStatus{{Node: "node2", TunnelIP: "172.30.0.2"}},
-			Policy: &agent.PolicyStatus{Received: true, Connected: &connected, ReceivedGeneration: 5, RealizedGeneration: 5}},
+		Agent: &nodestatus.Status{Node: "node1", Live: true, Ready: true,
+			Checks: []nodestatus.Check{{Name: "ovs", OK: true}, {Name: "flows", OK: true}},
+			Flows:  nodestatus.Flows{Installed: 70, DesiredGeneration: 9, InstalledGeneration: 9},
+			Peers:  []nodestatus.Peer{{Node: "node2", TunnelIP: "172.30.0.2"}},
+			Policy: &nodestatus.Policy{Received: true, Connected: &connected, ReceivedGeneration: 5, RealizedGeneration: 5}},
 		OVS:           OVSReport{DatabaseOK: true, BridgeOK: true, VswitchdOK: true, TunnelOK: true, GatewayOK: true, Flows: 70},
 		ExpectedPeers: []string{"node2"},
 	}
@@ -38,7 +38,7 @@ func TestProblems(t *testing.T) {
 		{"missing peer", func(r *NodeReport) { r.ExpectedPeers = append(r.ExpectedPeers, "node3") }, []string{"no tunnel peer for node node3"}},
 		{"policy behind", func(r *NodeReport) { r.Agent.Policy.RealizedGeneration = 4 }, []string{"NetworkPolicy behind: received generation 5, realized 4"}},
 		{"not ready", func(r *NodeReport) {
-			r.Agent.Ready, r.Agent.Checks[1] = false, agent.Check{Name: "flows", Message: "last flow sync failed"}
+			r.Agent.Ready, r.Agent.Checks[1] = false, nodestatus.Check{Name: "flows", Message: "last flow sync failed"}
 		}, []string{"agent not ready: flows: last flow sync failed"}},
 		{"tunnel port gone", func(r *NodeReport) { r.OVS.TunnelOK = false }, []string{"tunnel port kovs-tun0"}},
 	}

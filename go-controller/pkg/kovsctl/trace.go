@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -14,6 +15,9 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
+
+// Protocols kovsctl trace can build packets for.
+var protocols = map[string]bool{"tcp": true, "udp": true, "sctp": true, "icmp": true}
 
 // TraceRequest is what `kovsctl trace` was asked.
 type TraceRequest struct {
@@ -33,9 +37,9 @@ const DefaultCtState = "trk,new"
 // Hop is the trace on one node.
 type Hop struct {
 	Node   string
-	Packet packet
+	Packet pipeline.Packet
 	Raw    string
-	Parsed ParsedTrace
+	Parsed ovs.Trace
 	ports  map[int]string // ofport -> what it is
 }
 
@@ -137,14 +141,14 @@ func (a Access) explainDeny(ctx context.Context, res *TraceResult) {
 		return
 	}
 	dir := networkingv1.PolicyTypeIngress
-	switch step.Cookie.PolicyKind() {
+	switch pipeline.Cookie(step.Cookie).PolicyKind() {
 	case pipeline.PolicyKindIngressDeny:
 	case pipeline.PolicyKindEgressDeny:
 		dir = networkingv1.PolicyTypeEgress
 	default:
 		return
 	}
-	pod, ok := strings.CutPrefix(last.ports[int(step.Cookie.Object())], "pod ")
+	pod, ok := strings.CutPrefix(last.ports[int(pipeline.Cookie(step.Cookie).Object())], "pod ")
 	if !ok {
 		return
 	}
@@ -162,9 +166,9 @@ func (a Access) explainDeny(ctx context.Context, res *TraceResult) {
 }
 
 // firstPacket is the packet as the source pod sends it: to its gateway's MAC.
-func (a Access) firstPacket(ctx context.Context, src, dst *endpoint, nodes map[string]nodeInfo, req TraceRequest) (packet, error) {
+func (a Access) firstPacket(ctx context.Context, src, dst *endpoint, nodes map[string]nodeInfo, req TraceRequest) (pipeline.Packet, error) {
 	if len(dst.IPs) == 0 {
-		return packet{}, fmt.Errorf("destination %s has no address yet", dst.Name)
+		return pipeline.Packet{}, fmt.Errorf("destination %s has no address yet", dst.Name)
 	}
 	var srcIP, dstIP netip.Addr
 	for _, d := range dst.IPs {
@@ -174,31 +178,65 @@ func (a Access) firstPacket(ctx context.Context, src, dst *endpoint, nodes map[s
 		}
 	}
 	if !srcIP.IsValid() {
-		return packet{}, fmt.Errorf("%s (%v) and %s (%v) share no address family", src.Name, src.IPs, dst.Name, dst.IPs)
+		return pipeline.Packet{}, fmt.Errorf("%s (%v) and %s (%v) share no address family", src.Name, src.IPs, dst.Name, dst.IPs)
 	}
 	ofport, err := a.podOFPort(ctx, src)
 	if err != nil {
-		return packet{}, err
+		return pipeline.Packet{}, err
 	}
 	gw := nodes[src.Node].GatewayMAC
 	if gw == nil {
-		return packet{}, fmt.Errorf("node %s has no kovs subnets yet", src.Node)
+		return pipeline.Packet{}, fmt.Errorf("node %s has no kovs subnets yet", src.Node)
 	}
-	return packet{InPort: ofport, SrcMAC: src.MAC, DstMAC: gw, Src: srcIP, Dst: dstIP, TTL: 64,
-		Proto: req.Proto, SrcPort: 40000, DstPort: req.Port}, nil
+	return newPacket(req.Proto, uint32(ofport), src.MAC, gw, srcIP, dstIP, uint16(req.Port)), nil
+}
+
+// newPacket is the first packet of a connection of proto (tcp, udp, sctp, or icmp: an
+// echo request) from port 40000 to port, with TTL 64.
+func newPacket(proto string, inPort uint32, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, port uint16) pipeline.Packet {
+	p := pipeline.Packet{InPort: inPort, EthSrc: srcMAC, EthDst: dstMAC, EthType: pipeline.EthTypeIPv4,
+		IPSrc: src, IPDst: dst, TTL: 64, SrcPort: 40000, DstPort: port}
+	if src.Is6() {
+		p.EthType = pipeline.EthTypeIPv6
+	}
+	switch proto {
+	case "icmp":
+		p.SrcPort, p.DstPort = 0, 0
+		p.IPProto, p.ICMPType = pipeline.IPProtoICMP, 8
+		if src.Is6() {
+			p.IPProto, p.ICMPType = pipeline.IPProtoICMP6, 128
+		}
+	case "udp":
+		p.IPProto = pipeline.IPProtoUDP
+	case "sctp":
+		p.IPProto = pipeline.IPProtoSCTP
+	default:
+		p.IPProto = pipeline.IPProtoTCP
+	}
+	return p
+}
+
+// describePacket is the packet for people: "tcp 10.244.0.2:40000 -> 10.244.1.3:80".
+func describePacket(p pipeline.Packet) string {
+	switch p.IPProto {
+	case pipeline.IPProtoICMP, pipeline.IPProtoICMP6:
+		return fmt.Sprintf("icmp echo %s -> %s", p.IPSrc, p.IPDst)
+	}
+	proto := map[uint8]string{pipeline.IPProtoTCP: "tcp", pipeline.IPProtoUDP: "udp", pipeline.IPProtoSCTP: "sctp"}[p.IPProto]
+	return fmt.Sprintf("%s %s -> %s", proto, netip.AddrPortFrom(p.IPSrc, p.SrcPort), netip.AddrPortFrom(p.IPDst, p.DstPort))
 }
 
 // afterTunnel is the packet as the destination node receives it: routed once (TTL and MACs
 // rewritten by the source node), inside Geneve from the source node's endpoint.
-func (a Access) afterTunnel(p packet, from, to nodeInfo) packet {
+func (a Access) afterTunnel(p pipeline.Packet, from, to nodeInfo) pipeline.Packet {
 	next := p
 	next.InPort = tunnelOFPort
-	next.SrcMAC, next.DstMAC = from.GatewayMAC, to.GatewayMAC
+	next.EthSrc, next.EthDst = from.GatewayMAC, to.GatewayMAC
 	next.TTL = p.TTL - 1
-	next.TunnelVNI = pipeline.TunnelVNI
+	next.TunID = pipeline.TunnelVNI
 	for _, u := range to.Underlay {
 		if s, ok := sameFamily(from.Underlay, u); ok {
-			next.TunnelSrc, next.TunnelDst = s, u
+			next.TunSrc, next.TunDst = s, u
 			break
 		}
 	}
@@ -208,13 +246,13 @@ func (a Access) afterTunnel(p packet, from, to nodeInfo) packet {
 // tunnelOFPort is the Geneve port's fixed OpenFlow number on br-int.
 const tunnelOFPort = 1
 
-func (a Access) traceOn(ctx context.Context, node string, p packet, ctState string) (Hop, error) {
+func (a Access) traceOn(ctx context.Context, node string, p pipeline.Packet, ctState string) (Hop, error) {
 	o, err := a.connect(ctx, node)
 	if err != nil {
 		return Hop{}, err
 	}
 	defer o.Close()
-	raw, err := o.of.Trace(ctx, p.Spec(), "--ct-next", ctState)
+	raw, err := o.of.Trace(ctx, p.TraceFlow(), "--ct-next", ctState)
 	if err != nil {
 		return Hop{}, err
 	}
@@ -222,7 +260,7 @@ func (a Access) traceOn(ctx context.Context, node string, p packet, ctState stri
 	if err != nil {
 		return Hop{}, err
 	}
-	return Hop{Node: node, Packet: p, Raw: raw, Parsed: ParseTrace(raw), ports: ports}, nil
+	return Hop{Node: node, Packet: p, Raw: raw, Parsed: ovs.ParseTrace(raw, Bridge), ports: ports}, nil
 }
 
 func (a Access) podOFPort(ctx context.Context, src *endpoint) (int, error) {
@@ -277,7 +315,7 @@ func (r *TraceResult) verdict() string {
 		if !ok {
 			return "dropped on " + last.Node + " before any flow"
 		}
-		return fmt.Sprintf("DROPPED on %s in table %d %s by %s", last.Node, step.Table, step.TableName(), r.dropper(step, last))
+		return fmt.Sprintf("DROPPED on %s in table %d %s by %s", last.Node, step.Table, tableName(int(step.Table)), r.dropper(step, last))
 	}
 	var outs []string
 	for _, p := range last.Parsed.OutputPorts {
@@ -292,10 +330,10 @@ func (r *TraceResult) verdict() string {
 
 // dropper names the flow that dropped the packet: its owner, and for flows that are not
 // NetworkPolicy's, which flow it was.
-func (r *TraceResult) dropper(step TraceStep, h Hop) string {
-	owner := r.owners.describe(step.Cookie, h.ports)
+func (r *TraceResult) dropper(step ovs.TraceStep, h Hop) string {
+	owner := r.owners.describe(pipeline.Cookie(step.Cookie), h.ports)
 	switch {
-	case step.Cookie.Category() == pipeline.CategoryPolicy:
+	case pipeline.Cookie(step.Cookie).Category() == pipeline.CategoryPolicy:
 		return owner
 	case step.Priority == 0:
 		return owner + " table-miss flow (no flow of this table matches the packet)"
@@ -309,8 +347,8 @@ func (r *TraceResult) policyAllowances() []string {
 	var out []string
 	for _, h := range r.Hops {
 		for _, s := range h.Parsed.Steps {
-			if s.Cookie.PolicyKind() == pipeline.PolicyKindRule {
-				out = append(out, r.owners.describe(s.Cookie, h.ports)+" on "+h.Node)
+			if c := pipeline.Cookie(s.Cookie); c.PolicyKind() == pipeline.PolicyKindRule {
+				out = append(out, r.owners.describe(c, h.ports)+" on "+h.Node)
 			}
 		}
 	}
@@ -333,17 +371,17 @@ func (r *TraceResult) Print(w io.Writer) {
 		if i > 0 {
 			where = "after the tunnel"
 		}
-		fmt.Fprintf(w, "%s br-int (%s): %s\n", h.Node, where, h.Packet.Describe())
+		fmt.Fprintf(w, "%s br-int (%s): %s\n", h.Node, where, describePacket(h.Packet))
 		for i, s := range h.Parsed.Steps {
 			for _, c := range h.Parsed.Continuations {
 				if c.Step == i {
 					fmt.Fprintf(w, "      %-16s conntrack answered ct_state=%s; the packet goes on in table %d\n", "(recirculation)", c.CtState, s.Table)
 				}
 			}
-			fmt.Fprintf(w, "  %3d %-16s %s\n", s.Table, s.TableName(), stepSummary(s, brief, h))
+			fmt.Fprintf(w, "  %3d %-16s %s\n", s.Table, tableName(int(s.Table)), stepSummary(s, brief, h))
 		}
 		if r.Request.Raw {
-			fmt.Fprintf(w, "\n--- ovs-appctl ofproto/trace br-int '%s' --ct-next %s ---\n%s\n", h.Packet.Spec(), r.Request.CtState, h.Raw)
+			fmt.Fprintf(w, "\n--- ovs-appctl ofproto/trace br-int '%s' --ct-next %s ---\n%s\n", h.Packet.TraceFlow(), r.Request.CtState, h.Raw)
 		}
 	}
 	fmt.Fprintf(w, "verdict: %s\n", r.Verdict)
@@ -353,7 +391,7 @@ func (r *TraceResult) Print(w io.Writer) {
 }
 
 // stepSummary is one line per table: the match, then what it did and who owns the flow.
-func stepSummary(s TraceStep, owners cookieOwners, h Hop) string {
+func stepSummary(s ovs.TraceStep, owners cookieOwners, h Hop) string {
 	short := make([]string, len(s.Actions))
 	for i, a := range s.Actions {
 		short[i] = shortAction(a)
@@ -366,7 +404,7 @@ func stepSummary(s TraceStep, owners cookieOwners, h Hop) string {
 	if match == "" {
 		match = "(any)"
 	}
-	return fmt.Sprintf("%s => %s   [%s]", match, acts, owners.describe(s.Cookie, h.ports))
+	return fmt.Sprintf("%s => %s   [%s]", match, acts, owners.describe(pipeline.Cookie(s.Cookie), h.ports))
 }
 
 // shortAction writes set_field:V->F as F=V, so that a routing step's tunnel destination

@@ -1,6 +1,11 @@
 package kovsctl
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
 
 // A real ofproto/trace (OVS 3.1) of a pod packet leaving through the tunnel.
 const tunnelTrace = `Flow: tcp,in_port=3,vlan_tci=0x0000,dl_src=0a:58:0a:f4:00:02,dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.2,nw_dst=10.244.1.3,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=40000,tp_dst=80,tcp_flags=0
@@ -43,10 +48,10 @@ Datapath actions: tnl_push(tnl_port(4),header(size=50)),out_port(1)),2
 `
 
 func TestParseTraceFollowsRecirculationToTheTunnel(t *testing.T) {
-	tr := ParseTrace(tunnelTrace)
+	tr := ovs.ParseTrace(tunnelTrace, Bridge)
 	var tables []string
 	for _, s := range tr.Steps {
-		tables = append(tables, s.TableName())
+		tables = append(tables, tableName(int(s.Table)))
 	}
 	want := []string{"Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "L3Forwarding", "Output"}
 	if len(tables) != len(want) {
@@ -60,12 +65,37 @@ func TestParseTraceFollowsRecirculationToTheTunnel(t *testing.T) {
 	if tr.TunnelDst != "172.30.0.2" || len(tr.OutputPorts) != 1 || tr.OutputPorts[0] != 1 || tr.Dropped() {
 		t.Fatalf("tunnel %q ports %v dropped %v", tr.TunnelDst, tr.OutputPorts, tr.Dropped())
 	}
-	if c := tr.Steps[0].Cookie; c.Object() != 3 {
+	if c := pipeline.Cookie(tr.Steps[0].Cookie); c.Object() != 3 {
 		t.Errorf("cookie of the first step %s", c)
 	}
 	// The trace resumed after conntrack once, before ConntrackState (the fourth step).
-	if len(tr.Continuations) != 1 || tr.Continuations[0] != (Continuation{Step: 3, CtState: "new|trk"}) {
+	if len(tr.Continuations) != 1 || tr.Continuations[0] != (ovs.TraceContinuation{Step: 3, CtState: "new|trk"}) {
 		t.Errorf("continuations %+v, want one before step 3 with new|trk", tr.Continuations)
+	}
+}
+
+func TestParseTraceDrop(t *testing.T) {
+	tr := ovs.ParseTrace(" 0. priority 0, cookie 0x1010000000000\n    drop\n\nDatapath actions: drop\n", Bridge)
+	if !tr.Dropped() {
+		t.Fatal("not dropped")
+	}
+	if s, _ := tr.LastStep(); tableName(int(s.Table)) != "Classifier" {
+		t.Fatalf("last step %+v", s)
+	}
+}
+
+func TestShortAction(t *testing.T) {
+	for in, want := range map[string]string{
+		"set_field:172.30.0.2->tun_dst":                "tun_dst=172.30.0.2",
+		"set_field:0x1/0xf->reg0":                      "reg0=0x1/0xf",
+		"set_field:0a:58:0a:f4:00:01->eth_src":         "eth_src=0a:58:0a:f4:00:01",
+		"set_field:fd00:172:31::3->tun_ipv6_dst":       "tun_ipv6_dst=fd00:172:31::3",
+		"goto_table:61":                                "goto_table:61",
+		"ct(commit,zone=65520,nat(dst=10.96.0.10:53))": "ct(commit,zone=65520,nat(dst=10.96.0.10:53))",
+	} {
+		if got := shortAction(in); got != want {
+			t.Errorf("shortAction(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -87,33 +117,8 @@ Datapath actions: drop
 `
 
 func TestParseTraceOutputToInputPortIsADrop(t *testing.T) {
-	tr := ParseTrace(selfTrace)
+	tr := ovs.ParseTrace(selfTrace, "br-int")
 	if !tr.Dropped() || len(tr.OutputPorts) != 0 {
 		t.Errorf("output to the input port without in_port: dropped=%v outputs %v, want a drop", tr.Dropped(), tr.OutputPorts)
-	}
-}
-
-func TestParseTraceDrop(t *testing.T) {
-	tr := ParseTrace(" 0. priority 0, cookie 0x1010000000000\n    drop\n\nDatapath actions: drop\n")
-	if !tr.Dropped() {
-		t.Fatal("not dropped")
-	}
-	if s, _ := tr.LastStep(); s.TableName() != "Classifier" {
-		t.Fatalf("last step %+v", s)
-	}
-}
-
-func TestShortAction(t *testing.T) {
-	for in, want := range map[string]string{
-		"set_field:172.30.0.2->tun_dst":                "tun_dst=172.30.0.2",
-		"set_field:0x1/0xf->reg0":                      "reg0=0x1/0xf",
-		"set_field:0a:58:0a:f4:00:01->eth_src":         "eth_src=0a:58:0a:f4:00:01",
-		"set_field:fd00:172:31::3->tun_ipv6_dst":       "tun_ipv6_dst=fd00:172:31::3",
-		"goto_table:61":                                "goto_table:61",
-		"ct(commit,zone=65520,nat(dst=10.96.0.10:53))": "ct(commit,zone=65520,nat(dst=10.96.0.10:53))",
-	} {
-		if got := shortAction(in); got != want {
-			t.Errorf("shortAction(%q) = %q, want %q", in, got, want)
-		}
 	}
 }

@@ -1,7 +1,12 @@
 // Package ovs is the lowest layer of kovs: the clients of Open vSwitch that the
 // agent, the CNI plugin and kovsctl use. It knows nothing of Kubernetes and
-// nothing of the kovs pipeline: flows come in as text already rendered in
-// ovs-ofctl syntax (by pkg/pipeline, which sits above this package).
+// nothing of the kovs pipeline. Flows and groups come in and go out as typed
+// values: a [FlowKey] (table, priority, match), a [Flow] (key, cookie,
+// actions) and a [Group] (ID, type, selection, buckets), whose match and
+// actions are in ovs-ofctl's canonical syntax (pkg/pipeline, above this
+// package, writes those). This package alone writes flow and group lines and
+// bundle files, and parses dump-flows, dump-groups and ofproto/trace output
+// ([ParseFlowDump], [FlowEntry.Flow], [GroupEntry.Group], [ParseTrace]).
 //
 // # The Open_vSwitch database
 //
@@ -24,22 +29,26 @@
 //     [OVSDB.DatapathTypes]).
 //
 // The agent depends on the [Store] interface ([BridgeStore], [PortStore],
-// [SwitchConfig]); [FakeOVSDB] implements it in memory for unit tests.
+// [SwitchConfig]); package ovs/ovsfake implements it in memory for unit tests
+// (only tests import that package, so no binary carries it).
 //
 // # OpenFlow
 //
 // [OpenFlow] programs one bridge by running ovs-ofctl -O OpenFlow15 against
 // its management socket (unix:<rundir>/<bridge>.mgmt), because kovs flows use
 // conjunction, ct() and NXM fields that typed OpenFlow libraries do not cover.
-// [OpenFlow.Bundle] applies [FlowMod] and [GroupMod] values as one atomic
-// bundle: all or nothing, and a [BundleError] that names the failing line.
+// [OpenFlow.Bundle] applies [FlowMod] and [GroupMod] values ([Flow.Add],
+// [FlowKey.DeleteStrict], [Group.Add], [Group.Modify], [DeleteGroup]) as one
+// atomic bundle: all or nothing, and a [BundleError] that names the failing
+// line.
 // [OpenFlow.DumpFlows] and [OpenFlow.DeleteFlows] select flows by cookie and
 // mask, which is how the agent finds and removes the flows of an older round.
-// [Vswitchd] runs ovs-appctl: ofproto/trace and tnl/neigh/set.
+// [Vswitchd] runs ovs-appctl: ofproto/trace (read with [ParseTrace]) and
+// tnl/neigh/set.
 //
-// The agent depends on the [FlowClient] interface; [FakeOpenFlow] implements it
-// in memory for unit tests. Commands run through the [Exec] interface, so unit
-// tests of this package replace ovs-ofctl with a fake.
+// The agent depends on the [FlowClient] interface; package ovs/ovsfake
+// implements it in memory for unit tests. Commands run through the [Exec]
+// interface, so unit tests of this package replace ovs-ofctl with a fake.
 //
 // Things about OVS 3.1 worth knowing, found by the integration tests:
 //

@@ -69,7 +69,7 @@ func isKeptField(key string) bool {
 // ParseFlow parses one flow in ovs-ofctl syntax: a line of dump-flows output
 // (with or without statistics) or a flow as add-flow takes it.
 func ParseFlow(line string) (FlowEntry, error) {
-	head, actions, ok := cutActions(strings.TrimSpace(line))
+	head, actions, ok := SplitActions(strings.TrimSpace(line))
 	if !ok {
 		return FlowEntry{}, fmt.Errorf("flow %q has no actions", line)
 	}
@@ -116,9 +116,10 @@ func (e *FlowEntry) setHeadField(key, val string) error {
 	return nil
 }
 
-// cutActions splits a flow at "actions=" (preceded by a space, a comma or
-// nothing) into what comes before and the actions.
-func cutActions(flow string) (head, actions string, found bool) {
+// SplitActions splits a flow in ovs-ofctl syntax at "actions=" (preceded by a space, a
+// comma or nothing) into what comes before (cookie, table, priority, match, attributes)
+// and the actions.
+func SplitActions(flow string) (head, actions string, found bool) {
 	for from := 0; ; {
 		i := strings.Index(flow[from:], "actions=")
 		if i < 0 {
@@ -180,26 +181,12 @@ func ParseGroupDump(out string) ([]GroupEntry, error) {
 }
 
 func parseGroup(line string) (GroupEntry, error) {
-	if !strings.HasPrefix(line, "group_id=") {
-		return GroupEntry{}, fmt.Errorf("group %q has no group_id", line)
+	head, _, _ := strings.Cut(line, ",bucket=") // the buckets' fields are not the group's
+	g, err := parseGroupHead(head, false)
+	if err != nil {
+		return GroupEntry{}, fmt.Errorf("group %q: %w", line, err)
 	}
-	g := GroupEntry{Text: line}
-	for _, tok := range strings.Split(line, ",") {
-		key, val, _ := strings.Cut(tok, "=")
-		switch key {
-		case "group_id":
-			id, err := strconv.ParseUint(val, 0, 32)
-			if err != nil {
-				return GroupEntry{}, fmt.Errorf("group %q: bad group_id: %w", line, err)
-			}
-			g.ID = uint32(id)
-		case "type":
-			g.Type = val
-		case "bucket":
-			return g, nil // the buckets' fields are not the group's
-		}
-	}
-	return g, nil
+	return GroupEntry{ID: g.ID, Type: g.Type, Text: line}, nil
 }
 
 // isReplyHeader reports whether a line of ovs-ofctl output is the header of

@@ -12,7 +12,7 @@ import (
 )
 
 // FlowClient programs the flows and groups of one bridge. *OpenFlow
-// implements it, and so does *FakeOpenFlow for unit tests.
+// implements it, and so does *ovsfake.OpenFlow (package ovs/ovsfake) for unit tests.
 type FlowClient interface {
 	// Bundle applies mods, in order, as one atomic transaction: all or none.
 	Bundle(ctx context.Context, mods []Mod) error

@@ -125,7 +125,7 @@ func checkLine(text string) error {
 // unmasked cookie made an exact match. A strict delete without a table gets
 // table=0, as an add does: ovs-ofctl would delete the flow from every table.
 func deleteMatch(flow string, strict bool) string {
-	head, _, _ := cutActions(flow)
+	head, _, _ := SplitActions(flow)
 	tokens := strings.FieldsFunc(head, isFieldSeparator)
 	hasTable := false
 	for i, tok := range tokens {

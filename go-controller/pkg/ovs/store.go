@@ -113,7 +113,7 @@ type SwitchConfig interface {
 }
 
 // Store is everything the agent needs from the Open_vSwitch database. *OVSDB
-// implements it, and so does *FakeOVSDB for unit tests.
+// implements it, and so does *ovsfake.OVSDB (package ovs/ovsfake) for unit tests.
 type Store interface {
 	BridgeStore
 	PortStore

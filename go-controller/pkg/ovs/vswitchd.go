@@ -94,15 +94,15 @@ func (v *Vswitchd) PurgeDatapathFlows(ctx context.Context) error {
 	return nil
 }
 
-// FlushConntrack removes the conntrack entries of zone that match tuple, a partial
-// ct-tuple such as "ct_nw_proto=132" ("" flushes the whole zone).
-func (v *Vswitchd) FlushConntrack(ctx context.Context, zone uint16, tuple string) error {
+// FlushConntrack removes the conntrack entries of zone whose IP protocol is ipProto (132:
+// SCTP); ipProto 0 flushes the whole zone.
+func (v *Vswitchd) FlushConntrack(ctx context.Context, zone uint16, ipProto uint8) error {
 	args := []string{"dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone)}
-	if tuple != "" {
-		args = append(args, tuple)
+	if ipProto != 0 {
+		args = append(args, fmt.Sprintf("ct_nw_proto=%d", ipProto))
 	}
 	if _, err := v.run(ctx, args...); err != nil {
-		return fmt.Errorf("flush conntrack zone %d %s: %w", zone, tuple, err)
+		return fmt.Errorf("flush conntrack zone %d, IP protocol %d: %w", zone, ipProto, err)
 	}
 	return nil
 }

@@ -63,19 +63,30 @@ const (
 )
 
 // Builder compiles the flows of one node. It is immutable: every method is a pure function
-// of the node configuration, the round and its arguments.
+// of the node configuration, the round, the pipeline's tables and its arguments.
 type Builder struct {
 	node  NodeConfig
 	round Round
+	// tables are the pipeline's, in order: every one gets its miss flow (BaseFlows).
+	tables []Table
 }
 
-// NewBuilder validates node and returns a builder whose flows carry round in their cookie.
+// NewBuilder validates node and returns a builder of the kovs pipeline (Stages) whose
+// flows carry round in their cookie.
 func NewBuilder(node NodeConfig, round Round) (*Builder, error) {
+	return newBuilder(node, round, Tables())
+}
+
+func newBuilder(node NodeConfig, round Round, tables []Table) (*Builder, error) {
 	if err := node.Validate(); err != nil {
 		return nil, fmt.Errorf("node %q: %w", node.Name, err)
 	}
-	return &Builder{node: node.clone(), round: round}, nil
+	return &Builder{node: node.clone(), round: round, tables: tables}, nil
 }
+
+// Cookie is the cookie of a flow of object obj of category cat, in the builder's round:
+// what a stage's flows carry.
+func (b *Builder) Cookie(cat Category, obj uint32) Cookie { return NewCookie(b.round, cat, obj) }
 
 // NodeFlows is every flow of the node: base, gateway, each pod and each peer.
 func (b *Builder) NodeFlows(pods []PodPort, peers []TunnelPeer) ([]Flow, error) {

@@ -24,7 +24,7 @@ type Round uint16
 // Category is the kind of object that owns a flow.
 type Category uint8
 
-// Cookie categories. Policy and Service are reserved for the stages that come later.
+// Cookie categories: one per stage of the pipeline (Stages), and the learned flows'.
 const (
 	CategoryBase       Category = 1 // table-miss flows and node-independent plumbing
 	CategoryGateway    Category = 2 // the gateway port, node addresses, off-cluster routing

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 // Flow is one OpenFlow flow of br-int.
@@ -22,21 +24,20 @@ type Flow struct {
 //
 //	cookie=0x1000300000003, table=10, priority=200,ip,in_port=3,dl_src=...,nw_src=... actions=goto_table:30
 //
-// Like dump-flows it omits "table=0, " for table 0.
-func (f Flow) String() string {
-	var b strings.Builder
-	if f.Cookie != 0 {
-		fmt.Fprintf(&b, "cookie=%s, ", f.Cookie)
-	}
-	if f.Table.ID != 0 {
-		fmt.Fprintf(&b, "table=%d, ", f.Table.ID)
-	}
-	fmt.Fprintf(&b, "priority=%d", f.Priority)
-	if m := f.Match.String(); m != "" {
-		b.WriteString("," + m)
-	}
-	b.WriteString(" actions=" + formatActions(f.Actions))
-	return b.String()
+// Like dump-flows it omits "table=0, " for table 0. pkg/ovs renders the line
+// (ovs.Flow.String); this package renders the match and the actions.
+func (f Flow) String() string { return f.Rendered().String() }
+
+// Key is what OpenFlow identifies the flow by: table, priority and match.
+func (f Flow) Key() ovs.FlowKey {
+	return ovs.FlowKey{Table: f.Table.ID, Priority: f.Priority, Match: f.Match.String()}
+}
+
+// Rendered is the flow as the switch holds it: its key, cookie and actions in ovs-ofctl
+// syntax. A desired flow and a dumped one (ovs.FlowEntry.Flow) are equal exactly when the
+// switch has the flow as wanted.
+func (f Flow) Rendered() ovs.Flow {
+	return ovs.Flow{FlowKey: f.Key(), Cookie: uint64(f.Cookie), Actions: formatActions(f.Actions)}
 }
 
 func formatActions(actions []Action) string {
@@ -78,9 +79,12 @@ type sortKey struct {
 }
 
 // FormatByTable renders flows as an ovs-ofctl flow file, sorted and grouped under a comment
-// line per table that names it, its stage and its miss action. `ovs-ofctl add-flows` and
+// line per table that names it, its phase and its miss action. `ovs-ofctl add-flows` and
 // `--bundle add-flows` accept the result as is ('#' lines are comments).
-func FormatByTable(flows []Flow) string {
+func FormatByTable(flows []Flow) string { return Stages().FormatByTable(flows) }
+
+// FormatByTable is FormatByTable with the tables of the registry's stages.
+func (r Registry) FormatByTable(flows []Flow) string {
 	sorted := slices.Clone(flows)
 	SortFlows(sorted)
 	var b strings.Builder
@@ -89,16 +93,16 @@ func FormatByTable(flows []Flow) string {
 			if i > 0 {
 				b.WriteString("\n")
 			}
-			b.WriteString(tableHeading(f.Table) + "\n")
+			b.WriteString(r.tableHeading(f.Table) + "\n")
 		}
 		b.WriteString(f.String() + "\n")
 	}
 	return b.String()
 }
 
-func tableHeading(t Table) string {
-	if known, ok := TableByID(t.ID); ok {
-		return fmt.Sprintf("# table %d %s (stage: %s; miss: %s)", known.ID, known.Name, known.Stage, known.Miss)
+func (r Registry) tableHeading(t Table) string {
+	if known, ok := r.TableByID(t.ID); ok {
+		return fmt.Sprintf("# table %d %s (stage: %s; miss: %s)", known.ID, known.Name, known.Phase, known.Miss)
 	}
 	return fmt.Sprintf("# table %d (not a kovs table)", t.ID)
 }

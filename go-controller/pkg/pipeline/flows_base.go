@@ -2,12 +2,23 @@ package pipeline
 
 import "net/netip"
 
+// baseStage is the flows that belong to no object (BaseFlows), in the tables every packet
+// crosses: one object, compiled again only when the node or the round changes.
+func baseStage() Stage {
+	return Stage{Name: "base", Category: CategoryBase,
+		Tables: []Table{Classifier, SpoofGuard, ARPResponder, NDResponder, NDReply, ConntrackZone, ConntrackState,
+			SCTPReply, L3Forwarding, L3DecTTL, ConntrackCommit, Output},
+		Objects: func(*Snapshot) []Object {
+			return []Object{{Key: "node", Compile: func(b *Builder) (ObjectFlows, error) { return ObjectFlows{Flows: b.BaseFlows()}, nil }}}
+		}}
+}
+
 // BaseFlows are the flows that belong to no object: every table's miss flow, conntrack,
 // the routing guards, TTL handling, the policy bypass for established connections and
 // output.
 func (b *Builder) BaseFlows() []Flow {
 	s := b.owner(CategoryBase, 0)
-	missFlows(s)
+	b.missFlows(s)
 	for _, proto := range b.families() {
 		conntrackFlows(s, proto)
 		s.add(L3DecTTL, prioDecTTL, MatchProtocol(proto), DecTTL{}, Goto(IngressPolicy))
@@ -26,9 +37,9 @@ func (b *Builder) BaseFlows() []Flow {
 }
 
 // missFlows adds each table's priority-0 flow, as the table declares it.
-func missFlows(s *flowSet) {
-	for _, t := range Tables() {
-		if next, ok := t.missTarget(); ok {
+func (b *Builder) missFlows(s *flowSet) {
+	for _, t := range b.tables {
+		if next, ok := t.missTargetIn(b.tables); ok {
 			s.add(t, prioMiss, MatchAll(), Goto(next))
 			continue
 		}

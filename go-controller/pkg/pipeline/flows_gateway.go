@@ -5,6 +5,15 @@ import (
 	"slices"
 )
 
+// gatewayStage is the gateway port's flows (GatewayFlows): one object, which depends on
+// the node only.
+func gatewayStage() Stage {
+	return Stage{Name: "gateway", Category: CategoryGateway,
+		Objects: func(*Snapshot) []Object {
+			return []Object{{Key: "gateway", Compile: func(b *Builder) (ObjectFlows, error) { return ObjectFlows{Flows: b.GatewayFlows()}, nil }}}
+		}}
+}
+
 // GatewayFlows are the flows of the gateway port: its classification and spoof guard, the
 // ARP and ND answers for the gateway addresses (towards pods only), delivery of neighbour
 // replies addressed to the host, routing of node and off-cluster addresses to it, and the

@@ -5,6 +5,21 @@ import (
 	"net/netip"
 )
 
+// tunnelPeerStage is the tunnel peers' flows (PeerFlows): one object per peer, keyed by
+// its node name.
+func tunnelPeerStage() Stage {
+	return Stage{Name: "tunnel peer", Category: CategoryTunnelPeer, Objects: func(s *Snapshot) []Object {
+		objs := make([]Object, len(s.Peers))
+		for i, peer := range s.Peers {
+			objs[i] = Object{Key: peer.NodeName, Input: peer, Compile: func(b *Builder) (ObjectFlows, error) {
+				flows, err := b.PeerFlows(peer)
+				return ObjectFlows{Flows: flows}, err
+			}}
+		}
+		return objs
+	}}
+}
+
 // PeerFlows are the flows of one remote node: the classifier admits tunnel packets from
 // its underlay address, its pod subnets are routed into the tunnel towards it, and the
 // host's ARP requests and neighbour solicitations for addresses in them are answered

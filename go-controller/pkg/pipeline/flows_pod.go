@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 )
 
 // linkLocal is fe80::/10: a pod may send from its own link-local address, whatever
@@ -12,6 +13,22 @@ func linkLocal() netip.Prefix { return netip.MustParsePrefix("fe80::/10") }
 
 // noLinkLayer is the nd_sll / nd_tll value of an ND message without that option.
 func noLinkLayer() net.HardwareAddr { return net.HardwareAddr{0, 0, 0, 0, 0, 0} }
+
+// podStage is the local pods' flows (PodFlows): one object per pod, keyed by its ofport
+// (the cookie's object), compiled again when the pod's port changes.
+func podStage() Stage {
+	return Stage{Name: "pod", Category: CategoryPod, Objects: func(s *Snapshot) []Object {
+		objs := make([]Object, len(s.Pods))
+		for i, pod := range s.Pods {
+			objs[i] = Object{Key: strconv.FormatUint(uint64(pod.OFPort), 10), Input: pod,
+				Compile: func(b *Builder) (ObjectFlows, error) {
+					flows, err := b.PodFlows(pod)
+					return ObjectFlows{Flows: flows}, err
+				}}
+		}
+		return objs
+	}}
+}
 
 // PodFlows are the flows of one local pod: classification, the spoof guard that lets it
 // send only from its MAC and addresses, delivery of ARP/ND addressed to it, and routing of

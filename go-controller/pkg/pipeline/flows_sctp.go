@@ -49,7 +49,7 @@ func (b *Builder) sctpFlows(s *flowSet) {
 	reply := MatchAll().Reg(SCTPStateReply.Mark())
 	s.add(EgressPolicy, prioPolicySCTPReply, reply, Goto(L3Forwarding))
 	s.add(IngressPolicy, prioPolicySCTPReply, reply, Goto(ConntrackCommit))
-	next, _ := ConntrackState.missTarget()
+	next, _ := ConntrackState.missTargetIn(b.tables)
 	for _, family := range b.families() {
 		sctp, _ := TransportProtocol(IPProtoSCTP, family == ProtoIPv6)
 		s.add(ConntrackState, prioCTSCTP, MatchProtocol(sctp),

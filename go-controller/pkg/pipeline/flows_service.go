@@ -20,6 +20,81 @@ const (
 	prioHairpinOutput   = 110 // Output: back out the port it came in on
 )
 
+// serviceStage is Service load balancing: one object per Service (its ports' flows and
+// groups, and the hairpin flows of the local pods that are its endpoints), compiled again
+// when the Service's ports change or one of its local endpoint pods does, and one object
+// for the node's own hairpin flows while there are Services.
+func serviceStage() Stage {
+	return Stage{Name: "service", Category: CategoryService, Groups: true,
+		Tables:  []Table{ServiceLB, ServiceAffinity, EndpointDNAT, ServiceHairpin, HairpinUnSNAT, SCTPUnNAT, SCTPPin},
+		Objects: serviceObjects}
+}
+
+// serviceInput is what one Service's flows depend on: its ports (the state's slice,
+// replaced whenever they change) and the local pods that are its endpoints.
+type serviceInput struct {
+	ports []ServicePort
+	pods  []PodPort
+}
+
+func serviceObjects(s *Snapshot) []Object {
+	byIP := map[netip.Addr][]PodPort{}
+	for _, pod := range s.Pods {
+		for _, ip := range pod.IPs {
+			byIP[ip] = append(byIP[ip], pod)
+		}
+	}
+	var objs []Object
+	for _, key := range slices.Sorted(maps.Keys(s.Services)) {
+		ports := s.Services[key]
+		if len(ports) == 0 {
+			continue
+		}
+		in := serviceInput{ports: ports, pods: endpointPods(s.Pods, ports, byIP)}
+		objs = append(objs, Object{Key: key, Input: in, Compile: func(b *Builder) (ObjectFlows, error) {
+			flows, groups, err := b.ServicePortsFlows(in.ports)
+			if err != nil {
+				return ObjectFlows{}, err
+			}
+			return ObjectFlows{Flows: append(flows, b.podHairpinFlows(in.ports, in.pods)...), Groups: groups}, nil
+		}})
+	}
+	if len(objs) > 0 {
+		objs = append(objs, Object{Key: "hairpin", Compile: func(b *Builder) (ObjectFlows, error) {
+			return ObjectFlows{Flows: b.nodeHairpinFlows()}, nil
+		}})
+	}
+	return objs
+}
+
+// endpointPods are the pods (in the snapshot's order) with an address that is an
+// endpoint of ports.
+func endpointPods(pods []PodPort, ports []ServicePort, byIP map[netip.Addr][]PodPort) []PodPort {
+	var hit map[uint32]bool
+	for _, p := range ports {
+		for _, g := range []ServiceGroup{p.Internal, p.External} {
+			for _, ep := range g.Endpoints {
+				for _, pod := range byIP[ep.Addr()] {
+					if hit == nil {
+						hit = map[uint32]bool{}
+					}
+					hit[pod.OFPort] = true
+				}
+			}
+		}
+	}
+	if hit == nil {
+		return nil
+	}
+	out := make([]PodPort, 0, len(hit))
+	for _, pod := range pods {
+		if hit[pod.OFPort] {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
 // ServiceFlows compiles the Service load balancing of the node: per Service port its
 // ServiceLB flows, its groups and their endpoints' EndpointDNAT flows, and the hairpin
 // flows of the local pods that are endpoints. Ports of a family the node lacks are left
@@ -57,11 +132,25 @@ func (b *Builder) ServicePortsFlows(ports []ServicePort) ([]Flow, []Group, error
 }
 
 // ServiceHairpinFlows are the hairpin flows of the local pods that are endpoints of ports
-// (none without ports).
+// (none without ports): the node's own (nodeHairpinFlows) and the pods' (podHairpinFlows).
 func (b *Builder) ServiceHairpinFlows(ports []ServicePort, pods []PodPort) []Flow {
 	if len(ports) == 0 {
 		return nil
 	}
+	return append(b.nodeHairpinFlows(), b.podHairpinFlows(ports, pods)...)
+}
+
+// podHairpinFlows are the hairpin flows of the pods that are endpoints of ports: their
+// own translation back to themselves, and the stateless SCTP ports' hairpin translations.
+func (b *Builder) podHairpinFlows(ports []ServicePort, pods []PodPort) []Flow {
+	s := b.owner(CategoryService, 0)
+	b.endpointHairpinFlows(s, pods, b.localEndpoints(ports))
+	b.statelessHairpinFlows(s, ports, pods)
+	return s.flows
+}
+
+// localEndpoints are the addresses of the endpoints of ports of the node's families.
+func (b *Builder) localEndpoints(ports []ServicePort) map[netip.Addr]bool {
 	endpoints := map[netip.Addr]bool{}
 	for _, p := range ports {
 		if !b.node.hasFamily(p.ClusterIP.Is6()) {
@@ -73,10 +162,7 @@ func (b *Builder) ServiceHairpinFlows(ports []ServicePort, pods []PodPort) []Flo
 			}
 		}
 	}
-	flows := b.hairpinFlows(pods, endpoints)
-	s := b.owner(CategoryService, 0)
-	b.statelessHairpinFlows(s, ports, pods)
-	return append(flows, s.flows...)
+	return endpoints
 }
 
 // servicePortFlows adds one Service port's flows to s and its groups to groups.
@@ -159,11 +245,12 @@ func (p ServicePort) learnAffinity() LearnAffinity {
 		IdleTimeout: p.AffinityTimeout, IPv6: p.ClusterIP.Is6(), IPProto: p.IPProto}
 }
 
-// hairpinFlows let a local pod reach itself through a Service: the connection's source
-// becomes the hairpin address (in its own conntrack zone), so the pod never sees a packet
-// from itself, and the packet goes back out the port it came in on. Replies are un-SNATed
-// first, then un-DNATed.
-func (b *Builder) hairpinFlows(pods []PodPort, endpoints map[netip.Addr]bool) []Flow {
+// nodeHairpinFlows are the node's part of letting a local pod reach itself through a
+// Service: the connection's source becomes the hairpin address (in its own conntrack
+// zone), so the pod never sees a packet from itself, and the packet goes back out the
+// port it came in on (endpointHairpinFlows). Replies are un-SNATed first, then un-DNATed.
+// The node reaching itself through a Service is hairpinned too (hostHairpinFlows).
+func (b *Builder) nodeHairpinFlows() []Flow {
 	s := b.owner(CategoryService, 0)
 	for _, proto := range b.families() {
 		snat := hairpinAddr(proto)
@@ -174,6 +261,13 @@ func (b *Builder) hairpinFlows(pods []PodPort, endpoints map[netip.Addr]bool) []
 		// A pod reaching itself is always allowed, as traffic from its node is.
 		s.add(IngressPolicy, prioPolicyFromGateway, MatchProtocol(proto).IPSrc(host(snat)), Goto(ConntrackCommit))
 	}
+	b.hostHairpinFlows(s)
+	return s.flows
+}
+
+// endpointHairpinFlows send a local pod that is one of endpoints, connecting to its own
+// address after the Service's translation, back to itself from the hairpin address.
+func (b *Builder) endpointHairpinFlows(s *flowSet, pods []PodPort, endpoints map[netip.Addr]bool) {
 	for _, pod := range pods {
 		hairpin := false
 		for _, ip := range pod.IPs {
@@ -192,8 +286,6 @@ func (b *Builder) hairpinFlows(pods []PodPort, endpoints map[netip.Addr]bool) []
 			s.add(Output, prioHairpinOutput, MatchAll().Reg(OutPortField.Mark(pod.OFPort)).InPort(pod.OFPort), OutputInPort{})
 		}
 	}
-	b.hostHairpinFlows(s)
-	return s.flows
 }
 
 // hostHairpinFlows let the node reach itself through a Service (a host-network endpoint

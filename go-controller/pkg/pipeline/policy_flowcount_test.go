@@ -21,7 +21,7 @@ func (c policySet) share(f flowFamilies) (policy.NodeShare, []PodPort) {
 	for i := range pods {
 		pods[i].UID = fmt.Sprint("uid-", i)
 		k := policy.PodKey{Namespace: pods[i].Namespace, Name: pods[i].Name, UID: pods[i].UID}
-		applied.Pods = append(applied.Pods, policy.PodRef{PodKey: k, IPs: pods[i].IPs})
+		applied.Pods = append(applied.Pods, policy.AppliedPod{PodKey: k, IPs: pods[i].IPs})
 		s.Isolation.Ingress = append(s.Isolation.Ingress, k)
 		s.Isolation.Egress = append(s.Isolation.Egress, k)
 		s.Pods = append(s.Pods, k)
@@ -48,7 +48,7 @@ func (c policySet) share(f flowFamilies) (policy.NodeShare, []PodPort) {
 	for _, l := range [][]policy.PodKey{s.Isolation.Ingress, s.Isolation.Egress, s.Pods} {
 		slices.SortFunc(l, policy.PodKey.Compare)
 	}
-	slices.SortFunc(applied.Pods, func(x, y policy.PodRef) int { return x.PodKey.Compare(y.PodKey) })
+	slices.SortFunc(applied.Pods, func(x, y policy.AppliedPod) int { return x.PodKey.Compare(y.PodKey) })
 	return s, pods
 }
 

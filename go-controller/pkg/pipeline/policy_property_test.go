@@ -82,7 +82,7 @@ func (g *shareGen) share() (policy.NodeShare, []PodPort) {
 				set.Pods = append(set.Pods, refOf(p))
 			}
 		}
-		slices.SortFunc(set.Pods, func(a, b policy.PodRef) int { return a.PodKey.Compare(b.PodKey) })
+		slices.SortFunc(set.Pods, func(a, b policy.AppliedPod) int { return a.PodKey.Compare(b.PodKey) })
 		s.AppliedToSets[set.ID] = set
 	}
 	for i := range 1 + g.pick(8) {

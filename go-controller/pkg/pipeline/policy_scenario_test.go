@@ -59,8 +59,8 @@ func key(ns, name string) policy.PodKey {
 	return policy.PodKey{Namespace: ns, Name: name, UID: "uid-" + ns + "-" + name}
 }
 
-func refOf(p PodPort) policy.PodRef {
-	return policy.PodRef{PodKey: key(p.Namespace, p.Name), IPs: p.IPs}
+func refOf(p PodPort) policy.AppliedPod {
+	return policy.AppliedPod{PodKey: key(p.Namespace, p.Name), IPs: p.IPs}
 }
 
 func prefixList(ss ...string) []netip.Prefix {
@@ -84,9 +84,9 @@ func policyShare() policy.NodeShare {
 		"b-v6":      {ID: "b-v6", Addresses: prefixList("fd00:99::/64")},
 	}
 	s.AppliedToSets = map[string]policy.AppliedToSet{
-		"g-web":  {ID: "g-web", Pods: []policy.PodRef{refOf(a)}},
-		"g-db":   {ID: "g-db", Pods: []policy.PodRef{refOf(a), refOf(b)}},
-		"g-open": {ID: "g-open", Pods: []policy.PodRef{refOf(d)}},
+		"g-web":  {ID: "g-web", Pods: []policy.AppliedPod{refOf(a)}},
+		"g-db":   {ID: "g-db", Pods: []policy.AppliedPod{refOf(a), refOf(b)}},
+		"g-open": {ID: "g-open", Pods: []policy.AppliedPod{refOf(d)}},
 	}
 	web := policy.PolicyRef{Namespace: "x", Name: "web", UID: "np-web"}
 	tcp := func(port, end int32) policy.Port { return policy.Port{Protocol: policy.TCP, Port: port, EndPort: end} }

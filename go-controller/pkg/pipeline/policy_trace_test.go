@@ -166,7 +166,7 @@ func TestPolicyOtherFamilyAddressesNeverMatch(t *testing.T) {
 	}
 	share := policyShare()
 	webKey := policy.PodKey{Namespace: "default", Name: "web", UID: "uid-default-web"}
-	share.AppliedToSets["g-web"] = policy.AppliedToSet{ID: "g-web", Pods: []policy.PodRef{{PodKey: webKey, IPs: web.IPs}}}
+	share.AppliedToSets["g-web"] = policy.AppliedToSet{ID: "g-web", Pods: []policy.AppliedPod{{PodKey: webKey, IPs: web.IPs}}}
 	share.Pods = []policy.PodKey{webKey}
 	for _, f := range b.PolicyFlows(share, []PodPort{web}) {
 		if p := f.Match.Protocol(); p == ProtoIPv6 || p == ProtoTCP6 || p == ProtoUDP6 || p == ProtoSCTP6 {

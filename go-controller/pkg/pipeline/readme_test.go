@@ -18,7 +18,7 @@ func TestREADMEDocumentsThePipeline(t *testing.T) {
 	readme := string(text)
 	for _, tbl := range Tables() {
 		if row := tableRow(readme, tbl); row == "" {
-			t.Errorf("README table reference has no row for %d %s (stage %s)", tbl.ID, tbl.Name, tbl.Stage)
+			t.Errorf("README table reference has no row for %d %s (phase %s)", tbl.ID, tbl.Name, tbl.Phase)
 		} else if miss := readmeMiss(tbl); !strings.HasSuffix(row, "| "+miss+" |") {
 			t.Errorf("README says %s misses otherwise than %q: %s", tbl.Name, miss, row)
 		}
@@ -36,7 +36,7 @@ func TestREADMEDocumentsThePipeline(t *testing.T) {
 
 // tableRow is the README's table-reference row of tbl.
 func tableRow(readme string, tbl Table) string {
-	prefix := fmt.Sprintf("| %d | %s | %s |", tbl.ID, tbl.Name, tbl.Stage)
+	prefix := fmt.Sprintf("| %d | %s | %s |", tbl.ID, tbl.Name, tbl.Phase)
 	for _, line := range strings.Split(readme, "\n") {
 		if strings.HasPrefix(line, prefix) {
 			return line

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
@@ -18,6 +19,8 @@ type scenario struct {
 	peers []TunnelPeer
 	// policy, when set, is the node's NetworkPolicy share: its flows are compiled too.
 	policy *policy.NodeShare
+	// services are Service ports by Service, when the scenario has Services.
+	services map[string][]ServicePort
 }
 
 const (
@@ -128,19 +131,25 @@ func goldenScenarios() []scenario {
 
 func (sc scenario) flows(t *testing.T) []Flow {
 	t.Helper()
-	b, err := NewBuilder(sc.node, testRound)
+	return sc.compile(t, Stages()).Flows
+}
+
+// snapshot is the scenario's node as the agent hands it to the stages.
+func (sc scenario) snapshot() Snapshot {
+	return Snapshot{Node: sc.node, Round: testRound, Pods: sc.pods, Peers: sc.peers, Policy: sc.policy, Services: sc.services}
+}
+
+// compile compiles the scenario through every stage of r: the one way flows are built.
+func (sc scenario) compile(t *testing.T, r Registry) Compiled {
+	t.Helper()
+	c, err := r.Compile(sc.snapshot())
 	if err != nil {
-		t.Fatalf("NewBuilder(%s): %v", sc.name, err)
+		t.Fatalf("compile %s: %v", sc.name, err)
 	}
-	flows, err := b.NodeFlows(sc.pods, sc.peers)
-	if err != nil {
-		t.Fatalf("NodeFlows(%s): %v", sc.name, err)
+	if len(c.Conflicts) > 0 {
+		t.Fatalf("compile %s: objects disagree on flows:\n%s", sc.name, strings.Join(c.Conflicts, "\n"))
 	}
-	if sc.policy != nil {
-		flows = append(flows, b.PolicyFlows(*sc.policy, sc.pods)...)
-		SortFlows(flows)
-	}
-	return flows
+	return c
 }
 
 func (sc scenario) tracer(t *testing.T) *Tracer {

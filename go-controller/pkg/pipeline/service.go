@@ -8,7 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 // ServiceGroupBase is the first OpenFlow group ID kovs uses for Services: group IDs of
@@ -83,16 +84,19 @@ type Group struct {
 
 // String renders the group as `ovs-ofctl -O OpenFlow15 dump-groups` prints it (without the
 // leading space); `group add` takes the same text.
-func (g Group) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "group_id=%d,type=select", g.ID)
+func (g Group) String() string { return g.Rendered().String() }
+
+// Rendered is the group as the switch holds it: a select group, hashing Fields when
+// there are any, with one bucket per entry of Buckets (IDs from 0).
+func (g Group) Rendered() ovs.Group {
+	out := ovs.Group{ID: g.ID, Type: "select", Fields: g.Fields}
 	if len(g.Fields) > 0 {
-		b.WriteString(",selection_method=hash,fields(" + strings.Join(g.Fields, ",") + ")")
+		out.Method = "hash"
 	}
 	for i, actions := range g.Buckets {
-		fmt.Fprintf(&b, ",bucket=bucket_id:%d,actions=%s", i, formatActions(actions))
+		out.Buckets = append(out.Buckets, ovs.Bucket{ID: uint32(i), Actions: formatActions(actions)})
 	}
-	return b.String()
+	return out
 }
 
 // ServicePortName names a Service port as ServicePort.Name does:

@@ -55,19 +55,11 @@ func serviceScenario(t *testing.T) (scenario, []Flow, []Group) {
 	return sc, flows, groups
 }
 
-// withServices compiles sc's node with Service ports: its flows, sorted, and groups.
+// withServices compiles sc's node with Service ports (as one Service): its flows,
+// sorted, and groups.
 func withServices(t *testing.T, sc scenario, ports []ServicePort) ([]Flow, []Group) {
 	t.Helper()
-	flows := sc.flows(t)
-	b, err := NewBuilder(sc.node, testRound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svcFlows, groups, err := b.ServiceFlows(ports, sc.pods)
-	if err != nil {
-		t.Fatalf("ServiceFlows: %v", err)
-	}
-	flows = append(flows, svcFlows...)
-	SortFlows(flows)
-	return flows, groups
+	sc.services = map[string][]ServicePort{"scenario/services": ports}
+	c := sc.compile(t, Stages())
+	return c.Flows, c.Groups
 }

@@ -1,13 +1,17 @@
 package pipeline
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Table is one OpenFlow table of br-int: a fixed number, a name that dump-flows and traces
-// are read against, the stage it belongs to and what happens to a packet no flow matches.
+// are read against, the phase of a packet's path it belongs to and what happens to a
+// packet no flow matches.
 type Table struct {
 	ID    uint8
 	Name  string
-	Stage Stage
+	Phase Phase
 	Miss  MissAction
 	// MissTo is the table a MissJump table's misses continue in (by ID: a Table cannot
 	// hold a Table).
@@ -34,107 +38,103 @@ func (m MissAction) String() string {
 	return "drop"
 }
 
-// Stage is a step of the pipeline; a stage owns one or more tables.
-type Stage uint8
+// Phase is a step of a packet's path through br-int (classification, spoof guard, ...);
+// one or more tables make a phase. The golden files' table headings print it as
+// "stage:", the name it had before stages became the values that compile flows.
+type Phase uint8
 
-// Stages in pipeline order.
+// Phases in pipeline order.
 const (
-	StageClassification Stage = iota + 1
-	StageSpoofGuard
-	StageNeighbor
-	StageConntrack
-	StageServiceLB
-	StageEgressPolicy
-	StageRouting
-	StageIngressPolicy
-	StageOutput
+	PhaseClassification Phase = iota + 1
+	PhaseSpoofGuard
+	PhaseNeighbor
+	PhaseConntrack
+	PhaseServiceLB
+	PhaseEgressPolicy
+	PhaseRouting
+	PhaseIngressPolicy
+	PhaseOutput
 )
 
-func (s Stage) String() string {
+func (s Phase) String() string {
 	switch s {
-	case StageClassification:
+	case PhaseClassification:
 		return "classification"
-	case StageSpoofGuard:
+	case PhaseSpoofGuard:
 		return "spoof guard"
-	case StageNeighbor:
+	case PhaseNeighbor:
 		return "ARP/ND"
-	case StageConntrack:
+	case PhaseConntrack:
 		return "conntrack"
-	case StageServiceLB:
+	case PhaseServiceLB:
 		return "service load balancing"
-	case StageEgressPolicy:
+	case PhaseEgressPolicy:
 		return "egress policy"
-	case StageRouting:
+	case PhaseRouting:
 		return "L3 forwarding"
-	case StageIngressPolicy:
+	case PhaseIngressPolicy:
 		return "ingress policy"
-	case StageOutput:
+	case PhaseOutput:
 		return "output"
 	}
-	return fmt.Sprintf("stage(%d)", uint8(s))
+	return fmt.Sprintf("phase(%d)", uint8(s))
 }
 
 // The tables of br-int, declared once (never written after initialisation). IDs leave gaps
 // so later stages slot in by name: 40-49 Service load balancing, 51-59 more egress policy
 // tables, 71-79 more ingress policy tables.
 var (
-	Classifier      = Table{ID: 0, Name: "Classifier", Stage: StageClassification, Miss: MissDrop}
-	SpoofGuard      = Table{ID: 10, Name: "SpoofGuard", Stage: StageSpoofGuard, Miss: MissDrop}
-	ARPResponder    = Table{ID: 20, Name: "ARPResponder", Stage: StageNeighbor, Miss: MissDrop}
-	NDResponder     = Table{ID: 21, Name: "NDResponder", Stage: StageNeighbor, Miss: MissNext}
-	NDReply         = Table{ID: 22, Name: "NDReply", Stage: StageNeighbor, Miss: MissNext}
-	ConntrackZone   = Table{ID: 30, Name: "ConntrackZone", Stage: StageConntrack, Miss: MissDrop}
-	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Stage: StageConntrack, Miss: MissJump, MissTo: 40}
-	SCTPReply       = Table{ID: 32, Name: "SCTPReply", Stage: StageConntrack, Miss: MissDrop} // resubmit only
-	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
-	ServiceAffinity = Table{ID: 41, Name: "ServiceAffinity", Stage: StageServiceLB, Miss: MissDrop}
-	EndpointDNAT    = Table{ID: 43, Name: "EndpointDNAT", Stage: StageServiceLB, Miss: MissDrop}
-	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Stage: StageServiceLB, Miss: MissJump, MissTo: 50}
-	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Stage: StageServiceLB, Miss: MissDrop}
-	SCTPUnNAT       = Table{ID: 46, Name: "SCTPUnNAT", Stage: StageServiceLB, Miss: MissDrop} // resubmit only
-	SCTPPin         = Table{ID: 47, Name: "SCTPPin", Stage: StageServiceLB, Miss: MissDrop}   // resubmit only
-	EgressPolicy    = Table{ID: 50, Name: "EgressPolicy", Stage: StageEgressPolicy, Miss: MissNext}
-	L3Forwarding    = Table{ID: 60, Name: "L3Forwarding", Stage: StageRouting, Miss: MissDrop}
-	L3DecTTL        = Table{ID: 61, Name: "L3DecTTL", Stage: StageRouting, Miss: MissDrop}
-	IngressPolicy   = Table{ID: 70, Name: "IngressPolicy", Stage: StageIngressPolicy, Miss: MissNext}
-	ConntrackCommit = Table{ID: 80, Name: "ConntrackCommit", Stage: StageOutput, Miss: MissNext}
-	Output          = Table{ID: 90, Name: "Output", Stage: StageOutput, Miss: MissDrop}
+	Classifier      = Table{ID: 0, Name: "Classifier", Phase: PhaseClassification, Miss: MissDrop}
+	SpoofGuard      = Table{ID: 10, Name: "SpoofGuard", Phase: PhaseSpoofGuard, Miss: MissDrop}
+	ARPResponder    = Table{ID: 20, Name: "ARPResponder", Phase: PhaseNeighbor, Miss: MissDrop}
+	NDResponder     = Table{ID: 21, Name: "NDResponder", Phase: PhaseNeighbor, Miss: MissNext}
+	NDReply         = Table{ID: 22, Name: "NDReply", Phase: PhaseNeighbor, Miss: MissNext}
+	ConntrackZone   = Table{ID: 30, Name: "ConntrackZone", Phase: PhaseConntrack, Miss: MissDrop}
+	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Phase: PhaseConntrack, Miss: MissJump, MissTo: 40}
+	SCTPReply       = Table{ID: 32, Name: "SCTPReply", Phase: PhaseConntrack, Miss: MissDrop} // resubmit only
+	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 50}
+	ServiceAffinity = Table{ID: 41, Name: "ServiceAffinity", Phase: PhaseServiceLB, Miss: MissDrop}
+	EndpointDNAT    = Table{ID: 43, Name: "EndpointDNAT", Phase: PhaseServiceLB, Miss: MissDrop}
+	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 50}
+	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Phase: PhaseServiceLB, Miss: MissDrop}
+	SCTPUnNAT       = Table{ID: 46, Name: "SCTPUnNAT", Phase: PhaseServiceLB, Miss: MissDrop} // resubmit only
+	SCTPPin         = Table{ID: 47, Name: "SCTPPin", Phase: PhaseServiceLB, Miss: MissDrop}   // resubmit only
+	EgressPolicy    = Table{ID: 50, Name: "EgressPolicy", Phase: PhaseEgressPolicy, Miss: MissNext}
+	L3Forwarding    = Table{ID: 60, Name: "L3Forwarding", Phase: PhaseRouting, Miss: MissDrop}
+	L3DecTTL        = Table{ID: 61, Name: "L3DecTTL", Phase: PhaseRouting, Miss: MissDrop}
+	IngressPolicy   = Table{ID: 70, Name: "IngressPolicy", Phase: PhaseIngressPolicy, Miss: MissNext}
+	ConntrackCommit = Table{ID: 80, Name: "ConntrackCommit", Phase: PhaseOutput, Miss: MissNext}
+	Output          = Table{ID: 90, Name: "Output", Phase: PhaseOutput, Miss: MissDrop}
 )
 
-// Tables returns the pipeline's tables in order.
-func Tables() []Table {
-	return []Table{
-		Classifier, SpoofGuard, ARPResponder, NDResponder, NDReply, ConntrackZone,
-		ConntrackState, SCTPReply, ServiceLB, ServiceAffinity, EndpointDNAT, ServiceHairpin, HairpinUnSNAT, SCTPUnNAT, SCTPPin, EgressPolicy, L3Forwarding, L3DecTTL, IngressPolicy,
-		ConntrackCommit, Output,
-	}
-}
+// Tables returns the pipeline's tables in order: those the stages of Stages declare.
+func Tables() []Table { return Stages().Tables() }
 
-// missTarget is where a MissNext table sends unmatched packets.
-func (t Table) missTarget() (Table, bool) {
-	if t.Miss == MissJump {
-		return TableByID(t.MissTo)
-	}
-	if t.Miss != MissNext {
-		return Table{}, false
-	}
-	tables := Tables()
-	for i, tt := range tables[:len(tables)-1] {
-		if tt == t {
-			return tables[i+1], true
+// missTarget is where a MissNext or MissJump table of the kovs pipeline sends unmatched
+// packets.
+func (t Table) missTarget() (Table, bool) { return t.missTargetIn(Tables()) }
+
+// missTargetIn is where t sends unmatched packets in a pipeline of tables (in order).
+func (t Table) missTargetIn(tables []Table) (Table, bool) {
+	switch t.Miss {
+	case MissJump:
+		i := slices.IndexFunc(tables, func(tt Table) bool { return tt.ID == t.MissTo })
+		if i < 0 {
+			return Table{}, false
+		}
+		return tables[i], true
+	case MissNext:
+		for i, tt := range tables[:len(tables)-1] {
+			if tt == t {
+				return tables[i+1], true
+			}
 		}
 	}
 	return Table{}, false
 }
 
-// TableByID finds a pipeline table by number, e.g. to name the tables of a dump.
-func TableByID(id uint8) (Table, bool) {
-	for _, t := range Tables() {
-		if t.ID == id {
-			return t, true
-		}
-	}
-	return Table{}, false
-}
+// TableByID finds a table of the kovs pipeline by number, e.g. to name the tables of a
+// dump.
+func TableByID(id uint8) (Table, bool) { return Stages().TableByID(id) }
 
 func (t Table) String() string { return fmt.Sprintf("%d(%s)", t.ID, t.Name) }

@@ -1,9 +1,6 @@
 package pipeline
 
-import (
-	"fmt"
-	"testing"
-)
+import "testing"
 
 func TestTablesDeclaredInPipelineOrder(t *testing.T) {
 	tables := Tables()
@@ -34,35 +31,19 @@ func TestTablesDeclaredInPipelineOrder(t *testing.T) {
 	}
 }
 
-// TestFlowInvariants checks every flow of every reference node: jumps only go forward,
-// terminal actions come last, cookies name an owner of the right round, each table has one
-// miss flow, and no two flows of a table overlap at the same priority with the same match.
+// TestFlowInvariants checks every flow of every reference node against the pipeline's
+// invariants (Registry.Check): jumps only go forward, terminal actions come last, cookies
+// name an owner of the right round, each table has one miss flow, and no two objects
+// compile different flows under one table, priority and match.
 func TestFlowInvariants(t *testing.T) {
+	withServices := policyScenario()
+	withServices.name, withServices.services = "policy-and-services", map[string][]ServicePort{"default/all": serviceScenarioPorts()}
 	scenarios := []scenario{oneNodeTwoPods(), threeNodesDualStack(1), threeNodesDualStack(2), threeNodesDualStack(3),
-		policyScenario()}
+		policyScenario(), withServices}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			flows := sc.flows(t)
-			seen := map[string]bool{}
-			misses := map[uint8]int{}
-			for _, f := range flows {
-				checkJumps(t, f)
-				if !f.Cookie.Owned() || f.Cookie.Round() != testRound {
-					t.Errorf("cookie %s of %s: want an owner and round %d", f.Cookie, f, testRound)
-				}
-				key := fmt.Sprintf("%d/%d/%s", f.Table.ID, f.Priority, f.Match)
-				if seen[key] {
-					t.Errorf("two flows with table/priority/match %s", key)
-				}
-				seen[key] = true
-				if f.Priority == prioMiss {
-					misses[f.Table.ID]++
-				}
-			}
-			for _, tbl := range Tables() {
-				if misses[tbl.ID] != 1 {
-					t.Errorf("table %s has %d priority-0 flows, want 1", tbl.Name, misses[tbl.ID])
-				}
+			for _, problem := range Stages().Check(sc.compile(t, Stages()), testRound) {
+				t.Error(problem)
 			}
 		})
 	}
@@ -70,34 +51,29 @@ func TestFlowInvariants(t *testing.T) {
 
 func checkJumps(t *testing.T, f Flow) {
 	t.Helper()
-	for i, a := range f.Actions {
-		var target Table
-		switch a := a.(type) {
-		case GotoTable:
-			target = a.Table
-		case CT:
-			if !a.Recirculate {
-				continue
-			}
-			target = a.Table
-			if f.Table == HairpinUnSNAT && target == ConntrackState {
-				// The one way back: a hairpin reply, un-SNATed, is un-DNATed and
-				// resumes as any tracked packet (a recirculation, not a goto).
-				continue
-			}
-		case Drop:
-			if i != len(f.Actions)-1 {
-				t.Errorf("%s: drop is not the last action", f)
-			}
-			continue
-		default:
-			continue
-		}
-		if i != len(f.Actions)-1 {
-			t.Errorf("%s: %s is not the last action", f, a)
-		}
-		if target.ID <= f.Table.ID {
-			t.Errorf("%s: jumps back to %s", f, target)
+	for _, p := range jumpProblems(f) {
+		t.Error(p)
+	}
+}
+
+func TestRegistryValidates(t *testing.T) {
+	if err := Stages().Validate(); err != nil {
+		t.Fatalf("the kovs pipeline: %v", err)
+	}
+	base, _ := Stages().Stage(CategoryBase)
+	clash := Stage{Name: "clash", Category: 42, Tables: []Table{{ID: Classifier.ID, Name: "Other"}},
+		Objects: func(*Snapshot) []Object { return nil }}
+	for name, r := range map[string]Registry{
+		"a table number twice": Stages().With(clash),
+		"a category twice":     Stages().With(Stage{Name: "again", Category: CategoryPod, Objects: base.Objects}),
+		"a name twice":         Stages().With(Stage{Name: "pod", Category: 42, Objects: base.Objects}),
+		"the learned category": Stages().With(Stage{Name: "learned", Category: CategoryLearned, Objects: base.Objects}),
+		"no objects":           Stages().With(Stage{Name: "empty", Category: 42}),
+		"a last table that continues": Stages().With(Stage{Name: "tail", Category: 42, Objects: base.Objects,
+			Tables: []Table{{ID: 99, Name: "Tail", Miss: MissNext}}}),
+	} {
+		if err := r.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
 	}
 }

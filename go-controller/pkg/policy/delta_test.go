@@ -15,7 +15,7 @@ func sampleShare(t *testing.T) NodeShare {
 	s.Generation = 4
 	s.AddressSets["s-peers"] = AddressSet{ID: "s-peers", Addresses: prefixes(t, "10.0.1.5/32", "fd00::5/128")}
 	s.AddressSets["b-world"] = AddressSet{ID: "b-world", Addresses: prefixes(t, "0.0.0.0/1", "128.0.0.0/2")}
-	s.AppliedToSets["s-web"] = AppliedToSet{ID: "s-web", Pods: []PodRef{
+	s.AppliedToSets["s-web"] = AppliedToSet{ID: "s-web", Pods: []AppliedPod{
 		{PodKey: PodKey{Namespace: "x", Name: "a", UID: "u-a"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}},
 		{PodKey: PodKey{Namespace: "x", Name: "b", UID: "u-b"}}, // no IPs yet: still protected
 	}}
@@ -56,7 +56,7 @@ func TestDeltaApply(t *testing.T) {
 		AppliedTo: "s-db", Action: ActionAllow}
 	d := Delta{
 		Node: "node-1", FromGeneration: 4, Generation: 7,
-		AddedAppliedToSets: []AppliedToSet{{ID: "s-db", Pods: []PodRef{{PodKey: PodKey{Namespace: "x", Name: "c"}}}}},
+		AddedAppliedToSets: []AppliedToSet{{ID: "s-db", Pods: []AppliedPod{{PodKey: PodKey{Namespace: "x", Name: "c"}}}}},
 		AddedRules:         []Rule{newRule},
 		UpdatedAddressSets: []AddressSetPatch{{ID: "s-peers", Added: prefixes(t, "10.0.1.6/32"), Removed: prefixes(t, "fd00::5/128")}},
 		RemovedRules:       []string{"x/web/egress/0"},

@@ -35,7 +35,7 @@ func (s NodeShare) Validate() error {
 		if a.ID != id {
 			return fmt.Errorf("applied-to set %q stored under %q", a.ID, id)
 		}
-		if !slices.IsSortedFunc(a.Pods, func(x, y PodRef) int { return x.PodKey.Compare(y.PodKey) }) {
+		if !slices.IsSortedFunc(a.Pods, func(x, y AppliedPod) int { return x.PodKey.Compare(y.PodKey) }) {
 			return fmt.Errorf("applied-to set %s: pods not sorted", id)
 		}
 	}

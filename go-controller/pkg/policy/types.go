@@ -52,9 +52,9 @@ func (k PodKey) Compare(o PodKey) int {
 	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name), cmp.Compare(k.UID, o.UID))
 }
 
-// PodRef is a pod a rule applies to: its identity and its addresses, which it may not
+// AppliedPod is a pod a rule applies to: its identity and its addresses, which it may not
 // have yet (a pod is isolated from its first packet, before its IPs are known).
-type PodRef struct {
+type AppliedPod struct {
 	PodKey
 	IPs []netip.Addr `json:"ips,omitempty"`
 }
@@ -106,8 +106,8 @@ func (s AddressSet) Contains(ip netip.Addr) bool {
 // AppliedToSet is the set of pods some rules apply to. Its ID is the same on every node;
 // its Pods, in a NodeShare, are only those of that node, sorted by PodKey.
 type AppliedToSet struct {
-	ID   string   `json:"id"`
-	Pods []PodRef `json:"pods,omitempty"`
+	ID   string       `json:"id"`
+	Pods []AppliedPod `json:"pods,omitempty"`
 }
 
 // Has reports whether the set holds the pod with the given namespace and name.

@@ -61,7 +61,7 @@ func (k *kubeProxyFixture) kovsServiceState(t *testing.T, node string) []error {
 			errs = append(errs, fmt.Errorf("br-int has a Service flow (cookie %#x): %s", f.Cookie, f.Text))
 			continue
 		}
-		if table, ok := pipeline.TableByID(uint8(f.Table)); f.Table >= 0 && ok && table.Stage == pipeline.StageServiceLB && f.Priority != 0 {
+		if table, ok := pipeline.TableByID(uint8(f.Table)); f.Table >= 0 && ok && table.Phase == pipeline.PhaseServiceLB && f.Priority != 0 {
 			errs = append(errs, fmt.Errorf("br-int table %s has more than its miss flow: %s", table.Name, f.Text))
 		}
 	}

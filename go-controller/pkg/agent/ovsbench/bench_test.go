@@ -28,14 +28,15 @@ const syncTimeout = 2 * time.Minute
 // BenchmarkAgentPolicyInstall is the agent benchmark of issue 4: 1,000 NetworkPolicies over
 // 1,000 local pods on one node (see benchShare for the mix), with 3 tunnel peers.
 //
-//   - compile: the node's desired flows, as NodeState.Flows computes them on every sync
-//     (pipeline NodeFlows + PolicyFlows). ns/op is the compile time; flows is the count,
-//     checked against the formula (logged, with the cross product it avoids).
+//   - compile: the node's desired flows compiled from scratch (NodeState.Flows: every
+//     stage of the pipeline, as the agent's first sync compiles them). ns/op is the
+//     compile time; flows is the count, checked against the formula (logged, with the
+//     cross product it avoids).
 //   - install: those flows added to an empty br-int of a real ovs-vswitchd in one bundle
 //     through pkg/ovs (ovs-ofctl bundle). ns/op is the install time.
 //   - delta: the agent's own path for one change: NodePolicy.Delta (one peer address added)
 //     -> NodeState -> FlowSyncer (compile, diff against what it installed, one bundle) ->
-//     the agent's datapath invalidation (SCTP conntrack flush, datapath flow purge) ->
+//     (compiling only the objects the delta changed), the agent's datapath invalidation (SCTP conntrack flush, datapath flow purge) ->
 //     NodePolicy.Realized reports the delta's generation. ns/op is that latency;
 //     bundle-flows/op the bundle's size; ms-compile/op, ms-diff/op (the syncer's diff
 //     and bookkeeping: the rest), ms-bundle/op and ms-invalidate/op where the time goes.
@@ -125,7 +126,7 @@ func (n *benchNode) benchInstall(b *testing.B) {
 	flows := n.flows(b)
 	mods := make([]ovs.Mod, len(flows))
 	for i, f := range flows {
-		mods[i] = ovs.AddFlow(f.String())
+		mods[i] = f.Rendered().Add()
 	}
 	for b.Loop() {
 		b.StopTimer()
@@ -278,9 +279,9 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 	if err := a.sink.Snapshot(share); err != nil {
 		b.Fatalf("snapshot: %v", err)
 	}
-	a.compile = &compileTimer{flows: a.state.Flows}
+	a.compile = &compileTimer{desire: a.state.Desired}
 	a.inval = &invalidation{vswitchd: sw.of.Vswitchd()}
-	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired)
+	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired, time.Hour)
 	a.syncer.OnApplied(a.inval.after)
 	a.syncer.OnSynced(func(uint64) {
 		select {
@@ -294,7 +295,7 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 	start := time.Now()
 	go func() {
 		defer close(done)
-		a.syncer.Run(ctx, time.Hour)
+		a.syncer.Run(ctx)
 	}()
 	a.waitRealized(b, share.Generation)
 	a.fullSync = time.Since(start)
@@ -333,9 +334,9 @@ type invalidation struct {
 	err   error
 }
 
-func (i *invalidation) after(ctx context.Context, _, _ []string) {
+func (i *invalidation) after(ctx context.Context, _ agent.SwitchPlan) {
 	start := time.Now()
-	err := i.vswitchd.FlushConntrack(ctx, pipeline.CTZone, "ct_nw_proto=132")
+	err := i.vswitchd.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP)
 	if err == nil {
 		err = i.vswitchd.PurgeDatapathFlows(ctx)
 	}
@@ -358,17 +359,17 @@ func (i *invalidation) reset() {
 	i.total = 0
 }
 
-// compileTimer times the syncer's calls of NodeState.Flows.
+// compileTimer times the syncer's calls of NodeState.Desired.
 type compileTimer struct {
-	flows func() ([]pipeline.Flow, uint64, error)
+	desire func() (pipeline.Desired, uint64, error)
 
 	mu          sync.Mutex
 	last, total time.Duration
 }
 
-func (c *compileTimer) desired() ([]pipeline.Flow, uint64, error) {
+func (c *compileTimer) desired() (pipeline.Desired, uint64, error) {
 	start := time.Now()
-	flows, gen, err := c.flows()
+	flows, gen, err := c.desire()
 	took := time.Since(start)
 	c.mu.Lock()
 	c.last, c.total = took, c.total+took
@@ -389,9 +390,8 @@ func (c *compileTimer) reset() {
 	c.total = 0
 }
 
-// recordingSwitch is br-int's OpenFlow side as the agent's FlowSyncer uses it (the same
-// mods as the agent's own adapter: strict deletes, then adds, in one bundle), counting
-// what it applies.
+// recordingSwitch is br-int's OpenFlow side as the agent's FlowSyncer uses it (the agent's
+// own adapter, agent.OpenFlowSwitch), counting what it applies.
 type recordingSwitch struct {
 	of *ovs.OpenFlow
 
@@ -399,37 +399,26 @@ type recordingSwitch struct {
 	bundles
 }
 
-func (s *recordingSwitch) Apply(ctx context.Context, deletes, adds []string) error {
-	mods := make([]ovs.Mod, 0, len(deletes)+len(adds))
-	for _, d := range deletes {
-		mods = append(mods, ovs.DeleteFlowStrict(d))
-	}
-	for _, a := range adds {
-		mods = append(mods, ovs.AddFlow(a))
-	}
+func (s *recordingSwitch) Apply(ctx context.Context, p agent.SwitchPlan) error {
 	start := time.Now()
-	err := s.of.Bundle(ctx, mods)
+	err := agent.OpenFlowSwitch(s.of).Apply(ctx, p)
 	took := time.Since(start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applies++
-	s.deletes += len(deletes)
-	s.adds += len(adds)
+	s.deletes += len(p.DeleteFlows)
+	s.adds += len(p.AddFlows)
 	s.took += took
-	s.last, s.lastAdds = took, len(adds)
+	s.last, s.lastAdds = took, len(p.AddFlows)
 	return err
 }
 
-func (s *recordingSwitch) Flows(ctx context.Context) ([]string, error) {
-	entries, err := s.of.DumpFlows(ctx, 0, 0)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(entries))
-	for i, e := range entries {
-		out[i] = e.String()
-	}
-	return out, nil
+func (s *recordingSwitch) Flows(ctx context.Context) ([]ovs.Flow, error) {
+	return agent.OpenFlowSwitch(s.of).Flows(ctx)
+}
+
+func (s *recordingSwitch) Groups(ctx context.Context) ([]ovs.Group, error) {
+	return agent.OpenFlowSwitch(s.of).Groups(ctx)
 }
 
 // bundles is what the switch applied since the last reset, and its last bundle.

@@ -123,10 +123,10 @@ func benchShare() policy.NodeShare {
 		if groups[id] == nil {
 			groups[id] = &policy.AppliedToSet{ID: id}
 		}
-		groups[id].Pods = append(groups[id].Pods, policy.PodRef{PodKey: k, IPs: p.IPs})
+		groups[id].Pods = append(groups[id].Pods, policy.AppliedPod{PodKey: k, IPs: p.IPs})
 	}
 	for id, g := range groups {
-		slices.SortFunc(g.Pods, func(x, y policy.PodRef) int { return x.PodKey.Compare(y.PodKey) })
+		slices.SortFunc(g.Pods, func(x, y policy.AppliedPod) int { return x.PodKey.Compare(y.PodKey) })
 		s.AppliedToSets[id] = *g
 	}
 	for k := range peerSets {

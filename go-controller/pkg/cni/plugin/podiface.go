@@ -59,7 +59,7 @@ func newPodInterfaceSpec(ifName string, cfg *cni.PodNetworkConfig) (*podInterfac
 // it; then the extra routes (without a next hop: via their family's gateway, or on the
 // link when it has none). A next hop outside the pod's prefixes is made reachable first
 // by a route to it on the link. Later routes to the same destination are dropped.
-func planRoutes(addrs []podAddress, extra []cni.Route) ([]podRoute, error) {
+func planRoutes(addrs []podAddress, extra []cni.RouteConfig) ([]podRoute, error) {
 	var plan routePlan
 	for _, a := range addrs {
 		if a.gateway != nil {

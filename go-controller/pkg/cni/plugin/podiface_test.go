@@ -39,7 +39,7 @@ func TestPlanRoutes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		ips    []cni.IPConfig
-		routes []cni.Route
+		routes []cni.RouteConfig
 		want   []string
 	}{{
 		name: "default route per family, gateways in the prefix",
@@ -52,18 +52,18 @@ func TestPlanRoutes(t *testing.T) {
 	}, {
 		name:   "extra routes default to their family's gateway",
 		ips:    dualStackConfig().IPs,
-		routes: []cni.Route{{Dst: "10.96.0.0/12"}, {Dst: "fd00:96::/108", GW: "fd00:10:244:1::2"}},
+		routes: []cni.RouteConfig{{Dst: "10.96.0.0/12"}, {Dst: "fd00:96::/108", GW: "fd00:10:244:1::2"}},
 		want: []string{"0.0.0.0/0 via 10.244.1.1", "::/0 via fd00:10:244:1::1",
 			"10.96.0.0/12 via 10.244.1.1", "fd00:96::/108 via fd00:10:244:1::2"},
 	}, {
 		name:   "a family without gateway gets routes on the link",
 		ips:    []cni.IPConfig{{Address: "10.244.1.5/24"}},
-		routes: []cni.Route{{Dst: "10.96.0.0/12"}},
+		routes: []cni.RouteConfig{{Dst: "10.96.0.0/12"}},
 		want:   []string{"10.96.0.0/12 dev"},
 	}, {
 		name:   "a default route in Routes is not added twice",
 		ips:    []cni.IPConfig{{Address: "10.244.1.5/24", Gateway: "10.244.1.1"}},
-		routes: []cni.Route{{Dst: "0.0.0.0/0", GW: "10.244.1.1"}},
+		routes: []cni.RouteConfig{{Dst: "0.0.0.0/0", GW: "10.244.1.1"}},
 		want:   []string{"0.0.0.0/0 via 10.244.1.1"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	compiler "github.com/kovs-net/kovs/go-controller/pkg/controller/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
@@ -44,7 +44,7 @@ func newFixture(t *testing.T, preexisting ...runtime.Object) *fixture {
 	}
 	f := &fixture{t: t, client: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100)}
 	factory := informers.NewSharedInformerFactory(f.client, 0)
-	comp, err := compiler.New(factory, compiler.Options{})
+	comp, err := networkpolicy.New(factory, networkpolicy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

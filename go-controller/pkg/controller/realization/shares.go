@@ -227,7 +227,7 @@ func isolationChanges(before, after policy.Isolation) []policy.PodKey {
 	return slices.SortedFunc(maps.Keys(changed), policy.PodKey.Compare)
 }
 
-func samePod(a, b policy.PodRef) bool { return a.PodKey == b.PodKey && slices.Equal(a.IPs, b.IPs) }
+func samePod(a, b policy.AppliedPod) bool { return a.PodKey == b.PodKey && slices.Equal(a.IPs, b.IPs) }
 
 func ids[T any](items []T, id func(T) string) []string {
 	out := make([]string, len(items))

@@ -26,7 +26,7 @@ func webShare(gen uint64, dbAddrs ...string) policy.NodeShare {
 		prefixes = append(prefixes, netip.MustParsePrefix(a))
 	}
 	s.AddressSets["db"] = policy.AddressSet{ID: "db", Addresses: prefixes}
-	s.AppliedToSets["web"] = policy.AppliedToSet{ID: "web", Pods: []policy.PodRef{{PodKey: podA}}}
+	s.AppliedToSets["web"] = policy.AppliedToSet{ID: "web", Pods: []policy.AppliedPod{{PodKey: podA}}}
 	s.Rules["x/web/ingress/0"] = policy.Rule{ID: "x/web/ingress/0", Policy: policy.PolicyRef{Namespace: "x", Name: "web", UID: "uw"},
 		Direction: policy.Ingress, AppliedTo: "web", Peers: []string{"db"}, Action: policy.ActionAllow}
 	s.Isolation.Ingress = []policy.PodKey{podA}
@@ -102,7 +102,7 @@ func TestGenerationsOfTheParts(t *testing.T) {
 	}
 	iso := policy.Isolation{Ingress: []policy.PodKey{podA, podB}}
 	_ = tr.delta("node1", policy.Delta{Node: "node1", FromGeneration: 15, Generation: 16, Isolation: &iso,
-		UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "web", Pods: []policy.PodRef{{PodKey: podA}, {PodKey: podB}}}}})
+		UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "web", Pods: []policy.AppliedPod{{PodKey: podA}, {PodKey: podB}}}}})
 	if _, need := tr.verdict("node1", on); need != 16 {
 		t.Errorf("need %d after pod b was isolated, want 16", need)
 	}

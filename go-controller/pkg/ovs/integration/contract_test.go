@@ -5,15 +5,16 @@ import (
 	"testing"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 )
 
 // TestFakeOpenFlowMatchesOVS runs the same bundles through ovs-vswitchd and
-// through ovs.FakeOpenFlow and compares the results, so that unit tests built
+// through ovsfake.OpenFlow and compares the results, so that unit tests built
 // on the fake hold against OVS. The flows use OVS's canonical match syntax:
 // the fake compares matches as text.
 func TestFakeOpenFlowMatchesOVS(t *testing.T) {
 	_, real, ctx := bridgeWithFlows(t)
-	fake := ovs.NewFakeOpenFlow()
+	fake := ovsfake.NewOpenFlow()
 	steps := []struct {
 		name    string
 		mods    []ovs.Mod

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovstest"
 )
 
@@ -67,7 +67,7 @@ func TestTracerAgreesWithOVS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: ofproto/trace %s: %v", p.What, p.Packet, err)
 		}
-		d := compareVerdicts(p, kovsctl.ParseTrace(text))
+		d := compareVerdicts(p, ovs.ParseTrace(text, "br-int"))
 		if d == "" {
 			continue
 		}
@@ -86,18 +86,18 @@ func TestTracerAgreesWithOVS(t *testing.T) {
 
 // compareVerdicts describes how ovs-vswitchd's trace differs from the Go tracer's verdict
 // (empty when it does not).
-func compareVerdicts(p tracedPacket, ovs kovsctl.ParsedTrace) string {
-	last, ok := ovs.LastStep()
+func compareVerdicts(p tracedPacket, got ovs.Trace) string {
+	last, ok := got.LastStep()
 	if !ok {
 		return "ofproto/trace matched no flow"
 	}
 	var outs []uint32
-	for _, o := range ovs.OutputPorts {
+	for _, o := range got.OutputPorts {
 		outs = append(outs, uint32(o))
 	}
-	if ovs.Dropped() != p.Dropped || last.Table != p.Table || !slices.Equal(outs, p.Outputs) {
+	if got.Dropped() != p.Dropped || last.Table != p.Table || !slices.Equal(outs, p.Outputs) {
 		return fmt.Sprintf("Go tracer: dropped=%v last table %d outputs %v; ovs-vswitchd: dropped=%v last table %d outputs %v",
-			p.Dropped, p.Table, p.Outputs, ovs.Dropped(), last.Table, outs)
+			p.Dropped, p.Table, p.Outputs, got.Dropped(), last.Table, outs)
 	}
 	return ""
 }

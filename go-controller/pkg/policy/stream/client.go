@@ -147,7 +147,7 @@ func (c *Client) session(ctx context.Context, sink policy.Sink) (bool, error) {
 		return false, err
 	}
 	rs := newReceiver(c.cfg.Node, sink)
-	rep := &reporter{conn: cn, sink: sink, recv: rs, kickCh: make(chan struct{}, 1)}
+	rep := newReporter(cn, sink, rs)
 	reporting := make(chan struct{})
 	go func() {
 		defer close(reporting)

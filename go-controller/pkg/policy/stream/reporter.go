@@ -6,63 +6,77 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
 // reporter posts the sink's realized generation: after every delivered message, when it
-// changes, and at least every ReportRefresh.
+// changes, and at least every ReportRefresh. Its runner reads the sink when asked and at
+// least every ReportPoll.
 type reporter struct {
 	conn    *conn
 	sink    policy.Sink
 	recv    *receiver
-	kickCh  chan struct{}
+	runner  *runner.BoundedFrequencyRunner
+	ctx     context.Context // the connection's, set before the runner loops
 	last    uint64
 	lastAt  time.Time
 	started bool
 }
 
-// kick asks for a report now.
-func (rp *reporter) kick() {
-	select {
-	case rp.kickCh <- struct{}{}:
-	default:
-	}
+func newReporter(cn *conn, sink policy.Sink, recv *receiver) *reporter {
+	rp := &reporter{conn: cn, sink: sink, recv: recv}
+	rp.runner = runner.MustNewBoundedFrequencyRunner("realization reports", rp.reportIfDue,
+		runner.Bounds{MaxInterval: cn.c.cfg.ReportPoll, Burst: 1})
+	return rp
 }
 
+// kick asks for a report now.
+func (rp *reporter) kick() { rp.runner.Run() }
+
 func (rp *reporter) run(ctx context.Context) {
-	cfg := rp.conn.c.cfg
-	poll := time.NewTicker(cfg.ReportPoll)
-	defer poll.Stop()
-	var changed <-chan struct{}
+	rp.ctx = ctx
+	var wg sync.WaitGroup
 	if n, ok := rp.sink.(RealizedNotifier); ok {
-		changed = n.RealizedChanged()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-rp.kickCh:
-		case <-changed:
-		case <-poll.C:
-		}
-		gen, ok := rp.recv.current()
-		if !ok || (rp.started && gen == rp.last && time.Since(rp.lastAt) < cfg.ReportRefresh) {
-			continue
-		}
-		if err := rp.report(ctx, gen); err != nil {
-			var se *StatusError
-			if errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
-				// The token expired or was revoked: reconnect with the current one.
-				rp.conn.cancel(fmt.Errorf("realized report refused: %w", err))
-				return
+		changed := n.RealizedChanged()
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-changed:
+					rp.kick()
+				}
 			}
-			rp.conn.c.log.WithError(err).WithField("generation", gen).Debug("realized report failed, will retry")
-			continue
-		}
-		rp.last, rp.lastAt, rp.started = gen, time.Now(), true
+		})
 	}
+	rp.runner.Loop(ctx)
+	wg.Wait()
+}
+
+// reportIfDue reports the realized generation if it changed or the last report is older
+// than ReportRefresh.
+func (rp *reporter) reportIfDue() {
+	cfg := rp.conn.c.cfg
+	gen, ok := rp.recv.current()
+	if !ok || (rp.started && gen == rp.last && time.Since(rp.lastAt) < cfg.ReportRefresh) {
+		return
+	}
+	if err := rp.report(rp.ctx, gen); err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
+			// The token expired or was revoked: reconnect with the current one (the
+			// connection's context ends, and with it the runner's loop).
+			rp.conn.cancel(fmt.Errorf("realized report refused: %w", err))
+			return
+		}
+		rp.conn.c.log.WithError(err).WithField("generation", gen).Debug("realized report failed, will retry")
+		return
+	}
+	rp.last, rp.lastAt, rp.started = gen, time.Now(), true
 }
 
 func (rp *reporter) report(ctx context.Context, gen uint64) error {

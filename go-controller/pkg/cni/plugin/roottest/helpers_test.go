@@ -99,7 +99,7 @@ func podConfig(i int) *cni.PodNetworkConfig {
 			{Address: fmt.Sprintf("fd00:10:244:1::%x/64", 0x10+i), Gateway: "fd00:10:244:1::1"},
 		},
 		MAC:                      fmt.Sprintf("0a:58:0a:f4:01:%02x", 10+i),
-		Routes:                   []cni.Route{{Dst: "10.96.0.0/12"}},
+		Routes:                   []cni.RouteConfig{{Dst: "10.96.0.0/12"}},
 		MTU:                      1450,
 		DisableTxChecksumOffload: true,
 	}

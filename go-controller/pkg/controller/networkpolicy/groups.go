@@ -1,0 +1,231 @@
+package networkpolicy
+
+// acquire returns the group of spec, creating and filling it if needed, and records a
+// reference to it held by ps.
+func (m *model) acquire(ps *policyState, spec groupSpec) *group {
+	key := spec.key()
+	g, ok := m.groups[key]
+	if !ok {
+		g = m.newGroup(key, spec)
+	}
+	g.refs++
+	ps.groups = append(ps.groups, g)
+	return g
+}
+
+// newGroup interns a group and fills it from the pods in its scope.
+func (m *model) newGroup(key groupKey, spec groupSpec) *group {
+	g := &group{groupSpec: spec, id: setID("s-", key.String())}
+	m.groups[key] = g
+	if g.nsSelector == nil {
+		idx := m.nsGroups[g.scope]
+		if idx == nil {
+			idx = map[*group]struct{}{}
+			m.nsGroups[g.scope] = idx
+		}
+		idx[g] = struct{}{}
+		if ns := m.namespaces[g.scope]; ns != nil {
+			m.fill(g, ns)
+		}
+		return g
+	}
+	m.clusterGroups[g] = struct{}{}
+	for _, ns := range m.namespaces {
+		if g.nsSelector.Matches(ns.labels) {
+			m.fill(g, ns)
+		}
+	}
+	return g
+}
+
+func (m *model) fill(g *group, ns *namespace) {
+	for p := range ns.pods {
+		if g.matchesPod(p) {
+			m.addMember(g, p)
+		}
+	}
+}
+
+// peerSet returns the group's address set, creating it on first use as a peer.
+func (m *model) peerSet(g *group) *addrSet {
+	if g.addr == nil {
+		g.addr = &addrSet{id: g.id, group: g}
+		m.groupChanged(g) // its addresses are computed at commit
+	}
+	return g.addr
+}
+
+// release drops the references ps holds, deleting what nobody references any more.
+func (m *model) release(ps *policyState) {
+	for _, g := range ps.namedPortBases {
+		delete(g.namedPortUsers, ps)
+	}
+	for _, g := range ps.groups {
+		if g.refs--; g.refs == 0 {
+			m.deleteGroup(g)
+		}
+	}
+	for _, b := range ps.blocks {
+		if b.refs--; b.refs == 0 {
+			delete(m.blocks, b.key)
+		}
+	}
+	ps.groups, ps.blocks, ps.namedPortBases = nil, nil, nil
+}
+
+// deleteGroup forgets a group nobody references: it has no rules and isolates nothing.
+func (m *model) deleteGroup(g *group) {
+	g.members.each(func(p *pod) { p.leave(g) })
+	delete(m.groups, g.key())
+	if g.nsSelector == nil {
+		idx := m.nsGroups[g.scope]
+		delete(idx, g)
+		if len(idx) == 0 {
+			delete(m.nsGroups, g.scope)
+		}
+	} else {
+		delete(m.clusterGroups, g)
+	}
+	g.members = memberSet{}
+}
+
+// matchesPod reports whether the pod belongs in the group.
+func (g *group) matchesPod(p *pod) bool {
+	if g.nsSelector == nil {
+		if p.ns.name != g.scope {
+			return false
+		}
+	} else if !g.nsSelector.Matches(p.ns.labels) {
+		return false
+	}
+	if !g.selector.Matches(p.labels) {
+		return false
+	}
+	return g.ports == nil || p.resolves(g.ports.protocol, g.ports.names, g.ports.number)
+}
+
+// addMember adds p to g (and g to p.groups), with the consequences on p's node.
+func (m *model) addMember(g *group, p *pod) {
+	p.groups = append(p.groups, g)
+	first := g.members.add(p)
+	m.groupChanged(g)
+	for d := range g.isolating {
+		if g.isolating[d] > 0 {
+			m.isolate(p, d, 1)
+		}
+	}
+	if p.node == nil || len(g.rules) == 0 {
+		return
+	}
+	if first {
+		m.groupArrives(g, p.node)
+	} else {
+		m.emitAppliedTo(p.node, g, opUpdate)
+	}
+}
+
+// removeMember removes p from g, with the consequences on p's node. The caller removes g
+// from p.groups.
+func (m *model) removeMember(g *group, p *pod) {
+	last := g.members.remove(p)
+	m.groupChanged(g)
+	for d := range g.isolating {
+		if g.isolating[d] > 0 {
+			m.isolate(p, d, -1)
+		}
+	}
+	if p.node == nil || len(g.rules) == 0 {
+		return
+	}
+	if last {
+		m.groupLeaves(g, p.node)
+	} else {
+		m.emitAppliedTo(p.node, g, opUpdate)
+	}
+}
+
+// memberChanged records that a member of g changed addresses.
+func (m *model) memberChanged(g *group, p *pod) {
+	m.groupChanged(g)
+	if p.node != nil && len(g.rules) > 0 {
+		m.emitAppliedTo(p.node, g, opUpdate)
+	}
+}
+
+// groupChanged marks g's membership changed in this batch: its addresses are recomputed
+// at commit and the policies that split named ports over it are compiled again.
+func (m *model) groupChanged(g *group) {
+	if !g.changed {
+		g.changed = true
+		m.batch.changedGroups = append(m.batch.changedGroups, g)
+	}
+	g.resolved = nil
+	for ps := range g.namedPortUsers {
+		m.batch.dirtyPolicies[ps] = struct{}{}
+	}
+}
+
+// groupArrives makes g part of n's share: its applied-to set, its rules and the
+// address sets they reference.
+func (m *model) groupArrives(g *group, n *node) {
+	n.groups[g] = struct{}{}
+	for _, ar := range g.addrRefs {
+		m.addrRef(n, ar.set, 1)
+	}
+	if len(n.subs) == 0 {
+		return
+	}
+	m.emitAppliedTo(n, g, opAdd)
+	for _, r := range g.rules {
+		m.emitRule(n, r, opAdd)
+	}
+}
+
+// groupLeaves takes g out of n's share.
+func (m *model) groupLeaves(g *group, n *node) {
+	delete(n.groups, g)
+	for _, ar := range g.addrRefs {
+		m.addrRef(n, ar.set, -1)
+	}
+	if len(n.subs) == 0 {
+		return
+	}
+	m.emitAppliedTo(n, g, opRemove)
+	for _, r := range g.rules {
+		m.emitRule(n, r, opRemove)
+	}
+}
+
+// addrRef counts one more (or one less) group of n referencing a.
+func (m *model) addrRef(n *node, a *addrSet, delta int) {
+	c := n.addrRefs[a] + delta
+	switch {
+	case c == 0:
+		delete(n.addrRefs, a)
+		m.emitAddr(n, a, opRemove)
+	case c == 1 && delta > 0:
+		n.addrRefs[a] = c
+		m.emitAddr(n, a, opAdd)
+	default:
+		n.addrRefs[a] = c
+	}
+}
+
+// isolate counts one more (or one less) isolating group of p in direction d.
+func (m *model) isolate(p *pod, d int, delta int32) {
+	before := p.isolating[d]
+	p.isolating[d] += delta
+	if (before == 0) != (p.isolating[d] == 0) && p.node != nil {
+		m.emitIsolation(p.node)
+	}
+}
+
+// setIsolating counts one more (or one less) policy isolating g's pods in direction d.
+func (m *model) setIsolating(g *group, d int, delta int32) {
+	before := g.isolating[d]
+	g.isolating[d] += delta
+	if (before == 0) == (g.isolating[d] == 0) {
+		return
+	}
+	g.members.each(func(p *pod) { m.isolate(p, d, delta) })
+}

@@ -1,0 +1,214 @@
+package networkpolicy
+
+import (
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// model is the compiler's state: the cluster as NetworkPolicy sees it (namespaces,
+// selectable pods, policies), the groups and rules compiled from it, and every node's
+// share as references into them. It is not safe for concurrent use: the Compiler guards
+// it with a lock, and only its worker changes it.
+type model struct {
+	namespaces map[string]*namespace
+	pods       map[types.NamespacedName]*pod
+	policies   map[types.NamespacedName]*policyState
+
+	selectors selectors
+	groups    map[groupKey]*group
+	// nsGroups indexes the namespace-scoped groups by namespace; clusterGroups are the
+	// groups with a namespaceSelector. A pod change only evaluates these candidates.
+	nsGroups      map[string]map[*group]struct{}
+	clusterGroups map[*group]struct{}
+	blocks        map[string]*addrSet // ipBlock sets, by key
+	nodes         map[string]*node
+	// watched are the nodes that have subscribers.
+	watched map[*node]struct{}
+
+	generation uint64
+	batch      batch
+}
+
+// batch is what the current batch of changes touched.
+type batch struct {
+	changedGroups []*group
+	// dirtyPolicies must be recompiled: their named ports may resolve differently.
+	dirtyPolicies map[*policyState]struct{}
+	// notify are the subscribers that received events.
+	notify  map[*subscriber]struct{}
+	changed bool
+}
+
+func newModel() *model {
+	return &model{
+		namespaces:    map[string]*namespace{},
+		pods:          map[types.NamespacedName]*pod{},
+		policies:      map[types.NamespacedName]*policyState{},
+		selectors:     newSelectors(),
+		groups:        map[groupKey]*group{},
+		nsGroups:      map[string]map[*group]struct{}{},
+		clusterGroups: map[*group]struct{}{},
+		blocks:        map[string]*addrSet{},
+		nodes:         map[string]*node{},
+		watched:       map[*node]struct{}{},
+		batch:         newBatch(),
+	}
+}
+
+func newBatch() batch {
+	return batch{
+		dirtyPolicies: map[*policyState]struct{}{},
+		notify:        map[*subscriber]struct{}{},
+	}
+}
+
+// namespace returns the namespace called name, creating it without labels if needed.
+func (m *model) namespace(name string) *namespace {
+	ns, ok := m.namespaces[name]
+	if !ok {
+		ns = &namespace{name: name, pods: map[*pod]struct{}{}}
+		m.namespaces[name] = ns
+	}
+	return ns
+}
+
+// node returns the node called name, creating it if needed.
+func (m *model) node(name string) *node {
+	n, ok := m.nodes[name]
+	if !ok {
+		n = &node{name: name, groups: map[*group]struct{}{}, addrRefs: map[*addrSet]int{}, pods: map[*pod]struct{}{}}
+		m.nodes[name] = n
+	}
+	return n
+}
+
+// setNamespace records a Namespace (nil: deleted). A label change moves the namespace's
+// pods in and out of the groups whose namespaceSelector it starts or stops matching.
+func (m *model) setNamespace(name string, obj *corev1.Namespace) {
+	m.batch.changed = true
+	ns := m.namespace(name)
+	old := ns.labels
+	if obj == nil {
+		ns.labels, ns.known = nil, false
+	} else {
+		ns.labels, ns.known = obj.Labels, true
+	}
+	for g := range m.clusterGroups {
+		was, is := g.nsSelector.Matches(old), g.nsSelector.Matches(ns.labels)
+		if was == is {
+			continue
+		}
+		for p := range ns.pods {
+			if !is && p.memberOf(g) {
+				m.removeMember(g, p)
+				p.leave(g)
+			} else if is && g.matchesPod(p) {
+				m.addMember(g, p)
+			}
+		}
+	}
+	m.forgetNamespace(ns)
+}
+
+// forgetNamespace drops a namespace the model no longer needs.
+func (m *model) forgetNamespace(ns *namespace) {
+	if !ns.known && len(ns.pods) == 0 {
+		delete(m.namespaces, ns.name)
+	}
+}
+
+// setPod records a Pod (nil: deleted). A pod that is not selectable is as good as
+// deleted. A change of labels re-evaluates only the groups of its namespace and the
+// groups with a namespaceSelector.
+func (m *model) setPod(key types.NamespacedName, obj *corev1.Pod) {
+	m.batch.changed = true
+	p := m.pods[key]
+	if obj == nil || !selectable(obj) {
+		if p != nil {
+			m.removePod(p)
+		}
+		return
+	}
+	if p != nil && (p.uid != string(obj.UID) || p.nodeName() != obj.Spec.NodeName) {
+		m.removePod(p)
+		p = nil
+	}
+	var n *node
+	if obj.Spec.NodeName != "" {
+		n = m.node(obj.Spec.NodeName)
+	}
+	ips := podIPs(obj)
+	if p == nil {
+		m.addPod(key, obj, n, ips)
+		return
+	}
+	m.updatePod(p, obj.Labels, ips)
+}
+
+func (m *model) addPod(key types.NamespacedName, obj *corev1.Pod, n *node, ips []netip.Addr) {
+	p := &pod{key: key, ns: m.namespace(key.Namespace), uid: string(obj.UID), labels: obj.Labels,
+		node: n, ips: ips, ports: podNamedPorts(obj)}
+	m.pods[key] = p
+	p.ns.pods[p] = struct{}{}
+	if n != nil {
+		n.pods[p] = struct{}{}
+		m.emitPod(n, p.apiKey(), opAdd)
+	}
+	m.eachCandidate(p.ns, func(g *group) {
+		if g.matchesPod(p) {
+			m.addMember(g, p)
+		}
+	})
+}
+
+func (m *model) removePod(p *pod) {
+	for _, g := range p.groups {
+		m.removeMember(g, p)
+	}
+	p.groups = nil
+	delete(m.pods, p.key)
+	delete(p.ns.pods, p)
+	m.forgetNamespace(p.ns)
+	if p.node != nil {
+		delete(p.node.pods, p)
+		m.emitPod(p.node, p.apiKey(), opRemove)
+		m.forgetNode(p.node)
+	}
+}
+
+// updatePod changes the labels and addresses of a pod that keeps its identity and node.
+func (m *model) updatePod(p *pod, podLabels labels.Set, ips []netip.Addr) {
+	moved := !slices.Equal(p.ips, ips)
+	p.labels, p.ips = podLabels, ips
+	for i := 0; i < len(p.groups); {
+		g := p.groups[i]
+		if g.matchesPod(p) {
+			if moved {
+				m.memberChanged(g, p)
+			}
+			i++
+			continue
+		}
+		m.removeMember(g, p)
+		p.leave(g) // moves the last group to i
+	}
+	m.eachCandidate(p.ns, func(g *group) {
+		if !p.memberOf(g) && g.matchesPod(p) {
+			m.addMember(g, p)
+		}
+	})
+}
+
+// eachCandidate calls f for every group a pod of ns could be a member of.
+func (m *model) eachCandidate(ns *namespace, f func(*group)) {
+	for g := range m.nsGroups[ns.name] {
+		f(g)
+	}
+	for g := range m.clusterGroups {
+		f(g)
+	}
+}

@@ -1,0 +1,250 @@
+package networkpolicy
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// subscriber receives the deltas of one node's share.
+type subscriber struct {
+	node    *node
+	pending pending
+	// lastGen is the generation of the share the subscriber has.
+	lastGen uint64
+	// wake asks for the pending deltas to be delivered (the subscriber's runner); the
+	// compiler calls it, outside its lock, after each batch that gave the subscriber some.
+	wake func()
+}
+
+// subscribe registers a subscriber of node name and returns it with the node's share.
+func (m *model) subscribe(name string) (*subscriber, policy.NodeShare) {
+	n := m.node(name)
+	s := &subscriber{node: n, pending: newPending(), lastGen: m.generation, wake: func() {}}
+	n.subs = append(n.subs, s)
+	m.watched[n] = struct{}{}
+	return s, m.snapshot(n)
+}
+
+func (m *model) unsubscribe(s *subscriber) {
+	n := s.node
+	if i := slices.Index(n.subs, s); i >= 0 {
+		n.subs = slices.Delete(n.subs, i, i+1)
+	}
+	if len(n.subs) == 0 {
+		delete(m.watched, n)
+	}
+	m.forgetNode(n)
+}
+
+// forgetNode drops a node that has nothing and nobody watching.
+func (m *model) forgetNode(n *node) {
+	if len(n.pods) == 0 && len(n.subs) == 0 && len(n.groups) == 0 {
+		delete(m.nodes, n.name)
+	}
+}
+
+// The emit functions record an exact transition of a node's share for its subscribers.
+
+func (m *model) emitRule(n *node, r *rule, o op) {
+	for _, s := range n.subs {
+		s.pending.rule(r, o)
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
+func (m *model) emitAppliedTo(n *node, g *group, o op) {
+	for _, s := range n.subs {
+		s.pending.group(g, o)
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
+func (m *model) emitAddr(n *node, a *addrSet, o op) {
+	for _, s := range n.subs {
+		s.pending.addr(a).event(o)
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
+func (m *model) emitPatch(n *node, a *addrSet, added, removed []netip.Prefix) {
+	for _, s := range n.subs {
+		s.pending.addr(a).patch(added, removed)
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
+// emitPod records that the node's evaluated pods gained or lost a pod.
+func (m *model) emitPod(n *node, k policy.PodKey, o op) {
+	for _, s := range n.subs {
+		s.pending.pod(k, o)
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
+func (m *model) emitIsolation(n *node) {
+	for _, s := range n.subs {
+		s.pending.isolation = true
+		m.batch.notify[s] = struct{}{}
+	}
+}
+
+// snapshot returns node n's share at the current generation. The address lists are
+// shared with the model, which never modifies them in place.
+func (m *model) snapshot(n *node) policy.NodeShare {
+	share := policy.NewNodeShare(n.name)
+	share.Generation = m.generation
+	for g := range n.groups {
+		share.AppliedToSets[g.id] = g.appliedToOn(n)
+		for _, r := range g.rules {
+			share.Rules[r.api.ID] = r.api
+		}
+	}
+	for a := range n.addrRefs {
+		share.AddressSets[a.id] = policy.AddressSet{ID: a.id, Addresses: a.addrs}
+	}
+	share.Isolation = isolationOf(n)
+	share.Pods = podsOf(n)
+	return share
+}
+
+// podsOf returns the node's evaluated pods, sorted.
+func podsOf(n *node) []policy.PodKey {
+	if len(n.pods) == 0 {
+		return nil
+	}
+	keys := make([]policy.PodKey, 0, len(n.pods))
+	for p := range n.pods {
+		keys = append(keys, p.apiKey())
+	}
+	slices.SortFunc(keys, policy.PodKey.Compare)
+	return keys
+}
+
+// appliedToOn returns g's applied-to set restricted to the pods of n.
+func (g *group) appliedToOn(n *node) policy.AppliedToSet {
+	list := g.members.on(n)
+	set := policy.AppliedToSet{ID: g.id, Pods: make([]policy.AppliedPod, len(list))}
+	for i, p := range list {
+		set.Pods[i] = p.ref()
+	}
+	slices.SortFunc(set.Pods, func(a, b policy.AppliedPod) int { return a.PodKey.Compare(b.PodKey) })
+	return set
+}
+
+func isolationOf(n *node) policy.Isolation {
+	var iso policy.Isolation
+	for p := range n.pods {
+		if p.isolating[ingress] > 0 {
+			iso.Ingress = append(iso.Ingress, p.apiKey())
+		}
+		if p.isolating[egress] > 0 {
+			iso.Egress = append(iso.Egress, p.apiKey())
+		}
+	}
+	slices.SortFunc(iso.Ingress, policy.PodKey.Compare)
+	slices.SortFunc(iso.Egress, policy.PodKey.Compare)
+	return iso
+}
+
+// delta takes what is pending for s as a delta from the share s has to the current one.
+// It reports false when nothing is to be sent.
+func (m *model) delta(s *subscriber) (policy.Delta, bool) {
+	if s.pending.empty() {
+		return policy.Delta{}, false
+	}
+	p := s.pending
+	s.pending = newPending()
+	d := policy.Delta{Node: s.node.name, FromGeneration: s.lastGen, Generation: m.generation}
+	ruleChanges(&d, p.rules)
+	appliedToChanges(&d, s.node, p.appliedTo)
+	addrChanges(&d, p.addrs)
+	podChanges(&d, p.pods)
+	if p.isolation {
+		iso := isolationOf(s.node)
+		d.Isolation = &iso
+	}
+	if d.IsEmpty() {
+		return policy.Delta{}, false
+	}
+	s.lastGen = m.generation
+	return d, true
+}
+
+func ruleChanges(d *policy.Delta, pend map[string]pendingRule) {
+	for _, id := range sortedKeys(pend) {
+		switch p := pend[id]; p.op {
+		case opRemove:
+			d.RemovedRules = append(d.RemovedRules, id)
+		case opAdd:
+			d.AddedRules = append(d.AddedRules, p.rule.api)
+		default:
+			d.UpdatedRules = append(d.UpdatedRules, p.rule.api)
+		}
+	}
+}
+
+func appliedToChanges(d *policy.Delta, n *node, pend map[string]pendingGroup) {
+	for _, id := range sortedKeys(pend) {
+		switch p := pend[id]; p.op {
+		case opRemove:
+			d.RemovedAppliedToSets = append(d.RemovedAppliedToSets, id)
+		case opAdd:
+			d.AddedAppliedToSets = append(d.AddedAppliedToSets, p.group.appliedToOn(n))
+		default:
+			d.UpdatedAppliedToSets = append(d.UpdatedAppliedToSets, p.group.appliedToOn(n))
+		}
+	}
+}
+
+func addrChanges(d *policy.Delta, pend map[string]*addrPending) {
+	for _, id := range sortedKeys(pend) {
+		a := pend[id]
+		if a.op == opRemove || a.op == opReplace {
+			d.RemovedAddressSets = append(d.RemovedAddressSets, id)
+		}
+		switch a.op {
+		case opAdd, opReplace:
+			d.AddedAddressSets = append(d.AddedAddressSets, policy.AddressSet{ID: id, Addresses: a.set.addrs})
+		case opPatch:
+			if len(a.added)+len(a.removed) > 0 {
+				d.UpdatedAddressSets = append(d.UpdatedAddressSets,
+					policy.AddressSetPatch{ID: id, Added: sortedPrefixes(a.added), Removed: sortedPrefixes(a.removed)})
+			}
+		}
+	}
+}
+
+// podChanges lists the pods that joined or left the node; a pod that left and came back
+// (same UID) did not change for the receiver.
+func podChanges(d *policy.Delta, pend map[policy.PodKey]op) {
+	for k, o := range pend {
+		switch o {
+		case opAdd:
+			d.AddedPods = append(d.AddedPods, k)
+		case opRemove:
+			d.RemovedPods = append(d.RemovedPods, k)
+		}
+	}
+	slices.SortFunc(d.AddedPods, policy.PodKey.Compare)
+	slices.SortFunc(d.RemovedPods, policy.PodKey.Compare)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, strings.Compare)
+	return keys
+}
+
+func sortedPrefixes(set map[netip.Prefix]struct{}) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	return policy.SortPrefixes(out)
+}

@@ -1,0 +1,140 @@
+package networkpolicy
+
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// namespace is a namespace as the model sees it: its labels and its selectable pods.
+type namespace struct {
+	name   string
+	labels labels.Set
+	// known is set once the Namespace object has been seen; a namespace referenced only
+	// by pods so far has no labels.
+	known bool
+	pods  map[*pod]struct{}
+}
+
+// pod is a selectable pod: not hostNetwork and not terminated.
+type pod struct {
+	key    types.NamespacedName
+	ns     *namespace
+	uid    string
+	labels labels.Set
+	// node is nil while the pod is not scheduled.
+	node  *node
+	ips   []netip.Addr
+	ports []namedPort
+	// groups are the groups the pod is a member of.
+	groups []*group
+	// isolating counts, per direction, the member groups that isolate their pods.
+	isolating [2]int32
+}
+
+// namedPort is a named container port of a pod.
+type namedPort struct {
+	name     string
+	protocol policy.Protocol
+	number   int32
+}
+
+// group is a set of pods defined by selectors: the applied-to pods of a policy (its
+// namespace and podSelector), or the pods of a peer (a namespace, or a namespaceSelector,
+// and a podSelector). Every policy and peer with the same selectors shares one group.
+type group struct {
+	groupSpec
+	id string
+
+	refs    int
+	members memberSet
+	// rules are the attached rules that apply to this group's pods.
+	rules []*rule
+	// addrRefs counts, per address set, the attached rules that reference it. A group's
+	// rules reference few distinct sets: a slice is smaller than a map.
+	addrRefs []addrRef
+	// isolating counts, per direction, the policies that isolate this group's pods.
+	isolating [2]int32
+	// addr is the group's address set, created the first time the group is a peer.
+	addr *addrSet
+	// namedPortUsers are the policies whose named ports are resolved over this group.
+	namedPortUsers map[*policyState]struct{}
+	// resolved caches, per portFilter base key, the numbers the members resolve to.
+	resolved map[string][]int32
+	// changed is set when the membership changed in the current batch.
+	changed bool
+}
+
+// portFilter keeps the pods that resolve one of names (of protocol) to number.
+type portFilter struct {
+	protocol policy.Protocol
+	names    []string
+	number   int32
+}
+
+// addrSet is an address set: the addresses of a group's pods, or an ipBlock's CIDRs.
+type addrSet struct {
+	id    string
+	key   string // an ipBlock's content key
+	group *group // nil for an ipBlock
+	// addrs is sorted and never modified in place: a change replaces the slice.
+	addrs []netip.Prefix
+	// refs counts the policies holding an ipBlock set.
+	refs int
+}
+
+// addrRef counts references to an address set.
+type addrRef struct {
+	set   *addrSet
+	count int
+}
+
+// rule is a compiled rule attached to its applied-to group.
+type rule struct {
+	api       policy.Rule
+	appliedTo *group
+	peers     []*addrSet
+	// slot is the rule's index in appliedTo.rules while attached.
+	slot int
+}
+
+// policyState is a compiled NetworkPolicy and the references it holds.
+type policyState struct {
+	key       types.NamespacedName
+	np        *networkingv1.NetworkPolicy
+	appliedTo *group
+	isolates  [2]bool // by ingress, egress
+	rules     []*rule
+	// groups and blocks are the references the policy holds, one per acquisition.
+	groups []*group
+	blocks []*addrSet
+	// namedPortBases are the groups whose membership decides how named ports split.
+	namedPortBases []*group
+}
+
+// node is one node's share, kept as references into the shared state.
+type node struct {
+	name string
+	// groups are the groups with rules that have members on the node.
+	groups map[*group]struct{}
+	// addrRefs counts, per address set, the groups of the node that reference it.
+	addrRefs map[*addrSet]int
+	pods     map[*pod]struct{}
+	subs     []*subscriber
+}
+
+// Per-direction arrays are indexed by these.
+const (
+	ingress = 0
+	egress  = 1
+)
+
+// podKey returns the key of a Pod object.
+func podKey(p *corev1.Pod) types.NamespacedName {
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+}

@@ -1,0 +1,178 @@
+package networkpolicy
+
+import (
+	"encoding/json"
+	"net/netip"
+	"reflect"
+	"slices"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+func TestAddressSetsAreShared(t *testing.T) {
+	w := newWorld()
+	w.policies = pols(
+		policyObj("x", "one", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil),
+		policyObj("x", "two", sel("pod=c"), nil, in(from(podPeer(sel("pod=b")))), nil),
+		policyObj("y", "three", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil),
+	)
+	share := w.compile()["node-1"]
+	one, two, three := share.Rules["x/one/ingress/0"], share.Rules["x/two/ingress/0"], share.Rules["y/three/ingress/0"]
+	if len(one.Peers) != 1 || !slices.Equal(one.Peers, two.Peers) {
+		t.Errorf("same peers in the same namespace should share one set: %v, %v", one.Peers, two.Peers)
+	}
+	if slices.Equal(one.Peers, three.Peers) {
+		t.Errorf("pod=b in x and in y must be different sets")
+	}
+	if got := share.AddressSets[one.Peers[0]].Addresses; !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}) {
+		t.Errorf("addresses of x pod=b = %v", got)
+	}
+	// The applied-to set of "pod=a in x" is also the peer set of a policy that allows from it.
+	if one.AppliedTo == two.AppliedTo {
+		t.Errorf("different applied-to selectors share a set")
+	}
+}
+
+func TestNodeGetsOnlyItsShare(t *testing.T) {
+	w := newWorld()
+	w.policies = pols(
+		policyObj("x", "b-only", sel("pod=b"), nil, in(from(podPeer(sel("pod=a")))), nil), // x/b is on node-2
+		policyObj("y", "a-only", sel("pod=a"), bothTypes(), in(), out(to(blockPeer("8.8.8.8/32")))),
+	)
+	shares := w.compile()
+	n1, n2 := shares["node-1"], shares["node-2"]
+	if _, ok := n1.Rules["x/b-only/ingress/0"]; ok {
+		t.Error("node-1 got a rule for a pod of node-2")
+	}
+	if _, ok := n2.Rules["x/b-only/ingress/0"]; !ok {
+		t.Error("node-2 lacks the rule of its pod")
+	}
+	if len(n2.Rules) != 1 || len(n2.AddressSets) != 1 || len(n2.AppliedToSets) != 1 {
+		t.Errorf("node-2 share has more than it needs: %+v", n2)
+	}
+	r := n1.Rules["y/a-only/egress/0"]
+	if got := n1.AddressSets[r.Peers[0]].Addresses; !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("8.8.8.8/32")}) {
+		t.Errorf("egress peer set on the source's node = %v", got)
+	}
+	wantIso := policy.Isolation{
+		Ingress: []policy.PodKey{{Namespace: "y", Name: "a", UID: "uid-y-a"}},
+		Egress:  []policy.PodKey{{Namespace: "y", Name: "a", UID: "uid-y-a"}},
+	}
+	if !n1.Isolation.Equal(wantIso) {
+		t.Errorf("node-1 isolation = %+v, want %+v", n1.Isolation, wantIso)
+	}
+	if !n2.Isolation.Equal(policy.Isolation{Ingress: []policy.PodKey{{Namespace: "x", Name: "b", UID: "uid-x-b"}}}) {
+		t.Errorf("node-2 isolation = %+v", n2.Isolation)
+	}
+}
+
+func TestNamedPortSplit(t *testing.T) {
+	w := newWorld()
+	w.policies = pols(
+		policyObj("x", "in", &metav1.LabelSelector{}, nil,
+			in(networkingv1.NetworkPolicyIngressRule{Ports: ports("http", "tcp/80")}), nil),
+		policyObj("y", "out", sel("pod=c"), egressOnly(), nil,
+			out(networkingv1.NetworkPolicyEgressRule{Ports: ports("http"), To: []networkingv1.NetworkPolicyPeer{nsPeer(sel("ns=x"))}})),
+	)
+	shares := w.compile()
+	n1 := shares["node-1"] // x/a, x/c, y/c
+	numeric := n1.Rules["x/in/ingress/0"]
+	if !slices.Equal(numeric.Ports, []policy.Port{{Protocol: policy.TCP, Port: 80}}) {
+		t.Errorf("numeric part = %+v", numeric)
+	}
+	split := n1.Rules["x/in/ingress/0/tcp-8080"]
+	if got := n1.AppliedToSets[split.AppliedTo].Pods; len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("tcp-8080 applies to %+v, want x/a only", got)
+	}
+	if _, ok := n1.Rules["x/in/ingress/0/tcp-9090"]; ok {
+		t.Error("node-1 got the 9090 split though its pods do not resolve http to 9090")
+	}
+	if _, ok := shares["node-2"].Rules["x/in/ingress/0/tcp-9090"]; !ok {
+		t.Error("node-2 lacks the 9090 split of x/b")
+	}
+	e8080, e9090 := n1.Rules["y/out/egress/0/tcp-8080"], n1.Rules["y/out/egress/0/tcp-9090"]
+	addrs := func(r policy.Rule) []netip.Prefix { return n1.AddressSets[r.Peers[0]].Addresses }
+	if !slices.Equal(addrs(e8080), []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}) ||
+		!slices.Equal(addrs(e9090), []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}) {
+		t.Errorf("egress splits: 8080 -> %v, 9090 -> %v", addrs(e8080), addrs(e9090))
+	}
+}
+
+func TestIPBlockExceptIsSubtracted(t *testing.T) {
+	w := newWorld()
+	w.policies = pols(policyObj("x", "np", sel("pod=a"), nil, in(from(blockPeer("10.0.0.0/22", "10.0.1.0/24"))), nil))
+	share := w.compile()["node-1"]
+	r := share.Rules["x/np/ingress/0"]
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.0.2.0/23")}
+	if got := share.AddressSets[r.Peers[0]].Addresses; !slices.Equal(got, want) {
+		t.Errorf("ipBlock addresses = %v, want %v", got, want)
+	}
+}
+
+func TestPodWithoutAddressesIsAppliedTo(t *testing.T) {
+	w := newWorld()
+	w.pod("x/a").Status.PodIPs = nil
+	w.policies = pols(policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=a")))), nil))
+	share := w.compile()["node-1"]
+	r := share.Rules["x/np/ingress/0"]
+	pods := share.AppliedToSets[r.AppliedTo].Pods
+	if len(pods) != 1 || pods[0].Name != "a" || pods[0].UID != "uid-x-a" || len(pods[0].IPs) != 0 {
+		t.Errorf("applied-to pods = %+v, want x/a without addresses", pods)
+	}
+	if got := share.AddressSets[r.Peers[0]].Addresses; len(got) != 0 {
+		t.Errorf("a pod without addresses contributed %v", got)
+	}
+}
+
+func TestCompileIsDeterministic(t *testing.T) {
+	build := func() []byte {
+		w := newWorld()
+		w.policies = pols(
+			policyObj("x", "np", &metav1.LabelSelector{}, bothTypes(),
+				in(networkingv1.NetworkPolicyIngressRule{Ports: ports("http", "udp/53"), From: []networkingv1.NetworkPolicyPeer{
+					nsPeer(sel("ns=y")), podPeer(sel("pod=b")), blockPeer("1.0.0.0/8", "1.1.0.0/16")}}),
+				out(to(bothPeer(&metav1.LabelSelector{}, sel("pod=c"))))))
+		b, err := json.Marshal(w.compile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if a, b := build(), build(); !reflect.DeepEqual(a, b) {
+		t.Errorf("two compiles of the same objects differ:\n%s\n%s", a, b)
+	}
+}
+
+// TestPodChangeEvaluatesOnlyCandidateGroups checks the index: a pod is evaluated against
+// the groups of its own namespace and the groups with a namespaceSelector, never against
+// the groups of other namespaces.
+func TestPodChangeEvaluatesOnlyCandidateGroups(t *testing.T) {
+	w := newWorld()
+	w.policies = pols(
+		policyObj("x", "a", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil),
+		policyObj("y", "a", sel("pod=a"), nil, in(from(podPeer(sel("pod=c")))), nil),
+		policyObj("z", "a", sel("pod=a"), nil, in(from(nsPeer(sel("ns=x")))), nil),
+	)
+	m := newModel()
+	for _, ns := range w.namespaces {
+		m.setNamespace(ns.Name, ns)
+	}
+	for _, p := range w.pods {
+		m.setPod(podKey(p), p)
+	}
+	for _, np := range w.policies {
+		m.setPolicy(objectKey(np), np)
+	}
+	m.commit()
+	var candidates []string
+	m.eachCandidate(m.namespaces["x"], func(g *group) { candidates = append(candidates, g.key().String()) })
+	slices.Sort(candidates)
+	want := []string{"n:x|p:pod=a", "n:x|p:pod=b", "s:ns=x|p:"}
+	if !slices.Equal(candidates, want) {
+		t.Errorf("candidate groups of a pod in x = %v, want %v", candidates, want)
+	}
+}
