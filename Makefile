@@ -22,7 +22,7 @@ export GOFLAGS ?= -buildvcs=false
 # it next to kovs-cni, as the agent image does.
 PORTMAP     := github.com/containernetworking/plugins/plugins/meta/portmap
 
-.PHONY: all build tools deps k8s test unit e2e demo sandbox-up sandbox-down bench bench-once lint clean images
+.PHONY: all build tools deps k8s test unit e2e conformance demo sandbox-up sandbox-down bench bench-once lint clean images
 
 all: build
 
@@ -55,6 +55,13 @@ unit:
 e2e: build images
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
 		$(TESTRUN) -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
+
+## conformance: the upstream NetworkPolicy suite and the sig-network [Conformance] tests
+## on three real nodes, written to docs/conformance.md (hours; make test runs a subset)
+conformance: tools build images
+	KOVS_E2E=1 KOVS_CONFORMANCE=1 KOVS_CONFORMANCE_REPORT=$(CURDIR)/docs/conformance.md \
+		KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
+		$(TESTRUN) -count=1 -timeout 6h -run '^TestConformance$$' ./test/e2e/conformance/
 
 ## demo: a 3-node sandbox, pods in two namespaces, the connectivity matrix and a trace
 demo: tools build

@@ -1,0 +1,126 @@
+// Package conformance_test runs the upstream Kubernetes end-to-end suites against kovs on
+// real nodes (kubelet, containerd, kovs installed from dist/): a focused NetworkPolicy
+// subset in `make test`, and with KOVS_CONFORMANCE=1 (`make conformance`) the whole
+// NetworkPolicy suite and the sig-network [Conformance] tests, written to
+// docs/conformance.md.
+package conformance_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+// netpolSubset covers every NetworkPolicy feature once: default deny per direction, pod,
+// namespace and combined selectors, match expressions, ipBlock with except, named and
+// numbered ports, protocols, stacked policies, and updates of policies and labels.
+var netpolSubset = []string{
+	"should support a 'default-deny-all' policy",
+	"should deny egress from all pods in a namespace",
+	"should enforce policy to allow traffic only from a pod in a different namespace based on PodSelector and NamespaceSelector",
+	"should enforce policy based on PodSelector or NamespaceSelector",
+	"should enforce policy based on NamespaceSelector with MatchExpressions",
+	"should enforce except clause while egress access to server in CIDR block",
+	"should allow ingress access on one named port",
+	"should enforce policy based on Ports",
+	"should not allow access by TCP when a policy specifies only UDP",
+	"should enforce multiple, stacked policies with overlapping podSelectors",
+	"should allow ingress access from updated pod",
+	"should enforce updated policy",
+	"should not mistakenly treat 'protocol: SCTP' as 'protocol: TCP', even if the plugin doesn't support SCTP",
+}
+
+// netpolSuite is test/e2e/network/netpol/network_policy.go.
+func netpolSuite(only []string) suite {
+	focus := `\[sig-network\] Netpol `
+	if len(only) > 0 {
+		var alts []string
+		for _, o := range only {
+			alts = append(alts, regexp.QuoteMeta(o))
+		}
+		focus += `.*(` + strings.Join(alts, "|") + `)`
+	}
+	return suite{Name: "NetworkPolicy (Netpol)", Focus: focus, NotRunnable: sctpNotRunnable()}
+}
+
+// sigNetworkConformance is every sig-network test tagged [Conformance].
+func sigNetworkConformance() suite {
+	return suite{Name: "sig-network [Conformance]", Focus: `\[sig-network\].*\[Conformance\]`, NotRunnable: sctpNotRunnable()}
+}
+
+// sctpNotRunnable names the SCTP connectivity tests as not runnable when this kernel has
+// no SCTP sockets (the tests open them in pods); where it has them, they run.
+func sctpNotRunnable() []notRunnable {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, syscall.IPPROTO_SCTP)
+	if err == nil {
+		syscall.Close(fd)
+		return nil
+	}
+	return []notRunnable{{
+		Match:  regexp.MustCompile(`\[Feature:SCTPConnectivity\]`),
+		Reason: fmt.Sprintf("this kernel has no SCTP sockets: socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails with %q, and the test's pods open them", err.Error()),
+	}}
+}
+
+// TestUpstreamNetpolSubset is `make test`'s share of the upstream NetworkPolicy suite.
+func TestUpstreamNetpolSubset(t *testing.T) {
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
+	r, err := runSuite(s, netpolSuite(netpolSubset), filepath.Join(t.TempDir(), "netpol"), 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, r)
+	if got, want := len(r.Results), len(netpolSubset); got != want {
+		t.Errorf("the subset selected %d upstream tests, want %d (a name no longer matches?)", got, want)
+	}
+}
+
+// TestConformance runs the whole NetworkPolicy suite and the sig-network conformance
+// tests (`make conformance`, hours on this machine) and writes the report to
+// KOVS_CONFORMANCE_REPORT (docs/conformance.md).
+func TestConformance(t *testing.T) {
+	if os.Getenv("KOVS_CONFORMANCE") != "1" {
+		t.Skip("the full upstream suites: make conformance (KOVS_CONFORMANCE=1)")
+	}
+	env := framework.Require(t)
+	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
+	var runs []run
+	for _, su := range []suite{netpolSuite(nil), sigNetworkConformance()} {
+		dir := filepath.Join(os.TempDir(), "kovs-conformance", strings.Fields(su.Name)[0])
+		r, err := runSuite(s, su, dir, 4*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report(t, r)
+		runs = append(runs, r)
+	}
+	if path := os.Getenv("KOVS_CONFORMANCE_REPORT"); path != "" {
+		if err := writeReport(path, runs); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("report written to %s", path)
+	}
+}
+
+// report logs a run and fails the test on every upstream test that failed or was skipped
+// by the suite for a reason not known to be outside kovs.
+func report(t *testing.T, r run) {
+	t.Helper()
+	c := r.counts()
+	t.Logf("%s: %d passed, %d failed, %d not runnable, %d skipped by the suite, in %s (log %s)", r.Suite.Name,
+		c["passed"], c["failed"], c["not runnable"], c["skipped by the suite"], r.Wall.Round(time.Second), r.Log)
+	if len(r.Results) == 0 {
+		t.Errorf("%s: no test ran", r.Suite.Name)
+	}
+	for _, f := range r.failures() {
+		t.Errorf("%s: %s: %s", f.Status, f.Name, f.Message)
+	}
+}
