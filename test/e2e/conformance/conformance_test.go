@@ -41,11 +41,13 @@ var netpolSubset = []string{
 func netpolSuite(only []string) suite {
 	focus := `\[sig-network\] Netpol `
 	if len(only) > 0 {
+		// Whole names of the TCP tests: the UDP and SCTP variants read "Netpol [LinuxOnly]
+		// NetworkPolicy ...", and a name may be the start of another's.
 		var alts []string
 		for _, o := range only {
 			alts = append(alts, regexp.QuoteMeta(o))
 		}
-		focus += `.*(` + strings.Join(alts, "|") + `)`
+		focus += `NetworkPolicy between server and client (` + strings.Join(alts, "|") + `) \[Feature:NetworkPolicy\]`
 	}
 	return suite{Name: "NetworkPolicy (Netpol)", Focus: focus, NotRunnable: sctpNotRunnable()}
 }
@@ -73,7 +75,8 @@ func sctpNotRunnable() []notRunnable {
 func TestUpstreamNetpolSubset(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
-	r, err := runSuite(s, netpolSuite(netpolSubset), filepath.Join(t.TempDir(), "netpol"), 30*time.Minute)
+	dir := keptDir(t, "kovs-upstream-netpol-"+s.Layout.Name)
+	r, err := runSuite(s, netpolSuite(netpolSubset), dir, 30*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +111,22 @@ func TestConformance(t *testing.T) {
 		}
 		t.Logf("report written to %s", path)
 	}
+}
+
+// keptDir is a directory for a suite's log and report, removed when the test passes and
+// kept (and named) when it fails.
+func keptDir(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), name)
+	_ = os.RemoveAll(dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the suite's log and JUnit report are kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
 }
 
 // report logs a run and fails the test on every upstream test that failed or was skipped
