@@ -104,6 +104,14 @@ type accounting struct {
 	skipped        []skip
 	// output holds each running test's output until it ends (for a skip's reason).
 	output map[string][]string
+	// took is how long each package and each top-level test ran, for the time budget
+	// of make test (the slowest are printed with the accounting).
+	took []timing
+}
+
+type timing struct {
+	name    string
+	seconds float64
 }
 
 type skip struct {
@@ -148,11 +156,13 @@ func (a *accounting) add(e event, w io.Writer) {
 		if e.Test != "" {
 			a.passed++
 		}
+		a.time(e)
 		delete(a.output, id)
 	case "fail":
 		if e.Test != "" {
 			a.failed++
 		}
+		a.time(e)
 		delete(a.output, id)
 	case "skip":
 		if e.Test != "" {
@@ -161,6 +171,22 @@ func (a *accounting) add(e event, w io.Writer) {
 		delete(a.output, id)
 	}
 }
+
+// time records the duration of a package or a top-level test (subtests are part of
+// their parent's).
+func (a *accounting) time(e event) {
+	if strings.Contains(e.Test, "/") {
+		return
+	}
+	name := e.Package
+	if e.Test != "" {
+		name += " " + e.Test
+	}
+	a.took = append(a.took, timing{name: name, seconds: e.Elapsed})
+}
+
+// slowest is how many durations the accounting prints.
+const slowest = 15
 
 // skipReason is the message a test logged before it skipped: its output without the
 // "=== RUN" and "--- SKIP" lines.
@@ -196,6 +222,16 @@ func (a *accounting) report(allow []allowed) report {
 		}
 		r.unexpected++
 		fmt.Fprintf(&b, "UNEXPECTED SKIP %s %s: %s\n", s.pkg, s.test, s.reason)
+	}
+	sort.SliceStable(a.took, func(i, j int) bool { return a.took[i].seconds > a.took[j].seconds })
+	if len(a.took) > 0 {
+		fmt.Fprintf(&b, "slowest packages and tests:\n")
+	}
+	for i, t := range a.took {
+		if i == slowest {
+			break
+		}
+		fmt.Fprintf(&b, "%8.1fs %s\n", t.seconds, t.name)
 	}
 	r.text = b.String()
 	return r

@@ -52,3 +52,20 @@ func TestAllowListNeedsAReason(t *testing.T) {
 		t.Errorf("an entry without a reason: err = %v", err)
 	}
 }
+
+func TestReportListsTheSlowestFirst(t *testing.T) {
+	acc := &accounting{output: map[string][]string{}}
+	for _, e := range []event{
+		{Action: "pass", Package: "example.com/p", Test: "TestQuick", Elapsed: 1},
+		{Action: "pass", Package: "example.com/p", Test: "TestSlow/sub", Elapsed: 300},
+		{Action: "fail", Package: "example.com/p", Test: "TestSlow", Elapsed: 301},
+		{Action: "pass", Package: "example.com/p", Elapsed: 302.5},
+	} {
+		acc.add(e, io.Discard)
+	}
+	text := acc.report(nil).text
+	want := "   302.5s example.com/p\n   301.0s example.com/p TestSlow\n     1.0s example.com/p TestQuick\n"
+	if !strings.Contains(text, want) {
+		t.Errorf("report lacks the durations, slowest first, without subtests:\n%s", text)
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -222,5 +224,40 @@ func (l Layout) keepLogs() string {
 	if err := os.Rename(l.LogDir(), dst); err != nil {
 		return ""
 	}
+	// On real nodes kovs itself runs in pods: its logs (and CoreDNS's) are the nodes'
+	// /var/log/pods, copied as <node>-pods; OVS writes its own log files (<node>-ovs).
+	nodes, _ := filepath.Glob(l.NodeDir("*"))
+	for _, dir := range nodes {
+		node := filepath.Base(dir)
+		l.copyNodeLogs(node, "log-pods", filepath.Join(dst, node+"-pods"), func(string) bool { return true })
+		l.copyNodeLogs(node, "ovs", filepath.Join(dst, node+"-ovs"), func(p string) bool { return filepath.Ext(p) == ".log" })
+	}
 	return dst
+}
+
+// copyNodeLogs copies the files of the node's directory dir that keep selects to dst,
+// best effort (a failed sandbox's logs are evidence, not state).
+func (l Layout) copyNodeLogs(node, dir, dst string, keep func(path string) bool) {
+	src := l.nodePath(node, dir)
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || !keep(path) {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(out, data, 0o644)
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		logrus.WithError(err).WithFields(logrus.Fields{"node": node, "dir": dir}).Warn("copying a failed node's logs")
+	}
 }
