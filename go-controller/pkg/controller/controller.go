@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -80,8 +81,24 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	cfg.electionDefaults()
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(cfg.LeaseDuration)
 	obs.live(watchdog.Check)
+	// client-go releases the Lease as soon as the election's context ends, without waiting
+	// for OnStartedLeading to return: a successor could then start while this replica's
+	// reconcilers still write addresses it does not see. So the election runs on a
+	// context of its own, ended only once the controllers have stopped.
+	electCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var mu sync.Mutex
+	leading := false
+	stopElection := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !leading {
+			endElection() // not leading: nothing runs that a successor could race
+		}
+	})
+	defer stopElection()
 	errc := make(chan error, 1)
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	leaderelection.RunOrDie(electCtx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		ReleaseOnCancel: true,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -89,11 +106,23 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		RetryPeriod:     cfg.RetryPeriod,
 		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leadCtx context.Context) {
+				mu.Lock()
+				leading = true
+				mu.Unlock()
+				// The controllers stop when the replica stops or the lead is lost; only
+				// then may the Lease be released.
+				runCtx, stop := context.WithCancel(leadCtx)
+				defer context.AfterFunc(ctx, stop)()
 				log.WithField("identity", cfg.Identity).Info("leading: starting controllers")
 				obs.leading(true)
-				go labelAsLeader(ctx, client, cfg.Pod, cfg.RetryPeriod)
-				errc <- runControllers(ctx, cfg, client)
+				go labelAsLeader(runCtx, client, cfg.Pod, cfg.RetryPeriod)
+				errc <- runControllers(runCtx, cfg, client)
+				stop()
+				mu.Lock()
+				leading = false
+				mu.Unlock()
+				endElection()
 			},
 			OnStoppedLeading: func() {
 				obs.leading(false)

@@ -3,11 +3,16 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 )
@@ -62,4 +67,83 @@ func leaseHolder(t *testing.T, c *fake.Clientset) string {
 		return nil
 	})
 	return holder
+}
+
+// A stopping leader releases its Lease only once its reconcilers have stopped: while one
+// of its writes is still in flight, no successor may start (it would not see that write
+// and could hand the same block or address out again).
+func TestLeaseReleasedOnlyAfterTheControllersStop(t *testing.T) {
+	inFlight, unblock := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	fc := fake.NewClientset()
+	c := slowNodePatches{Interface: fc, before: func() {
+		first.Do(func() { close(inFlight) })
+		<-unblock // a write the API server has not answered yet
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = Run(ctx, Config{Addresses: addresses.Config{ClusterCIDRs: plan(t, "10.244.0.0/16", 24)}, LeaderElect: true,
+			LeaseNamespace: "kube-system", LeaseName: "kovs-controller", Identity: "old",
+			LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}, c)
+	}()
+	if holder := leaseHolder(t, fc); holder != "old" {
+		t.Fatalf("lease held by %q", holder)
+	}
+	_, _ = c.CoreV1().Nodes().Create(context.Background(), node("a"), metav1.CreateOptions{})
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader never wrote node a's subnets")
+	}
+	cancel()
+	// Ten retry periods: long enough for a release that does not wait to happen.
+	time.Sleep(time.Second)
+	if holder := leaseHolder(t, fc); holder != "old" {
+		close(unblock)
+		t.Fatalf("lease released (holder %q) while the old leader's write was in flight", holder)
+	}
+	close(unblock)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its write finished")
+	}
+	if holder := leaseHolder(t, fc); holder != "" {
+		t.Errorf("lease still held by %q after Run returned", holder)
+	}
+}
+
+// slowNodePatches runs before ahead of every Node patch (outside the fake clientset's
+// lock, which a blocking reactor would hold against the Lease's renewals too).
+type slowNodePatches struct {
+	kubernetes.Interface
+	before func()
+}
+
+// IsWatchListSemanticsUnSupported is the fake clientset's: its watches send no bookmarks.
+func (s slowNodePatches) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (s slowNodePatches) CoreV1() corev1client.CoreV1Interface {
+	return slowCore{s.Interface.CoreV1(), s.before}
+}
+
+type slowCore struct {
+	corev1client.CoreV1Interface
+	before func()
+}
+
+func (s slowCore) Nodes() corev1client.NodeInterface {
+	return slowNodes{s.CoreV1Interface.Nodes(), s.before}
+}
+
+type slowNodes struct {
+	corev1client.NodeInterface
+	before func()
+}
+
+func (s slowNodes) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*corev1.Node, error) {
+	s.before()
+	return s.NodeInterface.Patch(ctx, name, pt, data, opts, sub...)
 }
