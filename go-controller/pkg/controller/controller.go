@@ -15,6 +15,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -70,8 +71,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	unlabel(client, cfg.Pod)
 	if cfg.Identity == "" {
-		host, _ := os.Hostname()
-		cfg.Identity = fmt.Sprintf("%s_%d", host, os.Getpid())
+		cfg.Identity = defaultIdentity(cfg.Pod)
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.LeaseNamespace, Name: cfg.LeaseName},
@@ -137,6 +137,19 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	default:
 		return ctx.Err()
 	}
+}
+
+// defaultIdentity names this replica in the Lease: its pod's name (or the host's), made
+// unique by a random suffix as kube-controller-manager's. hostname_pid is not unique: the
+// replicas run on the host network, so pods on nodes that share a hostname (or a UTS
+// namespace, as the sandbox's do) and are each PID 1 of their container would both hold
+// the Lease under one identity and both allocate.
+func defaultIdentity(pod OwnPod) string {
+	name := pod.Name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	return name + "_" + string(uuid.NewUUID())
 }
 
 func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface) error {

@@ -147,3 +147,48 @@ func (s slowNodes) Patch(ctx context.Context, name string, pt types.PatchType, d
 	s.before()
 	return s.NodeInterface.Patch(ctx, name, pt, data, opts, sub...)
 }
+
+// Two replicas that would get one identity from hostname_pid (host network on hosts that
+// share a hostname, PID 1 each: here, one process) must not both lead.
+func TestReplicasWithoutIdentityDoNotBothLead(t *testing.T) {
+	c := fake.NewClientset()
+	for _, name := range []string{"kovs-controller-a", "kovs-controller-b"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name}}
+		if _, err := c.CoreV1().Pods("kube-system").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = Run(ctx, Config{Addresses: addresses.Config{ClusterCIDRs: plan(t, "10.244.0.0/16", 24)}, LeaderElect: true,
+				LeaseNamespace: "kube-system", LeaseName: "kovs-controller", Pod: OwnPod{Namespace: "kube-system", Name: name},
+				LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}, c)
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	leaders := func() []string {
+		pods, err := c.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: LeaderLabel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range pods.Items {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	waitFor(t, "a leader", func() error {
+		if len(leaders()) == 0 {
+			return fmt.Errorf("no pod labelled %s", LeaderLabel)
+		}
+		return nil
+	})
+	// Both replicas retry every 100 ms: fifteen rounds for a second one to take the lead.
+	for i := 0; i < 15; i++ {
+		if l := leaders(); len(l) > 1 {
+			t.Fatalf("both replicas lead: %v", l)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
