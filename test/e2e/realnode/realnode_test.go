@@ -36,6 +36,7 @@ func TestRealNodes(t *testing.T) {
 		t.Fatalf("web pods on %d nodes, want one on each of 3: %v", len(web), web)
 	}
 
+	t.Run("one kovs-controller replica leads", func(t *testing.T) { checkOneLeader(t, s) })
 	t.Run("pods get kovs addresses and see them on eth0", func(t *testing.T) { checkAddresses(t, s, web) })
 	t.Run("pod to pod across nodes without NAT", func(t *testing.T) { checkPodToPod(t, s, web) })
 	t.Run("node to its pods and pods to nodes without NAT", func(t *testing.T) { checkNodeAndPods(t, s, web) })
@@ -87,6 +88,36 @@ spec:
 
 // checkAddresses: every pod's address is in its node's kovs block (kovs allocated it, not
 // another plugin), and is the address the pod sees on its own eth0 (guarantee 4).
+// checkOneLeader: both controller replicas run, and for five seconds exactly one pod
+// carries the leader label and the Lease names that pod (the replicas share the
+// machine's hostname here, as hosts can: hostname_pid would be one identity for both).
+func checkOneLeader(t *testing.T, s *framework.Sandbox) {
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		pods, err := s.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app=kovs-controller"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var leaders []string
+		for _, p := range pods.Items {
+			if _, ok := p.Labels["kovs.io/leader"]; ok {
+				leaders = append(leaders, p.Name)
+			}
+		}
+		if len(pods.Items) != 2 || len(leaders) != 1 {
+			t.Fatalf("%d kovs-controller pods, leaders %v: want 2 pods and one leader", len(pods.Items), leaders)
+		}
+		lease, err := s.Client.CoordinationV1().Leases("kube-system").Get(ctx, "kovs-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := lease.Spec.HolderIdentity; h == nil || !strings.HasPrefix(*h, leaders[0]+"_") {
+			t.Fatalf("Lease kube-system/kovs-controller held by %v, the labelled leader is %s", h, leaders[0])
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 func checkAddresses(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
 	for node, p := range web {
 		n, err := s.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
