@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -52,6 +53,9 @@ type PodPorts struct {
 	// policyWait bounds the wait for a new pod's NetworkPolicy (when enabled).
 	policyWait time.Duration
 	readiness  func() error
+	// attachMu makes an attach's address checks and its entry into the state one step:
+	// two pods never both pass the check for one address.
+	attachMu sync.Mutex
 }
 
 var _ cni.Handler = (*PodPorts)(nil)
@@ -65,6 +69,14 @@ func (p *PodPorts) PodNetwork(ctx context.Context, ref cni.PodRef) (*cni.PodNetw
 	deadline := time.Now().Add(p.wait)
 	for {
 		network, err := p.podNetwork(ref)
+		if err == nil {
+			err = ownRecord(ref, ref.UID, network)
+		}
+		if err == nil {
+			if name, holder, ip, held := addressHolder(p.state.Pods(), "", ref.UID, network.IPs()); held {
+				err = fmt.Errorf("address %s is held by port %s of pod %s (UID %s) on this node", ip, name, holder, holder.UID)
+			}
+		}
 		if err == nil {
 			return p.configOf(network), nil
 		}
@@ -127,12 +139,12 @@ func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	if err := p.state.ValidatePod(port); err != nil {
 		return cni.Errorf(cni.CodeInvalidConfig, "pod %s cannot be attached to this node: %v", req.Pod, err)
 	}
-	ofport, err := p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	p.attachMu.Lock()
+	gen, ofport, err := p.plug(ctx, req, port)
+	p.attachMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
+		return err
 	}
-	port.OFPort = uint32(ofport)
-	gen := p.state.SetPod(req.HostIfName, port)
 	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return fmt.Errorf("pod %s: %w", req.Pod, err)
 	}
@@ -141,6 +153,21 @@ func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	}
 	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).Info("pod attached")
 	return nil
+}
+
+// plug checks the request against what kovs-controller allocated (checkAttach), adds the
+// port to br-int and puts the pod in the desired state; it returns the state's generation
+// that has the pod. Called with attachMu held.
+func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipeline.PodPort) (gen uint64, ofport uint32, err error) {
+	if err := p.checkAttach(ctx, req, port); err != nil {
+		return 0, 0, err
+	}
+	n, err := p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	if err != nil {
+		return 0, 0, fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
+	}
+	port.OFPort = uint32(n)
+	return p.state.SetPod(req.HostIfName, port), port.OFPort, nil
 }
 
 // Detach removes the sandbox's port and its flows. Missing is success.
