@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"sync"
 	"os"
 	"time"
 
@@ -51,6 +52,10 @@ type Agent struct {
 	health   agentHealth
 	// neighbors seeds the tunnel neighbours: when peers change, and every period.
 	neighbors *runner.BoundedFrequencyRunner
+	// rejectedPeers are the peers last reported unusable (peersMu: updatePeers runs in
+	// informer handlers).
+	peersMu       sync.Mutex
+	rejectedPeers map[string]string
 	uninstall uninstallWatch
 }
 
@@ -327,4 +332,7 @@ func (a *Agent) updatePeers() {
 	if a.state.SetPeers(peers) != before {
 		a.neighbors.Run()
 	}
+	a.peersMu.Lock()
+	a.rejectedPeers = reportRejectedPeers(a.rejectedPeers, a.state.RejectedPeers())
+	a.peersMu.Unlock()
 }
