@@ -17,11 +17,11 @@ import (
 // pipeline's stages compiled from a snapshot of the state (Desired), by one compiler that
 // keeps every unchanged object's flows.
 type NodeState struct {
-	mu         sync.Mutex
-	node       *pipeline.NodeConfig
-	round      pipeline.Round
-	pods       map[string]pipeline.PodPort    // by port name
-	peers      map[string]pipeline.TunnelPeer // by node name, as the API has them
+	mu    sync.Mutex
+	node  *pipeline.NodeConfig
+	round pipeline.Round
+	pods  map[string]pipeline.PodPort    // by port name
+	peers map[string]pipeline.TunnelPeer // by node name, as the API has them
 	// usable are the peers whose flows compile for the node, by name; rejected the
 	// others, with the reason (pipeline.UsablePeers). Both follow SetNode and SetPeers.
 	usable     []pipeline.TunnelPeer

@@ -23,7 +23,7 @@ func TestOneBadPeerDoesNotStopTheNodesFlows(t *testing.T) {
 	s.SetPod("veth-a", testPod("a", 3, 10))
 	s.SetPeers([]pipeline.TunnelPeer{
 		testPeer("node-2", "172.31.0.2", "10.244.2.0/24"),
-		testPeer("node-3", "172.31.0.3", "10.99.0.0/24"), // outside 10.244.0.0/16
+		testPeer("node-3", "172.31.0.3", "10.99.0.0/24"),  // outside 10.244.0.0/16
 		testPeer("node-4", "172.31.0.4", "10.244.1.0/25"), // overlaps node-1's own block
 	})
 	flows, _, err := s.Flows()

@@ -16,7 +16,7 @@ func TestUsablePeers(t *testing.T) {
 	usable, rejected := UsablePeers(n, []TunnelPeer{
 		peer("node-2", "172.31.0.2", "10.244.2.0/24", "fd00:10:244:2::/64"),
 		peer("node-3", "172.31.0.3", "10.244.3.0/24", "fd00:10:244:3::/64"),
-		peer("node-4", "172.31.0.3", "10.244.4.0/24", "fd00:10:244:4::/64"), // node-3's underlay address
+		peer("node-4", "172.31.0.3", "10.244.4.0/24", "fd00:10:244:4::/64"),   // node-3's underlay address
 		peer("node-5", "172.31.0.5", "10.244.2.128/25", "fd00:10:244:5::/64"), // inside node-2's block
 		peer("node-6", "172.31.0.6", "10.244.6.0/24", "fd00:10:244:6::/64"),
 	})
