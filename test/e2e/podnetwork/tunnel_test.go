@@ -149,8 +149,9 @@ func ipChecksum(h []byte) uint16 {
 
 // checkBadPeer: one peer whose recorded subnets are invalid for node1 (a block outside the
 // cluster CIDRs on node3, written as kovs-controller while the controller is stopped, so
-// nothing corrects it) must not stop node1's flows: node1's agent skips node3 and reports
-// it, and a new pod on node1 still gets its flows and reaches node2's pod (issue 14).
+// nothing corrects it) must not stop node1's flows (issue 14). node1's agent skips node3
+// and reports it; a change that needs a flow sync, a new Service in front of node2's pod,
+// reaches node1's br-int and serves node1's pod.
 func (c *cluster) checkBadPeer(t *testing.T) {
 	ctx := context.Background()
 	controller := c.s.ClientAs(t, framework.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:kube-system")
@@ -168,25 +169,31 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 			t.Fatalf("set node3's subnets to %s: %v", value, err)
 		}
 	}
-	bad := badSubnets(t, good)
-	setSubnets(bad)
+	setSubnets(badSubnets(t, good))
 	defer setSubnets(good)
 	time.Sleep(2 * time.Second) // node1's agent sees node3 change
 
-	// A new pod on node1, its address recorded as kovs-controller would (it is stopped).
-	created, err := c.s.Client.CoreV1().Pods("x").Create(ctx, forgedPod("late", ""), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	cc := c.pods["c"]
+	if cc.Labels["app"] == "" {
+		patch := []byte(`{"metadata":{"labels":{"app":"bad-peer-backend"}}}`)
+		if _, err := c.s.Client.CoreV1().Pods("x").Patch(ctx, "c", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer c.s.DeletePod(t, "x", "late", podTimeout)
-	record := c.freeRecord(t, "node1", created)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ipam.PodNetworkAnnotationKey: record}}})
-	if _, err := controller.CoreV1().Pods("x").Patch(ctx, "late", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	late := c.s.WaitRunning(t, "x", "late", 60*time.Second)
-	if r := c.s.Probe(late, framework.PodIPs(c.pods["c"])[0], "80/tcp", probeTimeout); !r.Connected {
-		t.Errorf("a new pod on node1 cannot reach node2's pod while node3's record is bad: %s", framework.Describe(r))
+	svc := c.s.CreateService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "bad-peer"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "bad-peer-backend"},
+			Ports: []corev1.ServicePort{{Name: "tcp", Port: 80, Protocol: corev1.ProtocolTCP}}}})
+	defer func() { _ = c.s.Client.CoreV1().Services("x").Delete(ctx, svc.Name, metav1.DeleteOptions{}) }()
+	c.s.WaitEndpoints(t, "x", "bad-peer", []string{"c"}, 30*time.Second)
+	vip := framework.ClusterIPs(svc)[0]
+	framework.Eventually(t, 30*time.Second, "node1's pod a to reach the new Service while node3's record is bad", func() error {
+		if r := c.s.Probe(c.pods["a"], vip, "80/tcp", time.Second); !r.Connected || r.Reply.Identity != "x/c" {
+			return fmt.Errorf("a -> %s:80: %s", vip, framework.Describe(r))
+		}
+		return nil
+	})
+	if n, err := c.s.AgentMetric("node1", "kovs_agent_tunnel_peers_rejected", nil); err != nil || n != 1 {
+		t.Errorf("node1's agent reports %v rejected peers (%v), want node3", n, err)
 	}
 	setSubnets(good)
 	framework.Eventually(t, 30*time.Second, "node1 reaches node3's pod once its record is good again", func() error {
@@ -220,40 +227,4 @@ func badSubnets(t *testing.T, good string) string {
 		t.Fatal(err)
 	}
 	return value
-}
-
-// freeRecord is a kovs.io/pod-network record for pod on node with an address of the
-// node's blocks no pod uses (offset 200), carrying the pod's UID as kovs-controller's do.
-func (c *cluster) freeRecord(t *testing.T, node string, pod *corev1.Pod) string {
-	n, err := c.s.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ann, err := ipam.ParseNodeSubnetsAnnotation(n.Annotations[ipam.NodeSubnetsAnnotationKey])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []ipam.PodAddress
-	for _, b := range ann.Blocks() {
-		ip := b.Addr()
-		for range 200 {
-			ip = ip.Next()
-		}
-		addrs = append(addrs, ipam.PodAddress{Address: netip.PrefixFrom(ip, b.Bits()), Gateway: ipam.BlockGateway(b)})
-	}
-	network, err := ipam.NewPodNetwork(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, err := network.Annotation()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var record map[string]any
-	if err := json.Unmarshal([]byte(value), &record); err != nil {
-		t.Fatal(err)
-	}
-	record["uid"] = string(pod.UID)
-	out, _ := json.Marshal(record)
-	return string(out)
 }
