@@ -11,6 +11,7 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
@@ -220,7 +221,10 @@ func (p *PodPorts) Check(ctx context.Context, req cni.AttachRequest) error {
 	return fmt.Errorf("pod %s has no port %s on %s", req.Pod, req.HostIfName, p.bridge)
 }
 
-// GC removes the ports of sandboxes the runtime no longer has.
+// GC removes the ports of sandboxes the runtime no longer has, except the only port of a
+// pod the API shows running on this node (runningPodPorts): a GC with an empty or wrong
+// valid list, from whatever local process, cannot unplug running pods. Those ports are
+// kept and named in the error.
 func (p *PodPorts) GC(ctx context.Context, valid []cni.Attachment) error {
 	keep := map[cni.Attachment]bool{}
 	for _, a := range valid {
@@ -230,19 +234,47 @@ func (p *PodPorts) GC(ctx context.Context, valid []cni.Attachment) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var stale []ovs.PortInfo
+	kept := map[string]bool{} // pod UIDs with a port the list keeps
 	for _, port := range ports {
 		a := cni.Attachment{ContainerID: port.ExternalIDs[extSandbox], IfName: port.ExternalIDs[extIfName]}
 		if keep[a] {
+			kept[port.ExternalIDs[extUID]] = true
+			continue
+		}
+		stale = append(stale, port)
+	}
+	var errs []error
+	var refused []string
+	for _, port := range stale {
+		if pod, running := p.runningPod(port); running && !kept[port.ExternalIDs[extUID]] {
+			refused = append(refused, fmt.Sprintf("%s (port %s)", pod, port.Name))
 			continue
 		}
 		if err := p.removePort(ctx, port.Name); err != nil {
 			errs = append(errs, err)
 		} else {
-			log.WithField("port", port.Name).WithField("sandbox", a.ContainerID).Info("garbage-collected stale pod port")
+			log.WithField("port", port.Name).WithField("sandbox", port.ExternalIDs[extSandbox]).Info("garbage-collected stale pod port")
 		}
 	}
+	if len(refused) > 0 {
+		log.WithField("pods", refused).Warn("CNI GC would remove the ports of pods running on this node: kept")
+		errs = append(errs, cni.Errorf(cni.CodeInvalidConfig,
+			"GC kept the ports of pods the API shows running on this node, which the valid list omits: %s", strings.Join(refused, ", ")))
+	}
 	return errors.Join(errs...)
+}
+
+// runningPod reports whether the port's pod (its namespace, name and UID) is one the API
+// shows on this node and not finished or being deleted.
+func (p *PodPorts) runningPod(port ovs.PortInfo) (string, bool) {
+	ids := port.ExternalIDs
+	ref := ids[extNamespace] + "/" + ids[extName]
+	pod, err := p.pods.Pods(ids[extNamespace]).Get(ids[extName])
+	if err != nil || string(pod.UID) != ids[extUID] || pod.DeletionTimestamp != nil {
+		return ref, false
+	}
+	return ref, pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
 // Status is nil once the node is programmed.
