@@ -141,6 +141,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, node string) 
 		logger.WithError(err).Info("policy stream: invalid token refused")
 		return false
 	default:
+		w.Header().Set("Retry-After", "1")
 		http.Error(w, "cannot authenticate now, retry", http.StatusServiceUnavailable)
 		logger.WithError(err).Warn("policy stream: cannot authenticate")
 		return false
