@@ -46,7 +46,7 @@ func main() {
 	flag.StringVar(&pf.tokenFile, "controller-token-file", "", "ServiceAccount token for the controller (audience "+stream.TokenAudience+", bound to this node or the agent's pod); read again on every reconnect")
 	flag.StringVar(&pf.caConfig, "controller-ca-configmap", "kube-system/kovs-ca", "namespace/name of the ConfigMap holding the controller's CA")
 	flag.StringVar(&pf.serverName, "controller-server-name", stream.DefaultServerName, "name the controller's certificate is verified for")
-	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9092", "where /metrics, /healthz, /readyz and /status are served; empty: not served")
+	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9092", "where /metrics, /healthz, /readyz and /status are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 

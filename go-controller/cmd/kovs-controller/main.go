@@ -42,7 +42,7 @@ func main() {
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
 	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
-	metricsListen := flag.String("metrics-listen", ":9091", "where /metrics, /healthz and /readyz are served; empty: not served")
+	metricsListen := flag.String("metrics-listen", "127.0.0.1:9091", "where /metrics, /healthz and /readyz are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
 	reviewQPS := flag.Float64("token-review-qps", 20, "TokenReviews per second (the agents' authentication) on a client of their own, apart from address allocation and leader election")
 	reviewBurst := flag.Int("token-review-burst", 40, "burst of --token-review-qps")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
