@@ -22,7 +22,7 @@ export GOFLAGS ?= -buildvcs=false
 # it next to kovs-cni, as the agent image does.
 PORTMAP     := github.com/containernetworking/plugins/plugins/meta/portmap
 
-.PHONY: all build tools deps k8s test unit e2e conformance demo sandbox-up sandbox-down bench bench-once lint clean images
+.PHONY: all build tools deps k8s test unit e2e conformance demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
 
 all: build
 
@@ -82,9 +82,20 @@ bench: tools build
 ## bench-once: every benchmark run once (-benchtime 1x) so none rots unnoticed; results
 ## printed, never asserted (make bench measures them properly)
 bench-once: build
-	$(TESTRUN) -count=1 -run '^$$' -bench . -benchtime 1x ./go-controller/...
+	KOVS_BENCH_SCTP_ASSOCIATIONS=5000 $(TESTRUN) -count=1 -run '^$$' -bench . -benchtime 1x ./go-controller/...
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
 		$(TESTRUN) -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/e2e/...
+
+## fuzz: every Fuzz test of a parser of outside input, each for FUZZTIME (their seeds and
+## testdata/fuzz corpora run as plain tests in make unit; this is the fuzzing itself,
+## about 2 minutes, apart from make test's budget)
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' go-controller | xargs -n1 dirname | sort -u); do \
+		for fz in $$(grep -h -o '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | cut -c6-); do \
+			echo "== $$dir $$fz"; $(GO) test -run '^$$' -fuzz "^$$fz\$$" -fuzztime $(FUZZTIME) -parallel 1 ./$$dir/; \
+		done; \
+	done
 
 lint:
 	@out=$$(gofmt -l go-controller test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -40,12 +40,13 @@ func main() {
 	flag.StringVar(&cfg.PodName, "pod-name", "", "the agent's own Pod name (with --pod-namespace: clean the node up when its DaemonSet is deleted)")
 	flag.StringVar(&cfg.ServiceProxy, "service-proxy", "kovs", "kovs: load-balance Services in br-int; none: leave them to kube-proxy (docs/services.md)")
 	flag.DurationVar(&cfg.ResyncPeriod, "resync-period", 10*time.Second, "full flow resync period (repairs drift)")
+	flag.IntVar(&cfg.LearnedFlowLimit, "learned-flow-limit", agent.DefaultLearnedFlowLimit, "most flows in each table the switch learns (SCTP replies and translations, Service affinity); a full table evicts the flows that expire soonest, of whoever holds the most")
 	var pf policyFlags
 	flag.StringVar(&pf.address, "controller-address", "", "kovs-controller's policy stream: host:port, or service:NAMESPACE/NAME to dial the ready endpoints of that Service's port \"policy-stream\" read from the API (no DNS or Service proxy needed); empty: NetworkPolicy is not enforced")
 	flag.StringVar(&pf.tokenFile, "controller-token-file", "", "ServiceAccount token for the controller (audience "+stream.TokenAudience+", bound to this node or the agent's pod); read again on every reconnect")
 	flag.StringVar(&pf.caConfig, "controller-ca-configmap", "kube-system/kovs-ca", "namespace/name of the ConfigMap holding the controller's CA")
 	flag.StringVar(&pf.serverName, "controller-server-name", stream.DefaultServerName, "name the controller's certificate is verified for")
-	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9092", "where /metrics, /healthz, /readyz and /status are served; empty: not served")
+	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9092", "where /metrics, /healthz, /readyz and /status are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
+	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller"
@@ -40,7 +42,9 @@ func main() {
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
 	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
-	metricsListen := flag.String("metrics-listen", ":9091", "where /metrics, /healthz and /readyz are served; empty: not served")
+	metricsListen := flag.String("metrics-listen", "127.0.0.1:9091", "where /metrics, /healthz and /readyz are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
+	reviewQPS := flag.Float64("token-review-qps", 20, "TokenReviews per second (the agents' authentication) on a client of their own, apart from address allocation and leader election")
+	reviewBurst := flag.Int("token-review-burst", 40, "burst of --token-review-qps")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -62,6 +66,12 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	reviewCfg := rest.CopyConfig(cfg)
+	reviewCfg.QPS, reviewCfg.Burst = float32(*reviewQPS), *reviewBurst
+	reviews, err := authnclient.NewForConfig(reviewCfg)
+	if err != nil {
+		fatal(err)
+	}
 	agentNS, agentName, ok := strings.Cut(*agentSA, "/")
 	if !ok || agentNS == "" || agentName == "" {
 		fatal(fmt.Errorf("--agent-service-account %q: use namespace/name", *agentSA))
@@ -79,7 +89,8 @@ func main() {
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
-			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips)},
+			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
+			TokenReviews: reviews.TokenReviews()},
 		Metrics: set, Health: health,
 	}, client)
 	if err != nil {

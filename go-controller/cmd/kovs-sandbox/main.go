@@ -84,7 +84,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 		return err
 	}
 	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "--runtime containerd: the image archives (make images) imported into every node")
-	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "--runtime containerd: the kustomization kovs is installed from")
+	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "dist/ of the repository: --runtime containerd installs kovs from its kustomization; emulated nodes run kovs under its RBAC and admission policies")
 	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)

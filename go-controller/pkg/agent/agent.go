@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -51,7 +52,11 @@ type Agent struct {
 	health   agentHealth
 	// neighbors seeds the tunnel neighbours: when peers change, and every period.
 	neighbors *runner.BoundedFrequencyRunner
-	uninstall uninstallWatch
+	// rejectedPeers are the peers last reported unusable (peersMu: updatePeers runs in
+	// informer handlers).
+	peersMu       sync.Mutex
+	rejectedPeers map[string]string
+	uninstall     uninstallWatch
 }
 
 // Run runs the agent until ctx ends.
@@ -225,7 +230,7 @@ func (a *Agent) connectOVS(ctx context.Context) error {
 	}
 	a.of = of
 	a.netdev = a.datapathType() == ovs.DatapathNetdev
-	return a.store.EnsureBridge(ctx, ovs.BridgeSpec{
+	err = a.store.EnsureBridge(ctx, ovs.BridgeSpec{
 		Name: a.cfg.Bridge, DatapathType: a.datapathType(), FailMode: ovs.FailModeSecure,
 		Protocols: []string{"OpenFlow13", "OpenFlow14", "OpenFlow15"},
 		OtherConfig: map[string]string{
@@ -235,6 +240,20 @@ func (a *Agent) connectOVS(ctx context.Context) error {
 		},
 		ExternalIDs: map[string]string{"kovs.io/owner": "kovs-agent"},
 	})
+	if err != nil {
+		return err
+	}
+	return a.store.LimitFlowTables(ctx, a.cfg.Bridge, LearnedTableLimits(a.cfg.LearnedFlowLimit))
+}
+
+// LearnedTableLimits bound the tables the switch learns flows into (pods' traffic adds
+// them): limit flows each, evicting the soonest to expire of the largest group.
+func LearnedTableLimits(limit int) map[int]ovs.FlowTableLimit {
+	out := map[int]ovs.FlowTableLimit{}
+	for _, t := range pipeline.LearnedTables() {
+		out[int(t.Table.ID)] = ovs.FlowTableLimit{FlowLimit: limit, Evict: true, Groups: t.GroupBy}
+	}
+	return out
 }
 
 // datapathType resolves "auto": the kernel datapath when its module is loaded.
@@ -327,4 +346,7 @@ func (a *Agent) updatePeers() {
 	if a.state.SetPeers(peers) != before {
 		a.neighbors.Run()
 	}
+	a.peersMu.Lock()
+	a.rejectedPeers = reportRejectedPeers(a.rejectedPeers, a.state.RejectedPeers())
+	a.peersMu.Unlock()
 }

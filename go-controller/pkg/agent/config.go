@@ -36,6 +36,10 @@ type Config struct {
 	CNIConfDir   string
 	CNISocket    string
 	ResyncPeriod time.Duration
+	// LearnedFlowLimit bounds each table of flows the switch learns (SCTP replies and
+	// translations, Service affinity; pipeline.LearnedTables): when one is full, its
+	// flows that expire soonest are evicted, first from whoever holds the most.
+	LearnedFlowLimit int
 	// PodNetworkWait bounds how long a CNI ADD waits for the controller's addresses.
 	PodNetworkWait time.Duration
 	// PolicyFeed delivers the node's NetworkPolicy share from kovs-controller, once the
@@ -90,7 +94,14 @@ func (c *Config) Defaults() {
 	if c.PolicyWait == 0 {
 		c.PolicyWait = 30 * time.Second
 	}
+	if c.LearnedFlowLimit == 0 {
+		c.LearnedFlowLimit = DefaultLearnedFlowLimit
+	}
 }
+
+// DefaultLearnedFlowLimit is --learned-flow-limit's default: room for 32,768 SCTP
+// associations (or Service affinity clients) per learned table on one node.
+const DefaultLearnedFlowLimit = 32768
 
 // Validate says what is wrong with the configuration.
 func (c *Config) Validate() error {
@@ -105,6 +116,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cni-socket is required")
 	case c.ResyncPeriod < minSyncGap:
 		return fmt.Errorf("--resync-period %s: use at least %s (the full resync repairs drift; 10s is the default)", c.ResyncPeriod, minSyncGap)
+	case c.LearnedFlowLimit < 16:
+		return fmt.Errorf("--learned-flow-limit %d: use at least 16 (flows per learned table; %d is the default)", c.LearnedFlowLimit, DefaultLearnedFlowLimit)
 	}
 	if c.ServiceProxy != ServiceProxyKovs && c.ServiceProxy != ServiceProxyNone {
 		return fmt.Errorf("--service-proxy %q: use kovs or none", c.ServiceProxy)

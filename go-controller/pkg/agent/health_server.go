@@ -14,12 +14,17 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
+	"github.com/kovs-net/kovs/go-controller/pkg/serving"
 )
 
 // serveOps listens on the metrics address and serves, until ctx ends: /metrics (what
 // gatherer gathers), /healthz (alive: the agent's loops make progress), /readyz (every
 // readiness check passes, one line per check) and /status (nodestatus.Status as JSON). It
-// returns once listening, or the error that prevented it.
+// returns once listening, or the error that prevented it. Only /metrics answers clients
+// beyond loopback, and only when the operator binds the address beyond it (the default
+// is 127.0.0.1: the agent runs on the host network, where every pod reaches the node's
+// addresses); health and /status are for kubelet's probes and kovsctl, on the node.
+// Every connection is bounded in time and number (package serving).
 func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.Gatherer) error {
 	mux := http.NewServeMux()
 	if gatherer != nil {
@@ -56,7 +61,10 @@ func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.G
 	if err != nil {
 		return fmt.Errorf("metrics listener: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if !serving.IsLoopbackAddress(addr) {
+		log.WithField("address", addr).Warn("metrics served beyond loopback, unauthenticated: keep the port closed to pods and untrusted networks")
+	}
+	srv := serving.OpsTimeouts().Server(opsHandler(mux))
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -64,10 +72,22 @@ func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.G
 		_ = srv.Shutdown(shut)
 	}()
 	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(serving.Limit(ln, serving.OpsLimits(), log.WithField("component", "ops"))); !errors.Is(err, http.ErrServerClosed) {
 			log.WithError(err).WithField("address", addr).Error("metrics and health server stopped")
 		}
 	}()
 	log.WithField("address", ln.Addr().String()).Info("serving /metrics, /healthz, /readyz and /status")
 	return nil
+}
+
+// opsHandler answers loopback clients with mux and others with /metrics only.
+func opsHandler(mux *http.ServeMux) http.Handler {
+	local := serving.LoopbackOnly(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		local.ServeHTTP(w, r)
+	})
 }

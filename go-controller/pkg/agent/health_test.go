@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,36 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	if code, _ := get("/metrics"); code != http.StatusNotFound {
 		t.Errorf("/metrics without a registry = %d, want 404", code)
+	}
+}
+
+// The attack: a pod reaches the node's addresses, and so the agent's port when the
+// operator exposes /metrics beyond loopback. It gets /metrics only: /status, /healthz and
+// /readyz (internal details: addresses, peers, checks) answer loopback clients only.
+func TestOpsEndpointsBeyondLoopbackServeMetricsOnly(t *testing.T) {
+	mux := http.NewServeMux()
+	for _, p := range []string{"/metrics", "/healthz", "/readyz", "/status"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	}
+	h := opsHandler(mux)
+	for _, tc := range []struct {
+		remote, path string
+		want         int
+	}{
+		{"10.244.1.7:40000", "/status", http.StatusForbidden},
+		{"10.244.1.7:40000", "/healthz", http.StatusForbidden},
+		{"10.244.1.7:40000", "/readyz", http.StatusForbidden},
+		{"[fd00:10:244::7]:40000", "/status", http.StatusForbidden},
+		{"10.244.1.7:40000", "/metrics", http.StatusOK},
+		{"127.0.0.1:40000", "/status", http.StatusOK},
+		{"127.0.0.1:40000", "/readyz", http.StatusOK},
+	} {
+		r := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		r.RemoteAddr = tc.remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s from %s: %d, want %d", tc.path, tc.remote, w.Code, tc.want)
+		}
 	}
 }

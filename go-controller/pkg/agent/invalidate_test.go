@@ -65,7 +65,7 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
 	for _, netdev := range []bool{true, false} {
 		r := &recordingCaches{}
 		invalidatePolicyCaches(context.Background(), r, r, netdev)
-		want := []string{"purge", "del-flows cookie=0x70000000000/0xffffffffffff"}
+		want := []string{"purge", "del-flows cookie=0x800000000000/0xffffffffffff"}
 		if netdev {
 			want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
 		}
@@ -79,7 +79,7 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
 // flows; a full resync, which deletes every owned flow it does not want, leaves them.
 func TestFullSyncKeepsLearnedFlows(t *testing.T) {
 	sw := newFakeSwitch()
-	learned := sw.add(t, "cookie=0x1070000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10,"+
+	learned := sw.add(t, "cookie=0x1800000000000, table=32, idle_timeout=120, priority=100,sctp,nw_src=10.244.3.10,"+
 		"nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000 actions=set_field:0x200/0x300->reg0")
 	s := NewFlowSyncer(sw, desiredFlows(testFlows(1, 2), 1), time.Hour)
 	s.sync(context.Background(), true)

@@ -16,6 +16,8 @@ var (
 		"Pod ports on br-int the agent programs.", nil, nil)
 	peersDesc = prometheus.NewDesc("kovs_agent_tunnel_peers",
 		"Nodes this node has a Geneve tunnel route to.", nil, nil)
+	rejectedPeersDesc = prometheus.NewDesc("kovs_agent_tunnel_peers_rejected",
+		"Nodes whose records are unusable for this node: no routes to them (the agent's log and /status say why).", nil, nil)
 )
 
 // stateCollector reports the node's flows, pods and peers at every scrape, once the agent
@@ -26,6 +28,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- flowsDesc
 	ch <- podPortsDesc
 	ch <- peersDesc
+	ch <- rejectedPeersDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -41,6 +44,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if state := h.state.Load(); state != nil {
 		ch <- prometheus.MustNewConstMetric(podPortsDesc, prometheus.GaugeValue, float64(len(state.Pods())))
 		ch <- prometheus.MustNewConstMetric(peersDesc, prometheus.GaugeValue, float64(len(state.Peers())))
+		ch <- prometheus.MustNewConstMetric(rejectedPeersDesc, prometheus.GaugeValue, float64(len(state.RejectedPeers())))
 	}
 }
 

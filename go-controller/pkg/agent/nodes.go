@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 
+	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
@@ -65,5 +66,23 @@ func tunnelPeer(n *corev1.Node, family6 bool) (pipeline.TunnelPeer, bool) {
 	if !ok {
 		return pipeline.TunnelPeer{}, false
 	}
-	return pipeline.TunnelPeer{NodeName: n.Name, UnderlayIP: ip, PodSubnets: blocks, GatewayMAC: gatewayMAC(blocks)}, true
+	return pipeline.TunnelPeer{NodeName: n.Name, UnderlayIP: ip, PodSubnets: blocks, GatewayMAC: gatewayMAC(blocks),
+		NodeIPs: nodeInternalIPs(n)}, true
+}
+
+// reportRejectedPeers logs the peers whose rejection (pipeline.UsablePeers) is new or
+// changed since before, and those that are usable again; it returns now's.
+func reportRejectedPeers(before, now map[string]string) map[string]string {
+	for name, why := range now {
+		if before[name] != why {
+			log.WithField("peer", name).WithField("reason", why).
+				Warn("tunnel peer left out: its Node record is unusable for this node (no routes to it; the other flows keep syncing)")
+		}
+	}
+	for name := range before {
+		if _, still := now[name]; !still {
+			log.WithField("peer", name).Info("tunnel peer usable again")
+		}
+	}
+	return now
 }

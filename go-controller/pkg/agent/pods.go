@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
@@ -52,6 +54,9 @@ type PodPorts struct {
 	// policyWait bounds the wait for a new pod's NetworkPolicy (when enabled).
 	policyWait time.Duration
 	readiness  func() error
+	// attachMu makes an attach's address checks and its entry into the state one step:
+	// two pods never both pass the check for one address.
+	attachMu sync.Mutex
 }
 
 var _ cni.Handler = (*PodPorts)(nil)
@@ -65,6 +70,14 @@ func (p *PodPorts) PodNetwork(ctx context.Context, ref cni.PodRef) (*cni.PodNetw
 	deadline := time.Now().Add(p.wait)
 	for {
 		network, err := p.podNetwork(ref)
+		if err == nil {
+			err = ownRecord(ref, ref.UID, network)
+		}
+		if err == nil {
+			if name, holder, ip, held := addressHolder(p.state.Pods(), "", ref.UID, network.IPs()); held {
+				err = fmt.Errorf("address %s is held by port %s of pod %s (UID %s) on this node", ip, name, holder, holder.UID)
+			}
+		}
 		if err == nil {
 			return p.configOf(network), nil
 		}
@@ -127,12 +140,12 @@ func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	if err := p.state.ValidatePod(port); err != nil {
 		return cni.Errorf(cni.CodeInvalidConfig, "pod %s cannot be attached to this node: %v", req.Pod, err)
 	}
-	ofport, err := p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	p.attachMu.Lock()
+	gen, ofport, err := p.plug(ctx, req, port)
+	p.attachMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
+		return err
 	}
-	port.OFPort = uint32(ofport)
-	gen := p.state.SetPod(req.HostIfName, port)
 	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return fmt.Errorf("pod %s: %w", req.Pod, err)
 	}
@@ -141,6 +154,21 @@ func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	}
 	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).Info("pod attached")
 	return nil
+}
+
+// plug checks the request against what kovs-controller allocated (checkAttach), adds the
+// port to br-int and puts the pod in the desired state; it returns the state's generation
+// that has the pod. Called with attachMu held.
+func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipeline.PodPort) (gen uint64, ofport uint32, err error) {
+	if err := p.checkAttach(ctx, req, port); err != nil {
+		return 0, 0, err
+	}
+	n, err := p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	if err != nil {
+		return 0, 0, fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
+	}
+	port.OFPort = uint32(n)
+	return p.state.SetPod(req.HostIfName, port), port.OFPort, nil
 }
 
 // Detach removes the sandbox's port and its flows. Missing is success.
@@ -193,7 +221,10 @@ func (p *PodPorts) Check(ctx context.Context, req cni.AttachRequest) error {
 	return fmt.Errorf("pod %s has no port %s on %s", req.Pod, req.HostIfName, p.bridge)
 }
 
-// GC removes the ports of sandboxes the runtime no longer has.
+// GC removes the ports of sandboxes the runtime no longer has, except the only port of a
+// pod the API shows running on this node (runningPodPorts): a GC with an empty or wrong
+// valid list, from whatever local process, cannot unplug running pods. Those ports are
+// kept and named in the error.
 func (p *PodPorts) GC(ctx context.Context, valid []cni.Attachment) error {
 	keep := map[cni.Attachment]bool{}
 	for _, a := range valid {
@@ -203,19 +234,47 @@ func (p *PodPorts) GC(ctx context.Context, valid []cni.Attachment) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var stale []ovs.PortInfo
+	kept := map[string]bool{} // pod UIDs with a port the list keeps
 	for _, port := range ports {
 		a := cni.Attachment{ContainerID: port.ExternalIDs[extSandbox], IfName: port.ExternalIDs[extIfName]}
 		if keep[a] {
+			kept[port.ExternalIDs[extUID]] = true
+			continue
+		}
+		stale = append(stale, port)
+	}
+	var errs []error
+	var refused []string
+	for _, port := range stale {
+		if pod, running := p.runningPod(port); running && !kept[port.ExternalIDs[extUID]] {
+			refused = append(refused, fmt.Sprintf("%s (port %s)", pod, port.Name))
 			continue
 		}
 		if err := p.removePort(ctx, port.Name); err != nil {
 			errs = append(errs, err)
 		} else {
-			log.WithField("port", port.Name).WithField("sandbox", a.ContainerID).Info("garbage-collected stale pod port")
+			log.WithField("port", port.Name).WithField("sandbox", port.ExternalIDs[extSandbox]).Info("garbage-collected stale pod port")
 		}
 	}
+	if len(refused) > 0 {
+		log.WithField("pods", refused).Warn("CNI GC would remove the ports of pods running on this node: kept")
+		errs = append(errs, cni.Errorf(cni.CodeInvalidConfig,
+			"GC kept the ports of pods the API shows running on this node, which the valid list omits: %s", strings.Join(refused, ", ")))
+	}
 	return errors.Join(errs...)
+}
+
+// runningPod reports whether the port's pod (its namespace, name and UID) is one the API
+// shows on this node and not finished or being deleted.
+func (p *PodPorts) runningPod(port ovs.PortInfo) (string, bool) {
+	ids := port.ExternalIDs
+	ref := ids[extNamespace] + "/" + ids[extName]
+	pod, err := p.pods.Pods(ids[extNamespace]).Get(ids[extName])
+	if err != nil || string(pod.UID) != ids[extUID] || pod.DeletionTimestamp != nil {
+		return ref, false
+	}
+	return ref, pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
 // Status is nil once the node is programmed.

@@ -36,7 +36,8 @@ func newAttachRig(t *testing.T, policyWait time.Duration) *attachRig {
 		}
 	}
 	ports := &PodPorts{bridge: "br-int", store: store, state: r.state, syncer: r.syncer, policyWait: policyWait,
-		readiness: func() error { return nil }}
+		readiness: func() error { return nil }, wait: time.Second,
+		pods: recordedPods(t, recorded{"a", 10, "uid-a"}, recorded{"b", 11, "uid-b"}, recorded{"c", 12, "uid-c"})}
 	if err := r.sink.Snapshot(startShare()); err != nil { // lists x/a and x/b, not x/c
 		t.Fatal(err)
 	}

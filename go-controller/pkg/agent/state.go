@@ -17,11 +17,15 @@ import (
 // pipeline's stages compiled from a snapshot of the state (Desired), by one compiler that
 // keeps every unchanged object's flows.
 type NodeState struct {
-	mu         sync.Mutex
-	node       *pipeline.NodeConfig
-	round      pipeline.Round
-	pods       map[string]pipeline.PodPort    // by port name
-	peers      map[string]pipeline.TunnelPeer // by node name
+	mu    sync.Mutex
+	node  *pipeline.NodeConfig
+	round pipeline.Round
+	pods  map[string]pipeline.PodPort    // by port name
+	peers map[string]pipeline.TunnelPeer // by node name, as the API has them
+	// usable are the peers whose flows compile for the node, by name; rejected the
+	// others, with the reason (pipeline.UsablePeers). Both follow SetNode and SetPeers.
+	usable     []pipeline.TunnelPeer
+	rejected   map[string]string
 	generation uint64
 	onChange   func()
 	// policy is the node's NetworkPolicy share (nil: NetworkPolicy disabled). It is never
@@ -70,7 +74,20 @@ func (s *NodeState) change(f func()) uint64 {
 
 // SetNode sets the node's own configuration.
 func (s *NodeState) SetNode(n pipeline.NodeConfig) uint64 {
-	return s.change(func() { s.node = &n })
+	return s.change(func() {
+		s.node = &n
+		s.splitPeers()
+	})
+}
+
+// splitPeers sorts the peers into usable and rejected for the node. Called with mu held.
+func (s *NodeState) splitPeers() {
+	all := sortedPeers(s.peers)
+	if s.node == nil {
+		s.usable, s.rejected = all, nil
+		return
+	}
+	s.usable, s.rejected = pipeline.UsablePeers(*s.node, all)
 }
 
 // SetPod adds or updates a local pod's port; it returns the generation that includes it.
@@ -98,7 +115,16 @@ func (s *NodeState) SetPeers(peers []pipeline.TunnelPeer) uint64 {
 		for _, p := range peers {
 			s.peers[p.NodeName] = p
 		}
+		s.splitPeers()
 	})
+}
+
+// RejectedPeers are the peers whose records are unusable for this node, with the reason:
+// they get no flows (nil before the node is set).
+func (s *NodeState) RejectedPeers() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.rejected)
 }
 
 // Pods returns the local pods' ports, by port name.
@@ -108,11 +134,11 @@ func (s *NodeState) Pods() map[string]pipeline.PodPort {
 	return maps.Clone(s.pods)
 }
 
-// Peers returns the tunnel peers sorted by node name.
+// Peers returns the usable tunnel peers (those with flows) sorted by node name.
 func (s *NodeState) Peers() []pipeline.TunnelPeer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return sortedPeers(s.peers)
+	return slices.Clone(s.usable)
 }
 
 func sortedPeersOf(peers []pipeline.TunnelPeer) []pipeline.TunnelPeer {
@@ -140,7 +166,7 @@ func (s *NodeState) Snapshot() (pipeline.Snapshot, uint64, error) {
 	if s.node == nil {
 		return pipeline.Snapshot{}, s.generation, errNodeNotConfigured
 	}
-	snap := pipeline.Snapshot{Node: *s.node, Round: s.round, Peers: sortedPeers(s.peers), Policy: s.policy,
+	snap := pipeline.Snapshot{Node: *s.node, Round: s.round, Peers: slices.Clone(s.usable), Policy: s.policy,
 		Services: maps.Clone(s.services), Pods: make([]pipeline.PodPort, 0, len(s.pods))}
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
 		snap.Pods = append(snap.Pods, s.pods[name])

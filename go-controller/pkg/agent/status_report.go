@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
@@ -21,6 +23,10 @@ func (a *Agent) nodeStatus(now time.Time) nodestatus.Status {
 				ps.Subnets = append(ps.Subnets, s.String())
 			}
 			st.Peers = append(st.Peers, ps)
+		}
+		rejected := state.RejectedPeers()
+		for _, name := range slices.Sorted(maps.Keys(rejected)) {
+			st.RejectedPeers = append(st.RejectedPeers, nodestatus.RejectedPeer{Node: name, Reason: rejected[name]})
 		}
 	}
 	if syncer := a.health.syncer.Load(); syncer != nil {

@@ -35,9 +35,12 @@ func (s ofSwitch) Apply(ctx context.Context, p SwitchPlan) error {
 	return s.of.Bundle(ctx, mods)
 }
 
-// Flows implements FlowSwitch.
+// Flows implements FlowSwitch: the flows without the learned category's bit, which the
+// switch hands over alone (pipeline.InstalledFilter), so the learned tables, however
+// full, cost the resync nothing.
 func (s ofSwitch) Flows(ctx context.Context) ([]ovs.Flow, error) {
-	entries, err := s.of.DumpFlows(ctx, 0, 0)
+	installed := pipeline.InstalledFilter()
+	entries, err := s.of.DumpFlows(ctx, uint64(installed.Value), uint64(installed.Mask))
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +75,8 @@ func (s ofSwitch) Groups(ctx context.Context) ([]ovs.Group, error) {
 // flows on the switch, so every flow this agent installs is told apart from its
 // predecessor's, and the predecessor's flows stay until they are replaced.
 func nextRound(ctx context.Context, of ovs.FlowClient) (pipeline.Round, error) {
-	entries, err := of.DumpFlows(ctx, 0, 0)
+	installed := pipeline.InstalledFilter()
+	entries, err := of.DumpFlows(ctx, uint64(installed.Value), uint64(installed.Mask))
 	if err != nil {
 		return 0, err
 	}

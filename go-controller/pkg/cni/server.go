@@ -25,6 +25,7 @@ type Server struct {
 	log     logrus.FieldLogger
 	ln      *net.UnixListener
 	socket  os.FileInfo
+	uid     int // the effective uid it was created with: the one peer besides root it serves
 
 	closeOnce sync.Once
 	closeErr  error
@@ -38,7 +39,7 @@ func NewServer(socketPath string, handler Handler, log logrus.FieldLogger) (*Ser
 	if err != nil {
 		return nil, fmt.Errorf("CNI server: %w", err)
 	}
-	return &Server{path: socketPath, handler: handler, log: log, ln: ln, socket: socket}, nil
+	return &Server{path: socketPath, handler: handler, log: log, ln: ln, socket: socket, uid: os.Geteuid()}, nil
 }
 
 // SocketPath returns the path kovs-cni must be configured with ("socket" in the
@@ -54,9 +55,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       withPeer,
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(s.ln) }()
+	go func() { served <- srv.Serve(rootListener{UnixListener: s.ln, uid: s.uid, log: s.log}) }()
 	select {
 	case err := <-served:
 		closeErr := s.Close()

@@ -58,7 +58,7 @@ func endpoint[Req request](s *Server, op string, call func(context.Context, Req)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var req Req
-		log := s.log.WithField("op", op)
+		log := s.log.WithField("op", op).WithFields(peerFields(r.Context()))
 		var out any
 		err := decodeRequest(w, r, &req)
 		if err == nil {

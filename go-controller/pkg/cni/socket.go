@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -25,6 +26,9 @@ func listenSocket(path string) (*net.UnixListener, os.FileInfo, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, socketDirMode); err != nil {
 		return nil, nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	if err := closeSocketDir(dir); err != nil {
+		return nil, nil, err
 	}
 	if err := refuseServedSocket(path); err != nil {
 		return nil, nil, err
@@ -46,6 +50,30 @@ func listenSocket(path string) (*net.UnixListener, os.FileInfo, error) {
 		return nil, nil, err
 	}
 	return ln, info, nil
+}
+
+// closeSocketDir makes the socket's directory root-only (0700) even when it existed
+// before, with looser permissions (a hostPath created 0755): nobody else may list it,
+// or replace the socket. A directory that is a symlink, or that another user owns (who
+// could swap the socket), is refused.
+func closeSocketDir(dir string) error {
+	info, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("socket directory %s is not a directory (%v): refusing to serve from it", dir, info.Mode().Type())
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("socket directory %s is owned by uid %d, not this process's %d: another user could replace the socket; "+
+			"give it to root or choose another --cni-socket", dir, st.Uid, os.Geteuid())
+	}
+	if info.Mode().Perm() != socketDirMode {
+		if err := os.Chmod(dir, socketDirMode); err != nil {
+			return fmt.Errorf("make socket directory %s root-only: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // placeSocket sets the socket's mode and moves it to path.

@@ -231,3 +231,34 @@ func TestFinishedPodReleasesItsAddress(t *testing.T) {
 		t.Fatalf("next pod got %s, want the finished pod's %s", got, ip)
 	}
 }
+
+// TestRestartDoesNotHandOutAFreedAddressAtOnce: an address freed just before a restart
+// (the highest one handed out, so no live pod's record says it was ever used) is not the
+// restarted controller's next address: the Node's recorded high water keeps it at the
+// back of the line (issue 14).
+func TestRestartDoesNotHandOutAFreedAddressAtOnce(t *testing.T) {
+	c := fake.NewClientset(node("a"))
+	stop := start(t, c, plan(t, "10.244.0.0/16", 24))
+	ctx := context.Background()
+	var ips []netip.Addr
+	for i := 0; i < 3; i++ {
+		_, _ = c.CoreV1().Pods("default").Create(ctx, pod("default", fmt.Sprint("p", i), "a"), metav1.CreateOptions{})
+		ips = append(ips, podIP(t, c, "default", fmt.Sprint("p", i)))
+	}
+	if err := c.CoreV1().Pods("default").Delete(ctx, "p2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	start(t, c, plan(t, "10.244.0.0/16", 24))
+	_, _ = c.CoreV1().Pods("default").Create(ctx, pod("default", "new", "a"), metav1.CreateOptions{})
+	got := podIP(t, c, "default", "new")
+	if got == ips[2] {
+		t.Fatalf("the restarted controller handed out %s, freed just before the restart, at once", got)
+	}
+	for _, ip := range ips[:2] {
+		if got == ip {
+			t.Fatalf("the new pod got %s, held by a live pod", got)
+		}
+	}
+}

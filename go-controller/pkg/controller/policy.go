@@ -9,6 +9,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -34,6 +35,10 @@ type PolicyConfig struct {
 	TLS servingcert.Config
 	// KeepaliveInterval of the streams (default 15 s).
 	KeepaliveInterval time.Duration
+	// TokenReviews authenticates the agents: a client of its own (its own rate limits),
+	// so that whoever reaches the stream's port cannot use up the controller's client,
+	// which allocates addresses and renews the Lease. Nil: the controller's client.
+	TokenReviews authnclient.TokenReviewInterface
 }
 
 // DefaultPolicyTLS is the certificate configuration kovs ships with: the Secret
@@ -113,9 +118,13 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 		return fmt.Errorf("policy stream: %w", err)
 	}
 	src, reports := p.obs.stream(src, p.realization.Reports())
+	reviews := p.cfg.TokenReviews
+	if reviews == nil {
+		reviews = client.AuthenticationV1().TokenReviews()
+	}
 	server := stream.NewServer(stream.ServerConfig{
 		Source:            src,
-		Authenticator:     stream.NewTokenReviewer(client.AuthenticationV1().TokenReviews()),
+		Authenticator:     stream.NewTokenReviewer(reviews),
 		Authorizer:        stream.AgentAuthorizer{User: stream.ServiceAccountUser(p.cfg.AgentNamespace, p.cfg.AgentServiceAccount)},
 		Reports:           reports,
 		KeepaliveInterval: p.cfg.KeepaliveInterval,

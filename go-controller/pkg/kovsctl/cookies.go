@@ -46,6 +46,9 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 		if c.LearnedTranslation() {
 			return "learned SCTP Service translation (an association's pin to its endpoint, or its replies' un-NAT)"
 		}
+		if c.LearnedAffinity() {
+			return "learned Service affinity (a client's endpoint)"
+		}
 		return "learned SCTP reply (of an association policy allowed)"
 	case 0:
 		return "not a kovs flow"

@@ -53,8 +53,16 @@ func problems(r NodeReport) []string {
 	for _, p := range a.Peers {
 		have = append(have, p.Node)
 	}
+	rejected := map[string]string{}
+	for _, p := range a.RejectedPeers {
+		rejected[p.Node] = p.Reason
+	}
 	for _, n := range r.ExpectedPeers {
-		if !slices.Contains(have, n) {
+		switch why, bad := rejected[n]; {
+		case slices.Contains(have, n):
+		case bad:
+			add("no tunnel peer for node %s: its Node record is unusable here: %s", n, why)
+		default:
 			add("no tunnel peer for node %s", n)
 		}
 	}

@@ -21,6 +21,9 @@ type Status struct {
 	Flows  Flows  `json:"flows"`
 	Pods   int    `json:"pods"`
 	Peers  []Peer `json:"peers"`
+	// RejectedPeers are the Nodes whose records are unusable for this node (no routes to
+	// them), with the reason.
+	RejectedPeers []RejectedPeer `json:"rejectedPeers,omitempty"`
 	// Policy is nil when NetworkPolicy is not enforced on the node.
 	Policy *Policy `json:"policy,omitempty"`
 }
@@ -44,6 +47,12 @@ type Peer struct {
 	Node     string   `json:"node"`
 	TunnelIP string   `json:"tunnelIP"`
 	Subnets  []string `json:"subnets"`
+}
+
+// RejectedPeer is a Node the agent has no tunnel peer for, and why.
+type RejectedPeer struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
 }
 
 // Policy is the node's NetworkPolicy share: the newest generation received from

@@ -75,11 +75,16 @@ func ParseFlow(line string) (FlowEntry, error) {
 	}
 	e := FlowEntry{Priority: DefaultPriority, Actions: strings.TrimSpace(actions)}
 	var match []string
+	seen := map[string]bool{}
 	for _, tok := range strings.FieldsFunc(head, isFieldSeparator) {
 		key, val, hasVal := strings.Cut(tok, "=")
 		switch {
 		case isFlowAttribute(key):
 		case hasVal && isKeptField(key):
+			if seen[key] { // ovs-ofctl writes each once: a second is not a dump's line
+				return FlowEntry{}, fmt.Errorf("flow %q: %s given twice", line, key)
+			}
+			seen[key] = true
 			if err := e.setHeadField(key, val); err != nil {
 				return FlowEntry{}, fmt.Errorf("flow %q: %w", line, err)
 			}

@@ -15,6 +15,7 @@ const (
 	tableBridge    = "Bridge"
 	tablePort      = "Port"
 	tableInterface = "Interface"
+	tableFlowTable = "Flow_Table"
 )
 
 // The model structs below carry only the columns kovs reads or writes; the
@@ -43,6 +44,17 @@ type bridgeRow struct {
 	OtherConfig  map[string]string `ovsdb:"other_config"`
 	ExternalIDs  map[string]string `ovsdb:"external_ids"`
 	DatapathID   *string           `ovsdb:"datapath_id"` // set by ovs-vswitchd once it created the bridge
+	FlowTables   map[int]string    `ovsdb:"flow_tables"` // OpenFlow table -> Flow_Table row
+}
+
+// flowTableRow is a row of the Flow_Table table: how ovs-vswitchd bounds one OpenFlow
+// table of the bridges that map a table to it.
+type flowTableRow struct {
+	UUID           string            `ovsdb:"_uuid"`
+	FlowLimit      *int              `ovsdb:"flow_limit"`
+	OverflowPolicy *string           `ovsdb:"overflow_policy"`
+	Groups         []string          `ovsdb:"groups"`
+	ExternalIDs    map[string]string `ovsdb:"external_ids"`
 }
 
 // portRow is a row of the Port table.
@@ -75,6 +87,7 @@ func modelTables() map[string]model.Model {
 		tableBridge:    &bridgeRow{},
 		tablePort:      &portRow{},
 		tableInterface: &interfaceRow{},
+		tableFlowTable: &flowTableRow{},
 	}
 }
 

@@ -82,6 +82,33 @@ type BridgeStore interface {
 	EnsureBridge(ctx context.Context, spec BridgeSpec) error
 	// DeleteBridge removes the bridge and its ports; a missing bridge is success.
 	DeleteBridge(ctx context.Context, name string) error
+	// LimitFlowTables bounds OpenFlow tables of the bridge (its Flow_Table rows) and
+	// returns once ovs-vswitchd has applied the limits; tables it is not given are left
+	// alone.
+	LimitFlowTables(ctx context.Context, bridge string, limits map[int]FlowTableLimit) error
+}
+
+// FlowTableLimit bounds one OpenFlow table. A full table refuses new flows, or, with
+// Evict, makes room by evicting the flow that expires soonest (only flows with a timeout
+// are evicted) from the largest group of flows that agree on Groups (field names as OVS
+// spells them, e.g. NXM_OF_IP_DST[]): whoever fills the table loses its own flows first.
+type FlowTableLimit struct {
+	FlowLimit int
+	Evict     bool
+	Groups    []string
+}
+
+// Validate reports what is wrong with the limit.
+func (l FlowTableLimit) Validate() error {
+	if l.FlowLimit < 1 {
+		return fmt.Errorf("flow limit %d: use at least 1", l.FlowLimit)
+	}
+	for _, g := range l.Groups {
+		if g == "" || strings.ContainsAny(g, " ,") {
+			return fmt.Errorf("eviction group field %q: a field or subfield such as NXM_OF_IP_DST[]", g)
+		}
+	}
+	return nil
 }
 
 // PortStore manages the ports of bridges.

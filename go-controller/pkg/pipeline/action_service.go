@@ -39,7 +39,7 @@ func (a LearnAffinity) String() string {
 		port = "OXM_OF_SCTP_DST[]"
 	}
 	hit, _ := AffinityHitField.Mark(1).bits()
-	return learnAction(a.Table, a.IdleTimeout, a.Priority, 0, a.IPv6, a.IPProto, src, dst, port,
+	return learnAction(a.Table, a.IdleTimeout, a.Priority, affinityCookie(), a.IPv6, a.IPProto, src, dst, port,
 		"load:"+EndpointKeyField.subfield()+"->"+EndpointKeyField.subfield(),
 		fmt.Sprintf("load:%#x->%s", hit>>AffinityHitField.Start, bitSubfield(AffinityHitField)))
 }

@@ -44,6 +44,10 @@ type TunnelPeer struct {
 	UnderlayIP netip.Addr       // its tunnel endpoint, IPv4 or IPv6
 	PodSubnets []netip.Prefix   // its pod blocks
 	GatewayMAC net.HardwareAddr // its gateway's MAC: the inner destination MAC
+	// NodeIPs are its node addresses (InternalIPs), which its host network sends from;
+	// with its pod subnets and UnderlayIP, the only inner sources its tunnel packets may
+	// have.
+	NodeIPs []netip.Addr
 }
 
 // Validate checks the node's configuration for what the flows rely on.
@@ -134,8 +138,10 @@ func (p PodPort) validate(n NodeConfig) error {
 	return nil
 }
 
-// validate checks a peer against the local node.
-func (t TunnelPeer) validate(n NodeConfig) error {
+// Validate checks a peer against the local node: what its flows rely on. The agent
+// leaves a peer that fails it out (and says so), so one bad record cannot stop the
+// node's other flows.
+func (t TunnelPeer) Validate(n NodeConfig) error {
 	if t.NodeName == "" || t.NodeName == n.Name {
 		return fmt.Errorf("node name %q is empty or the local node's", t.NodeName)
 	}
@@ -148,7 +154,18 @@ func (t TunnelPeer) validate(n NodeConfig) error {
 	if err := validateBlocks(t.PodSubnets, n.ClusterCIDRs); err != nil {
 		return fmt.Errorf("pod subnets: %w", err)
 	}
+	for _, ip := range t.NodeIPs {
+		if !ip.IsValid() || ip.Zone() != "" {
+			return fmt.Errorf("node IP %q is not a plain address", ip)
+		}
+		if c, ok := containing(n.ClusterCIDRs, ip); ok {
+			return fmt.Errorf("node IP %s is inside cluster CIDR %s", ip, c)
+		}
+	}
 	for _, s := range t.PodSubnets {
+		if !n.hasFamily(s.Addr().Is6()) {
+			return fmt.Errorf("pod subnet %s: the local node has no pod subnet of its family", s)
+		}
 		for _, local := range n.PodSubnets {
 			if s.Overlaps(local) {
 				return fmt.Errorf("pod subnet %s overlaps the local node's %s", s, local)

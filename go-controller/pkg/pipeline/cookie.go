@@ -9,7 +9,8 @@ import (
 // Cookie says who owns a flow. Layout (64 bits):
 //
 //	bits 63..48  Round     agent incarnation that installed the flow
-//	bits 47..40  Category  kind of owner: pipeline base, gateway, pod, tunnel peer, ...
+//	bits 47..40  Category  kind of owner: pipeline base, gateway, pod, tunnel peer, ...;
+//	                       bit 47 set: a flow the switch learned (CategoryLearned)
 //	bits 39..32  Kind      what a NetworkPolicy flow is (PolicyKind); zero otherwise
 //	bits 31..0   Object    owner within the category: a pod's ofport, a peer's name hash,
 //	                       a policy rule's ID hash
@@ -33,9 +34,11 @@ const (
 	CategoryPolicy     Category = 5 // NetworkPolicy (kind: PolicyKind; object: rule hash or ofport)
 	CategoryService    Category = 6 // Service load balancing (object: ServiceObjectID, 0 for hairpin flows)
 	// CategoryLearned: flows the switch installs itself, with a learn action (SCTP
-	// replies, see flows_sctp.go). The agent never installs them, so its flow sync leaves
-	// them alone; it deletes them all (LearnedFilter) when NetworkPolicy changes.
-	CategoryLearned Category = 7
+	// replies and translations, Service affinity). It is the category's top bit, which no
+	// stage's category has: the agent never installs these flows, and its full resync
+	// dumps only the flows without the bit (InstalledFilter), so however many flows the
+	// pods make the switch learn, the agent never reads them.
+	CategoryLearned Category = 0x80
 )
 
 const (
@@ -106,7 +109,14 @@ func ObjectFilter(cat Category, obj uint32) CookieFilter {
 
 // Learned reports whether the switch installed the flow with a learn action
 // (CategoryLearned): the agent's flow sync must neither expect nor delete it.
-func (c Cookie) Learned() bool { return c.Category() == CategoryLearned }
+func (c Cookie) Learned() bool { return c.Category()&CategoryLearned != 0 }
+
+// InstalledFilter selects the flows that are no learned flows: the agent's (every
+// stage's category is below CategoryLearned) and flows of category 0, which are not
+// kovs's. What the flow sync dumps.
+func InstalledFilter() CookieFilter {
+	return CookieFilter{Value: 0, Mask: Cookie(CategoryLearned) << categoryShift}
+}
 
 // LearnedFilter selects every learned flow, of any round.
 func LearnedFilter() CookieFilter { return CategoryFilter(CategoryLearned) }
@@ -123,7 +133,15 @@ const (
 	// changes and are deleted when the endpoint leaves the port's EndpointSlices
 	// (SCTPTranslationFilter).
 	learnedKindTranslation = 1
+	// learnedKindAffinity: ServiceAffinity's flows (object 0), a client's endpoint of a
+	// Service with sessionAffinity ClientIP; they expire on their own.
+	learnedKindAffinity = 2
 )
+
+// affinityCookie is the cookie of learned Service affinity flows.
+func affinityCookie() Cookie {
+	return NewCookie(0, CategoryLearned, 0) | learnedKindAffinity<<kindShift
+}
 
 // LearnedReplyFilter selects the learned flows that let replies skip policy, of any round.
 func LearnedReplyFilter() CookieFilter {
@@ -158,6 +176,11 @@ func SCTPTranslationFilter(p ServicePort, ep netip.AddrPort) CookieFilter {
 // SCTP Service port (SCTPPin, SCTPUnNAT).
 func (c Cookie) LearnedTranslation() bool {
 	return c.Learned() && (c&kindMask)>>kindShift == learnedKindTranslation
+}
+
+// LearnedAffinity reports whether the flow is a learned Service affinity (ServiceAffinity).
+func (c Cookie) LearnedAffinity() bool {
+	return c.Learned() && (c&kindMask)>>kindShift == learnedKindAffinity
 }
 
 // PolicyKind is what a NetworkPolicy flow (CategoryPolicy) does, in the cookie's bits

@@ -88,12 +88,17 @@ func ndGuardFlows(s *flowSet) {
 }
 
 // routingGuardFlows drop what L3Forwarding must never route: multicast and broadcast,
-// tunnel traffic that is not for this node (no transit), and addresses inside the cluster
+// link-local sources and destinations, tunnel traffic that is not for this node (no transit), and addresses inside the cluster
 // CIDRs that no pod or node owns.
 func (b *Builder) routingGuardFlows(s *flowSet) {
 	for _, proto := range b.families() {
 		for _, p := range multicast(proto) {
 			s.add(L3Forwarding, prioL3Multicast, MatchProtocol(proto).IPDst(p), Drop{})
+		}
+		if proto == ProtoIPv6 {
+			// Link-local traffic stays on its link: never routed between ports.
+			s.add(L3Forwarding, prioL3Multicast, MatchProtocol(proto).IPSrc(linkLocal()), Drop{})
+			s.add(L3Forwarding, prioL3Multicast, MatchProtocol(proto).IPDst(linkLocal()), Drop{})
 		}
 	}
 	s.add(L3Forwarding, prioL3NoTransit, MatchAll().Reg(PortClassTunnel.Mark()), Drop{})

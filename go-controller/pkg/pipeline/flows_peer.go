@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // tunnelPeerStage is the tunnel peers' flows (PeerFlows): one object per peer, keyed by
@@ -21,26 +22,48 @@ func tunnelPeerStage() Stage {
 }
 
 // PeerFlows are the flows of one remote node: the classifier admits tunnel packets from
-// its underlay address, its pod subnets are routed into the tunnel towards it, and the
-// host's ARP requests and neighbour solicitations for addresses in them are answered
-// with its gateway's MAC (so the node routes the cluster CIDRs over the gateway port
-// however its routes are written: on-link, or via the remote gateway).
+// its underlay address whose inner source is the peer's (tunnelSources), its pod subnets
+// are routed into the tunnel towards it, and the host's ARP requests and neighbour
+// solicitations for addresses in them are answered with its gateway's MAC (so the node
+// routes the cluster CIDRs over the gateway port however its routes are written:
+// on-link, or via the remote gateway).
 func (b *Builder) PeerFlows(peer TunnelPeer) ([]Flow, error) {
-	if err := peer.validate(b.node); err != nil {
+	if err := peer.Validate(b.node); err != nil {
 		return nil, fmt.Errorf("tunnel peer %q: %w", peer.NodeName, err)
 	}
 	s := b.owner(CategoryTunnelPeer, PeerObjectID(peer.NodeName))
 	fromPeer := MatchAll().InPort(b.node.TunnelOFPort).TunID(TunnelVNI).TunSrc(peer.UnderlayIP)
-	s.add(Classifier, prioClassify, fromPeer, LoadReg(PortClassTunnel.Mark()), Goto(ConntrackZone))
+	for _, src := range b.tunnelSources(peer) {
+		s.add(Classifier, prioClassify, fromPeer.WithProtocol(ipProto(src.Addr())).IPSrc(src),
+			LoadReg(PortClassTunnel.Mark()), Goto(ConntrackZone))
+	}
 	for _, subnet := range peer.PodSubnets {
-		if !b.node.hasFamily(subnet.Addr().Is6()) {
-			return nil, fmt.Errorf("tunnel peer %q: pod subnet %s: the local node has no pod subnet of its family", peer.NodeName, subnet)
-		}
 		peerProxyFlows(s, peer, subnet)
 		route := MatchProtocol(ipProto(subnet.Addr())).IPDst(subnet)
 		s.add(L3Forwarding, prioL3Remote, route, b.toPeer(peer)...)
 	}
 	return s.flows, nil
+}
+
+// tunnelSources are the inner sources the peer's packets may have, of the local node's
+// families: its pod subnets (its pods, its gateway, and the addresses its host
+// masquerades NodePort traffic to) and its node addresses (its host network). A packet
+// with any other inner source is forged, by the peer or by whoever sends from its
+// underlay address, and the classifier drops it.
+func (b *Builder) tunnelSources(peer TunnelPeer) []netip.Prefix {
+	var out []netip.Prefix
+	add := func(p netip.Prefix) {
+		if b.node.hasFamily(p.Addr().Is6()) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	for _, subnet := range peer.PodSubnets {
+		add(subnet)
+	}
+	for _, ip := range append([]netip.Addr{peer.UnderlayIP}, peer.NodeIPs...) {
+		add(host(ip))
+	}
+	return out
 }
 
 // peerProxyFlows answer the host (gateway port) for addresses in the peer's subnet.

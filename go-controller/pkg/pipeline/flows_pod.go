@@ -7,9 +7,21 @@ import (
 	"strconv"
 )
 
-// linkLocal is fe80::/10: a pod may send from its own link-local address, whatever
-// interface identifier the kernel derived.
+// linkLocal is fe80::/10: link-local addresses, which L3Forwarding never routes.
 func linkLocal() netip.Prefix { return netip.MustParsePrefix("fe80::/10") }
+
+// LinkLocalAddress is the link-local address of an interface with mac, its modified
+// EUI-64 interface identifier (RFC 4291): the one a pod's eth0 gets (kovs-cni sets its
+// address generation mode to EUI-64), and the only link-local source the pod may use.
+func LinkLocalAddress(mac net.HardwareAddr) netip.Addr {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	if len(mac) == 6 {
+		a[8], a[9], a[10], a[11], a[12] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe
+		a[13], a[14], a[15] = mac[3], mac[4], mac[5]
+	}
+	return netip.AddrFrom16(a)
+}
 
 // noLinkLayer is the nd_sll / nd_tll value of an ND message without that option.
 func noLinkLayer() net.HardwareAddr { return net.HardwareAddr{0, 0, 0, 0, 0, 0} }
@@ -79,14 +91,17 @@ func podIPv6Flows(s *flowSet, pod PodPort, ip netip.Addr) {
 	s.add(NDResponder, prioNeighborForward, solicit, OutputPort{Port: pod.OFPort})
 }
 
-// podLinkLocalFlows: the pod may send IPv6, and solicit, from its link-local address
-// (kernels solicit from it); advertisements addressed to its MAC are delivered to it.
-// Duplicate address detection probes (source ::) match nothing and are dropped, so DAD
-// always succeeds: addresses are unique by allocation.
+// podLinkLocalFlows: the pod may send IPv6, and solicit, from its own link-local address
+// (LinkLocalAddress: kernels solicit from it), never from another; L3Forwarding routes no
+// link-local traffic, so what passes here is neighbour discovery. Advertisements
+// addressed to its MAC are delivered to it. Duplicate address detection probes (source
+// ::) match nothing and are dropped, so DAD always succeeds: addresses are unique by
+// allocation.
 func podLinkLocalFlows(s *flowSet, pod PodPort) {
 	from := MatchAll().InPort(pod.OFPort).EthSrc(pod.MAC)
-	s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv6).IPSrc(linkLocal()), Goto(NDResponder))
-	solicit := from.WithProtocol(ProtoICMPv6).IPSrc(linkLocal()).ICMPv6Type(ndNeighborSolicit).NDSLL(pod.MAC)
+	own := host(LinkLocalAddress(pod.MAC))
+	s.add(SpoofGuard, prioSpoofSource, from.WithProtocol(ProtoIPv6).IPSrc(own), Goto(NDResponder))
+	solicit := from.WithProtocol(ProtoICMPv6).IPSrc(own).ICMPv6Type(ndNeighborSolicit).NDSLL(pod.MAC)
 	s.add(SpoofGuard, prioSpoofND, solicit, Goto(NDResponder))
 	advert := MatchProtocol(ProtoICMPv6).ICMPv6Type(ndNeighborAdvert).EthDst(pod.MAC)
 	s.add(NDResponder, prioNeighborForward, advert, OutputPort{Port: pod.OFPort})

@@ -18,11 +18,11 @@ func TestSCTPFlowsText(t *testing.T) {
 		"cookie=0x1010000000000, table=70, priority=210,ct_state=-new+est+trk,reg0=0/0x300 actions=goto_table:80",
 		"cookie=0x1010000000000, table=70, priority=200,ct_state=-new+rel+trk,reg0=0/0x300 actions=goto_table:80",
 		"cookie=0x1010000000000, table=80, priority=110,ct_state=+new+trk,sctp,reg0=0x100/0x300 actions=learn(table=32," +
-			"idle_timeout=120,priority=100,cookie=0x1070000000000,eth_type=0x800,nw_proto=132,NXM_OF_IP_SRC[]=NXM_OF_IP_DST[]," +
+			"idle_timeout=120,priority=100,cookie=0x1800000000000,eth_type=0x800,nw_proto=132,NXM_OF_IP_SRC[]=NXM_OF_IP_DST[]," +
 			"NXM_OF_IP_DST[]=NXM_OF_IP_SRC[],OXM_OF_SCTP_SRC[]=OXM_OF_SCTP_DST[],OXM_OF_SCTP_DST[]=OXM_OF_SCTP_SRC[]," +
 			"load:0x2->NXM_NX_REG0[8..9]),ct(commit,zone=65520),goto_table:90",
 		"cookie=0x1010000000000, table=80, priority=105,sctp6,reg0=0x100/0x300 actions=learn(table=32," +
-			"idle_timeout=120,priority=100,cookie=0x1070000000000,eth_type=0x86dd,nw_proto=132,NXM_NX_IPV6_SRC[]=NXM_NX_IPV6_DST[]," +
+			"idle_timeout=120,priority=100,cookie=0x1800000000000,eth_type=0x86dd,nw_proto=132,NXM_NX_IPV6_SRC[]=NXM_NX_IPV6_DST[]," +
 			"NXM_NX_IPV6_DST[]=NXM_NX_IPV6_SRC[],OXM_OF_SCTP_SRC[]=OXM_OF_SCTP_DST[],OXM_OF_SCTP_DST[]=OXM_OF_SCTP_SRC[]," +
 			"load:0x2->NXM_NX_REG0[8..9]),goto_table:90",
 	}
@@ -46,7 +46,7 @@ func TestSCTPFlowsText(t *testing.T) {
 func TestLearnedSCTPReplyFlow(t *testing.T) {
 	a := LearnSCTPReply{Table: SCTPReply, Priority: 100, IdleTimeout: 120, Cookie: NewCookie(3, CategoryLearned, 0)}
 	p := transportPacket(3, ip("10.244.1.10"), ip("10.244.3.10"), IPProtoSCTP, 80)
-	want := "cookie=0x3070000000000, table=32, priority=100,sctp,nw_src=10.244.3.10,nw_dst=10.244.1.10,tp_src=80,tp_dst=40000 " +
+	want := "cookie=0x3800000000000, table=32, priority=100,sctp,nw_src=10.244.3.10,nw_dst=10.244.1.10,tp_src=80,tp_dst=40000 " +
 		"actions=set_field:0x200/0x300->reg0"
 	if got := a.LearnedFlow(p).String(); got != want {
 		t.Errorf("learned flow\n got  %s\n want %s", got, want)

@@ -51,3 +51,28 @@ func sctpMatch(src, dst netip.AddrPort) Match {
 	return MatchProtocol(proto).IPSrc(host(src.Addr())).IPDst(host(dst.Addr())).
 		with(FieldTpSrc, uintValue(uint64(src.Port()), 2), allOnes(2)).TpDst(dst.Port(), 0xffff)
 }
+
+// LearnedTable is a table whose flows the switch learns (any pod's traffic adds them),
+// and the fields that tell whose traffic learned a flow: when the table is full, the
+// switch evicts from the largest group of flows agreeing on them, so a pod that floods
+// the table loses its own flows first (OVS Flow_Table groups).
+type LearnedTable struct {
+	Table   Table
+	GroupBy []string
+}
+
+// LearnedTables are the tables of learned flows, which the agent bounds in OVS
+// (Flow_Table flow_limit, overflow_policy evict). Grouped by the address of the side
+// that opens associations or connections: the initiator is the learned reply's
+// destination (SCTPReply) and un-NAT flow's (SCTPUnNAT), the pinned or affine client's
+// source (SCTPPin, ServiceAffinity).
+func LearnedTables() []LearnedTable {
+	dst := []string{"NXM_OF_IP_DST[]", "NXM_NX_IPV6_DST[]"}
+	src := []string{"NXM_OF_IP_SRC[]", "NXM_NX_IPV6_SRC[]"}
+	return []LearnedTable{
+		{Table: SCTPReply, GroupBy: dst},
+		{Table: ServiceAffinity, GroupBy: src},
+		{Table: SCTPUnNAT, GroupBy: dst},
+		{Table: SCTPPin, GroupBy: src},
+	}
+}

@@ -32,6 +32,12 @@ func TestSpoofedPacketsDropped(t *testing.T) {
 	unknownPort.InPort = 99
 	routerAdvert := neighborAdvert(web.OFPort, web.MAC, mac("33:33:00:00:00:01"), ip("fe80::858:aff:fef4:10a"), ip("ff02::1"), v6)
 	routerAdvert.ICMPType, routerAdvert.NDTarget = ndRouterAdvert, ip("::")
+	// Link-local sources (issue 14): only the pod's own (fe80::858:aff:fef4:10a, its
+	// MAC's EUI-64), and no link-local packet is routed.
+	otherLinkLocal := tcpPacket(web.OFPort, web.MAC, node.GatewayMAC, ip("fe80::bad"), dst6)
+	otherLinkLocalNS := neighborSolicit(web.OFPort, web.MAC, ip("fe80::bad"), ip("fd00:10:244:1::1"))
+	ownLinkLocal := tcpPacket(web.OFPort, web.MAC, node.GatewayMAC, LinkLocalAddress(web.MAC), dst6)
+	toLinkLocal := tcpPacket(web.OFPort, web.MAC, node.GatewayMAC, v6, LinkLocalAddress(other.MAC))
 
 	for _, tc := range []struct {
 		name  string
@@ -51,6 +57,10 @@ func TestSpoofedPacketsDropped(t *testing.T) {
 		{"non-IP ethertype", lldp, SpoofGuard},
 		{"port no pod owns", unknownPort, Classifier},
 		{"router advertisement from a pod", routerAdvert, NDResponder},
+		{"another link-local source", otherLinkLocal, SpoofGuard},
+		{"NS from another link-local source", otherLinkLocalNS, SpoofGuard},
+		{"its own link-local source, routed", ownLinkLocal, L3Forwarding},
+		{"to another pod's link-local address", toLinkLocal, L3Forwarding},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantDropped(t, trace(t, c.tracers[1], tc.pkt, CTNew), tc.where)

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -31,6 +32,22 @@ func fromRemote(peer int, src, dst netip.Addr, proto uint8, port uint16) Packet 
 	p := transportPacket(tunnelPort, src, dst, proto, port)
 	p.EthSrc, p.EthDst, p.TTL = gwMAC(peer), gwMAC(1), 63
 	p.TunID, p.TunSrc = TunnelVNI, underlayIP(peer, tunnelFamily6(1, peer))
+	return p
+}
+
+// arriving is a packet from src to a local pod as node-1 gets it: through the tunnel from
+// the peer whose pod subnet holds src (node n has 10.244.n.0/24 and fd00:10:244:n::/64),
+// else from its host, which forwarded it (its classifier admits nothing else from the
+// tunnel).
+func arriving(src netip.Addr, pod PodPort, dst netip.Addr, proto uint8, port uint16) Packet {
+	for _, peer := range []int{2, 3} {
+		if netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", peer)).Contains(src) ||
+			netip.MustParsePrefix(fmt.Sprintf("fd00:10:244:%d::/64", peer)).Contains(src) {
+			return fromRemote(peer, src, dst, proto, port)
+		}
+	}
+	p := fromNode(src, pod, dst, port)
+	p.IPProto = proto
 	return p
 }
 

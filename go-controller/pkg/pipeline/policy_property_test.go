@@ -174,7 +174,7 @@ func (g *shareGen) checkPacket(t *testing.T, what string, tr *Tracer, share poli
 	var want bool
 	stage := IngressPolicy
 	if g.pick(2) == 0 {
-		pkt = fromRemote(2, remote, podIP(t, pod, v6), proto, port)
+		pkt = arriving(remote, pod, podIP(t, pod, v6), proto, port)
 		want = !pending && share.AllowsIngress(k, remote, names[proto], int32(port))
 	} else {
 		// Only the source pod's egress policy counts: the packet may be for a local pod,

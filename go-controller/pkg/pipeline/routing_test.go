@@ -147,6 +147,28 @@ func TestTunnelIngress(t *testing.T) {
 	wantDropped(t, trace(t, c.tracers[1], transit, CTNew), L3Forwarding)
 }
 
+// TestTunnelInnerSourceIsThePeers is a compromised node's attack (issue 14): packets from
+// node 2's tunnel endpoint whose inner source is not node 2's (a pod of node 3, a local
+// pod, an address outside the cluster) are dropped in the classifier; its pods, its
+// gateway and its node address get through.
+func TestTunnelInnerSourceIsThePeers(t *testing.T) {
+	c := newCluster(t)
+	web := c.pod(1, 0)
+	from := func(src string) Packet {
+		p := tcpPacket(tunnelPort, gwMAC(2), gwMAC(1), ip(src), podIP(t, web, ip(src).Is6()))
+		p.TunID, p.TunSrc = TunnelVNI, ip("172.31.0.2")
+		return p
+	}
+	for _, src := range []string{"10.244.2.10", "10.244.2.1", "172.31.0.2", "fd00:10:244:2::a"} {
+		wantDelivered(t, trace(t, c.tracers[1], from(src), CTNew), web.OFPort)
+	}
+	for _, src := range []string{"10.244.3.10", "10.244.1.11", "10.9.9.9", "fd00:10:244:3::a", "172.31.0.3", "fe80::1"} {
+		t.Run(src, func(t *testing.T) {
+			wantDropped(t, trace(t, c.tracers[1], from(src), CTNew), Classifier)
+		})
+	}
+}
+
 func TestUnknownDestinationsDropped(t *testing.T) {
 	c := newCluster(t)
 	web, node := c.pod(1, 0), c.nodes[1].node

@@ -148,8 +148,8 @@ func (r Registry) Validate() error {
 		switch {
 		case s.Name == "" || names[s.Name]:
 			return fmt.Errorf("stage name %q is empty or taken", s.Name)
-		case s.Category == 0 || s.Category == CategoryLearned || cats[s.Category]:
-			return fmt.Errorf("stage %s: category %d is zero, the learned flows' or another stage's", s.Name, s.Category)
+		case s.Category == 0 || s.Category&CategoryLearned != 0 || cats[s.Category]:
+			return fmt.Errorf("stage %s: category %d is zero, has the learned flows' bit (%#x) or is another stage's", s.Name, s.Category, CategoryLearned)
 		case s.Objects == nil:
 			return fmt.Errorf("stage %s: no Objects", s.Name)
 		}

@@ -79,8 +79,11 @@ func (u *upRun) kovs() error {
 	u.state.KovsBinDir = dir
 	u.state.AgentMetricsPort = NodeAgentMetricsPort
 	l := u.layout
+	if err := u.kovsIdentities(); err != nil {
+		return err
+	}
 	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: []string{
-		"--kubeconfig", l.Kubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
+		"--kubeconfig", l.ControllerKubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
 		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
 		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)),
 	}}); err != nil {
@@ -131,7 +134,7 @@ func (u *upRun) agentArgs(n Node) []string {
 	l := u.layout
 	args := []string{
 		"--node-name", n.Name,
-		"--kubeconfig", l.NodeKubeconfig(n.Name),
+		"--kubeconfig", l.AgentKubeconfig(n.Name),
 		"--ovsdb", "unix:" + l.OVSDBSocket(n.Name),
 		"--ovs-rundir", l.OVSDir(n.Name),
 		"--vswitchd-ctl", OVSVswitchdCtl(l, n.Name),
@@ -153,11 +156,11 @@ func (u *upRun) agentArgs(n Node) []string {
 	return args
 }
 
-// agentTokens creates the agents' ServiceAccount and gives each node's agent a token of
-// it bound to the node's Node object (TokenRequest, audience kovs-controller), as a
-// DaemonSet's projected token bound to the agent's Pod would be: kube-apiserver then names
-// the node in the token's user info, which kovs-controller checks against the share asked
-// for.
+// agentTokens gives each node's agent a token of the agents' ServiceAccount bound to the
+// node's Node object (TokenRequest, audience kovs-controller), as a DaemonSet's projected
+// token bound to the agent's Pod would be: kube-apiserver then names the node in the
+// token's user info, which kovs-controller checks against the share asked for. (The
+// ServiceAccount is dist/'s; it is created here too for up runs without kovs.)
 func (u *upRun) agentTokens() error {
 	client, err := u.layout.Client()
 	if err != nil {

@@ -148,6 +148,9 @@ func (l Layout) owns(pid int) bool {
 	return false
 }
 
+// PID is the live pid of the named process, 0 when it does not run (tests signal it).
+func (l Layout) PID(name string) int { return l.pidOf(name) }
+
 // Running reports whether the named process is alive.
 func (l Layout) Running(name string) bool { return l.pidOf(name) != 0 }
 

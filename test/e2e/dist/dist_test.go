@@ -22,7 +22,7 @@ type access struct {
 
 func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 	env := framework.Require(t)
-	s := framework.Up(t, env, "--nodes", "1", "--network", "none")
+	s := framework.Up(t, env, "--nodes", "2", "--network", "none")
 	dist, err := filepath.Abs("../../../dist")
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,11 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 		t.Fatalf("kubectl apply -k dist: %v\n%s", err, out)
 	}
 	for _, want := range []string{"serviceaccount/kovs-controller", "serviceaccount/kovs-agent", "clusterrole.rbac.authorization.k8s.io/kovs-controller",
-		"configmap/kovs-config", "deployment.apps/kovs-controller", "daemonset.apps/kovs-agent", "service/kovs-controller"} {
+		"configmap/kovs-config", "deployment.apps/kovs-controller", "daemonset.apps/kovs-agent", "service/kovs-controller",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/kovs-annotations",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kovs-annotations",
+		"validatingadmissionpolicy.admissionregistration.k8s.io/kovs-agent-node",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kovs-agent-node"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply output lacks %s:\n%s", want, out)
 		}
@@ -68,6 +72,7 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"create", "events", "default", false},
 		},
 	}
+	t.Run("admission", func(t *testing.T) { checkAdmission(t, s) })
 	for account, questions := range checks {
 		token, err := s.Kubectl("create", "token", account, "-n", "kube-system")
 		if err != nil {

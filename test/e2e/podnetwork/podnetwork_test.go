@@ -18,6 +18,9 @@ func TestPodNetworkIPv4(t *testing.T) {
 	t.Run("four guarantees", c.checkGuarantees)
 	t.Run("MTU", c.checkMTU)
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
+	t.Run("forged pod annotation", c.checkForgedAnnotation)
+	t.Run("tunnel inner source", c.checkTunnelInnerSource)
+	t.Run("one bad peer", c.checkBadPeer)
 	t.Run("kovs-agent restart keeps connections", c.checkAgentRestart)
 	t.Run("ovs-vswitchd restart is repaired", c.checkVswitchdRestart)
 	t.Run("kovs-agent without the controller fails closed", c.checkAgentFailsClosed)
@@ -32,6 +35,7 @@ func TestPodNetworkIPv6(t *testing.T) {
 	t.Run("four guarantees", c.checkGuarantees)
 	t.Run("MTU", c.checkMTU)
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
+	t.Run("IPv6 neighbourhood attacks", c.checkIPv6Neighbourhood)
 }
 
 func TestPodNetworkDualStack(t *testing.T) {

@@ -78,6 +78,10 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 	})
 	mustConnect("after forging a MAC")
 
+	t.Run("forged source to the node through the pod's veth", func(t *testing.T) {
+		c.checkHostEndClosed(t, attacker, victim)
+	})
+
 	t.Run("announcing another pod's address", func(t *testing.T) {
 		host := c.hosts["node1"]
 		neighbourIP := framework.PodIPs(neighbour)[0]

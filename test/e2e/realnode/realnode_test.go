@@ -46,6 +46,8 @@ func TestRealNodes(t *testing.T) {
 	t.Run("hostPort", func(t *testing.T) { checkHostPort(t, s, web) })
 	t.Run("ovs container stays up and answers", func(t *testing.T) { checkOVSContainer(t, s) })
 	t.Run("install-cni while a CNI ADD is in flight", func(t *testing.T) { checkInstallDuringAdd(t, s) })
+	t.Run("kovs's ports are closed to pods", func(t *testing.T) { checkPortsClosedToPods(t, s) })
+	t.Run("the agent's token is bound to its node", func(t *testing.T) { checkAgentTokenIsNodeBound(t, s) })
 	t.Run("kubectl delete -k leaves the nodes clean", func(t *testing.T) { checkUninstall(t, s) })
 }
 

@@ -26,6 +26,11 @@ func (s *podInterfaceSpec) configure() error {
 		if _, err := sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/disable_ipv6", s.name), "0"); err != nil {
 			return fmt.Errorf("enable IPv6 on %s: %w", s.name, err)
 		}
+		// The link-local address from the MAC (modified EUI-64), whatever the netns's
+		// default: it is the only link-local source br-int's spoof guard lets through.
+		if err := netlink.LinkSetIP6AddrGenMode(link, addrGenModeEUI64); err != nil {
+			return fmt.Errorf("derive %s's link-local address from its MAC (EUI-64): %w", s.name, err)
+		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("set %s up: %w", s.name, err)
@@ -42,6 +47,9 @@ func (s *podInterfaceSpec) configure() error {
 	}
 	return nil
 }
+
+// addrGenModeEUI64 is IN6_ADDR_GEN_MODE_EUI64 (linux/if_link.h).
+const addrGenModeEUI64 = 0
 
 // netlinkAddrs are the pod's addresses; IPv6 ones skip duplicate address detection (the
 // controller allocated them, and DAD would delay the pod by seconds).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -41,11 +42,33 @@ func createVeth(podNS ns.NetNS, hostName string, spec *podInterfaceSpec) error {
 	return nil
 }
 
-// setUpHostEnd brings the host end up and returns it.
+// hostEndSysctls keep the node's own network stack out of what a pod sends on its veth:
+// the pod's frames are br-int's alone. On the userspace datapath OVS reads the host end
+// with a packet socket and the kernel still receives every frame there, so without
+// these a pod could reach the node's addresses straight through its veth, with any
+// source (a broadcast frame needs no neighbour entry), past the spoof guard: no IPv6 on
+// the host end, IPv4 only from sources routed through it (none: strict reverse-path
+// filtering), no forwarding of what arrives on it, and no ARP answers on it. With the
+// kernel datapath the host end is an OVS port, whose frames the stack never sees.
+var hostEndSysctls = []struct{ key, value string }{
+	{"net/ipv6/conf/%s/disable_ipv6", "1"},
+	{"net/ipv4/conf/%s/rp_filter", "1"},
+	{"net/ipv4/conf/%s/forwarding", "0"},
+	{"net/ipv4/conf/%s/arp_ignore", "8"},
+}
+
+// setUpHostEnd closes the node's stack on the host end (hostEndSysctls), brings it up
+// and returns it.
 func setUpHostEnd(hostName string) (netlink.Link, error) {
 	link, err := linkByName(hostName)
 	if err != nil {
 		return nil, fmt.Errorf("look up the host end %s: %w", hostName, err)
+	}
+	for _, s := range hostEndSysctls {
+		if _, err := sysctl.Sysctl(fmt.Sprintf(s.key, hostName), s.value); err != nil {
+			return nil, fmt.Errorf("close the host end %s to the node's network stack (%s=%s): %w",
+				hostName, fmt.Sprintf(s.key, hostName), s.value, err)
+		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return nil, fmt.Errorf("set the host end %s up: %w", hostName, err)

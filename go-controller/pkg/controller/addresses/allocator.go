@@ -32,6 +32,10 @@ type Allocator struct {
 	pools map[string]*ipam.PodAddressPools // by node name
 	// owners maps a pod key (namespace/name) to the UID its addresses belong to.
 	owners map[string]podOwner
+	// highWater is what each Node records of its blocks' high water (highwater.go);
+	// highWaterMu serializes the writes of it.
+	highWater   map[string]ipam.HighWater
+	highWaterMu sync.Mutex
 }
 
 type podOwner struct {
@@ -45,7 +49,8 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Allocator{cfg: cfg, subnets: subnets, pools: map[string]*ipam.PodAddressPools{}, owners: map[string]podOwner{}}, nil
+	return &Allocator{cfg: cfg, subnets: subnets, pools: map[string]*ipam.PodAddressPools{}, owners: map[string]podOwner{},
+		highWater: map[string]ipam.HighWater{}}, nil
 }
 
 // setNodeBlocks makes the node's pod pools match its blocks. Pools are only created, or
@@ -62,6 +67,7 @@ func (a *Allocator) setNodeBlocks(node string, blocks []netip.Prefix) error {
 		return fmt.Errorf("pod address pools of node %s: %w", node, err)
 	}
 	a.pools[node] = pools
+	delete(a.highWater, node) // a record of other blocks
 	return nil
 }
 
@@ -83,6 +89,7 @@ func (a *Allocator) dropNode(node string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.pools, node)
+	delete(a.highWater, node)
 	if !a.cfg.UseNodePodCIDRs {
 		a.subnets.Release(node)
 	}

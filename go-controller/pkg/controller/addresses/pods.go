@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +69,9 @@ func (r *PodReconciler) Reconcile(ctx context.Context, key string) error {
 		}
 		return fmt.Errorf("allocate addresses for pod %s: %w", key, err)
 	}
+	if err := r.recordHighWater(ctx, pod.Spec.NodeName); err != nil {
+		return err
+	}
 	return r.annotate(ctx, pod, addrs)
 }
 
@@ -78,6 +80,7 @@ func (r *PodReconciler) annotate(ctx context.Context, pod *corev1.Pod, addrs []i
 	if err != nil {
 		return err
 	}
+	network.UID = string(pod.UID)
 	value, err := network.Annotation()
 	if err != nil {
 		return err
@@ -102,21 +105,4 @@ func (r *PodReconciler) release(key, why string) {
 	if ips := r.Alloc.releasePod(key); len(ips) > 0 {
 		log.WithField("pod", key).WithField("ips", ips).WithField("why", why).Debug("pod addresses released")
 	}
-}
-
-// podAnnotationIPs parses the addresses recorded on a pod.
-func podAnnotationIPs(pod *corev1.Pod) ([]netip.Addr, bool) {
-	value, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]
-	if !ok {
-		return nil, false
-	}
-	network, err := ipam.ParsePodNetwork(value)
-	if err != nil {
-		return nil, false
-	}
-	ips := make([]netip.Addr, 0, len(network.Addresses))
-	for _, a := range network.Addresses {
-		ips = append(ips, a.Address.Addr())
-	}
-	return ips, true
 }

@@ -198,6 +198,24 @@ func (p *AddressPool) HighWater() (netip.Addr, bool) {
 	return p.addrAt(i), true
 }
 
+// HighWaterAhead is the address ahead addresses past HighWater, or the block's last
+// usable address if that comes first: what a caller records before it hands out
+// addresses up to it, so that a record is not needed for every address. False if
+// nothing was handed out yet.
+func (p *AddressPool) HighWaterAhead(ahead uint64) (netip.Addr, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, ok := p.addresses.highWater()
+	if !ok {
+		return netip.Addr{}, false
+	}
+	last := p.addresses.first + p.addresses.size - 1
+	if last-i < ahead {
+		return p.addrAt(last), true
+	}
+	return p.addrAt(i + ahead), true
+}
+
 // RestoreHighWater treats every address up to ip as handed out before the
 // restart: those no pod holds are reused only after the never-used addresses
 // above ip, and not within a quarantine from now.

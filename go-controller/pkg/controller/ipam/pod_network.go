@@ -10,6 +10,10 @@ import (
 // PodNetworkAnnotationKey is the Pod annotation holding its PodNetwork.
 const PodNetworkAnnotationKey = "kovs.io/pod-network"
 
+// maxUIDLength bounds PodNetwork.UID: Kubernetes UIDs are 36-character UUIDs; the bound
+// leaves room and keeps a forged record from carrying anything large.
+const maxUIDLength = 128
+
 // PodNetwork is what a pod's interface gets: its addresses (one per family,
 // IPv4 first), its MAC and its routes. It is recorded on the Pod as the
 // kovs.io/pod-network annotation, for example:
@@ -17,12 +21,17 @@ const PodNetworkAnnotationKey = "kovs.io/pod-network"
 //	{"ips":[{"address":"10.244.1.5/24","gateway":"10.244.1.1"},
 //	        {"address":"fd00:10:244:1::5/64","gateway":"fd00:10:244:1::1"}],
 //	 "mac":"0a:58:0a:f4:01:05",
+//	 "uid":"7c9e6679-7425-40de-944b-e07fc1f90ae7",
 //	 "routes":[{"dest":"0.0.0.0/0","nextHop":"10.244.1.1"},{"dest":"::/0","nextHop":"fd00:10:244:1::1"}]}
 type PodNetwork struct {
 	// Addresses are the pod's addresses, at most one per family.
 	Addresses []PodAddress
 	// MAC is the MAC of the pod's interface.
 	MAC MAC
+	// UID is the UID of the pod the addresses were allocated to. kovs-agent plugs them
+	// into that pod only, so a copy of the record on another pod gets nothing (empty in
+	// records of kovs-controller before it wrote UIDs).
+	UID string
 	// Routes are the pod's routes, via on-link next hops.
 	Routes []Route
 }
@@ -69,6 +78,15 @@ func (n PodNetwork) Address(f Family) (PodAddress, bool) {
 	return PodAddress{}, false
 }
 
+// IPs returns the pod's addresses without their prefix lengths, in record order.
+func (n PodNetwork) IPs() []netip.Addr {
+	ips := make([]netip.Addr, 0, len(n.Addresses))
+	for _, a := range n.Addresses {
+		ips = append(ips, a.Address.Addr())
+	}
+	return ips
+}
+
 // GatewayMAC returns the MAC of the pod's gateway, derived from the gateway IPs
 // as the pod's MAC is from the pod's IPs.
 func (n PodNetwork) GatewayMAC() MAC {
@@ -107,6 +125,9 @@ func (n PodNetwork) Validate() error {
 	if !n.MAC.IsUnicast() {
 		return bad("mac", "%s is not a unicast MAC", n.MAC)
 	}
+	if len(n.UID) > maxUIDLength {
+		return bad("uid", "%d characters, more than a pod UID's %d", len(n.UID), maxUIDLength)
+	}
 	for i, r := range n.Routes {
 		field := fmt.Sprintf("routes[%d]", i)
 		switch {
@@ -136,6 +157,7 @@ type (
 	podNetworkJSON struct {
 		IPs    []podAddressJSON `json:"ips"`
 		MAC    string           `json:"mac"`
+		UID    string           `json:"uid,omitempty"`
 		Routes []routeJSON      `json:"routes,omitempty"`
 	}
 	podAddressJSON struct {
@@ -150,7 +172,7 @@ type (
 
 // MarshalJSON encodes the annotation form.
 func (n PodNetwork) MarshalJSON() ([]byte, error) {
-	w := podNetworkJSON{IPs: []podAddressJSON{}, MAC: n.MAC.String()}
+	w := podNetworkJSON{IPs: []podAddressJSON{}, MAC: n.MAC.String(), UID: n.UID}
 	for _, a := range n.Addresses {
 		w.IPs = append(w.IPs, podAddressJSON{Address: a.Address.String(), Gateway: a.Gateway.String()})
 	}
@@ -188,6 +210,7 @@ func (n *PodNetwork) UnmarshalJSON(b []byte) error {
 		return bad("mac", err)
 	}
 	v.MAC = mac
+	v.UID = w.UID
 	for i, r := range w.Routes {
 		dest, err := netip.ParsePrefix(r.Dest)
 		if err != nil {

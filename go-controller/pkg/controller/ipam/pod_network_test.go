@@ -62,6 +62,28 @@ func TestPodNetworkAnnotation(t *testing.T) {
 	}
 }
 
+// TestPodNetworkRecordsItsPod: the record names the pod UID it was allocated to, and a
+// record whose UID is too long to be a pod's is refused.
+func TestPodNetworkRecordsItsPod(t *testing.T) {
+	n := dualStackPodNetwork(t)
+	n.UID = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	v, err := n.Annotation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(v, `"mac":"0a:58:0a:f4:01:05","uid":"7c9e6679-7425-40de-944b-e07fc1f90ae7","routes"`) {
+		t.Errorf("the record does not carry the UID after the MAC: %s", v)
+	}
+	back, err := ParsePodNetwork(v)
+	if err != nil || back.UID != n.UID {
+		t.Fatalf("ParsePodNetwork = %+v, %v", back, err)
+	}
+	n.UID = strings.Repeat("x", 129)
+	if _, err := n.Annotation(); err == nil || !strings.Contains(err.Error(), "uid") {
+		t.Errorf("a 129-character UID: %v, want an error naming uid", err)
+	}
+}
+
 func TestPodNetworkAccessors(t *testing.T) {
 	n := dualStackPodNetwork(t)
 	if a, ok := n.Address(IPv6); !ok || a.Address != prefix("fd00:10:244:1::5/64") {

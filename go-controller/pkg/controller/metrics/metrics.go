@@ -14,9 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	log "github.com/sirupsen/logrus"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
+	"github.com/kovs-net/kovs/go-controller/pkg/serving"
 )
 
 var (
@@ -105,24 +107,30 @@ func (s slotSummary) Summary() realization.Summary {
 }
 
 // Serve serves /metrics (what gatherer gathers), /healthz and /readyz (from health) on
-// addr until ctx ends.
+// addr until ctx ends. Health answers loopback clients only (kubelet probes 127.0.0.1:
+// the controller runs on the host network); /metrics answers whoever reaches addr, which
+// is loopback unless the operator chose to expose it (docs/configuration.md). Every
+// connection is bounded in time and number (package serving).
 func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, health *Health) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", health.serveLive)
-	mux.HandleFunc("/readyz", health.serveReady)
+	mux.Handle("/healthz", serving.LoopbackOnly(http.HandlerFunc(health.serveLive)))
+	mux.Handle("/readyz", serving.LoopbackOnly(http.HandlerFunc(health.serveReady)))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listener: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if !serving.IsLoopbackAddress(addr) {
+		log.WithField("address", addr).Warn("metrics served beyond loopback, unauthenticated: keep the port closed to pods and untrusted networks")
+	}
+	srv := serving.OpsTimeouts().Server(mux)
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shut)
 	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(serving.Limit(ln, serving.OpsLimits(), log.WithField("component", "metrics"))); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -18,18 +18,19 @@ func selectable(p *corev1.Pod) bool {
 }
 
 // podIPs returns the pod's addresses: those kovs-controller recorded in the
-// kovs.io/pod-network annotation (known before the pod starts), else status.podIPs.
+// kovs.io/pod-network annotation (known before the pod starts), else status.podIPs. A
+// record that names another pod's UID (a copy) is not the pod's.
 func podIPs(p *corev1.Pod) []netip.Addr {
 	if value, ok := p.Annotations[ipam.PodNetworkAnnotationKey]; ok {
 		network, err := ipam.ParsePodNetwork(value)
-		if err == nil {
-			ips := make([]netip.Addr, 0, len(network.Addresses))
-			for _, a := range network.Addresses {
-				ips = append(ips, a.Address.Addr())
-			}
-			return ips
+		switch {
+		case err != nil:
+			log.WithError(err).WithField("pod", p.Namespace+"/"+p.Name).Warn("ignoring unreadable pod network annotation")
+		case network.UID != "" && network.UID != string(p.UID):
+			log.WithField("pod", p.Namespace+"/"+p.Name).Warn("ignoring a pod network annotation of another pod (a copy)")
+		default:
+			return network.IPs()
 		}
-		log.WithError(err).WithField("pod", p.Namespace+"/"+p.Name).Warn("ignoring unreadable pod network annotation")
 	}
 	ips := make([]netip.Addr, 0, len(p.Status.PodIPs))
 	for _, s := range p.Status.PodIPs {

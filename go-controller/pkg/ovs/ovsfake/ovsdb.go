@@ -32,6 +32,8 @@ type fakeBridge struct {
 	spec  ovs.BridgeSpec
 	ports map[string]*ovs.PortInfo
 	specs map[string]ovs.PortSpec
+	// flowTables are the bridge's table limits.
+	flowTables map[int]ovs.FlowTableLimit
 }
 
 var _ ovs.Store = (*OVSDB)(nil)
@@ -123,6 +125,40 @@ func (f *OVSDB) EnsureBridge(ctx context.Context, spec ovs.BridgeSpec) error {
 	b.spec.Protocols = slices.Clone(spec.Protocols)
 	b.spec.OtherConfig = mergeKeys(b.spec.OtherConfig, spec.OtherConfig)
 	b.spec.ExternalIDs = mergeKeys(b.spec.ExternalIDs, spec.ExternalIDs)
+	return nil
+}
+
+// LimitFlowTables implements BridgeStore.
+func (f *OVSDB) LimitFlowTables(ctx context.Context, bridge string, limits map[int]ovs.FlowTableLimit) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable(ctx); err != nil {
+		return fmt.Errorf("limit flow tables of bridge %s: %w", bridge, err)
+	}
+	b, ok := f.bridges[bridge]
+	if !ok {
+		return fmt.Errorf("limit flow tables of bridge %s: %w", bridge, ovs.ErrNotFound)
+	}
+	for table, l := range limits {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit flow tables of bridge %s: table %d: %w", bridge, table, err)
+		}
+		if b.flowTables == nil {
+			b.flowTables = map[int]ovs.FlowTableLimit{}
+		}
+		l.Groups = slices.Clone(l.Groups)
+		b.flowTables[table] = l
+	}
+	return nil
+}
+
+// FlowTableLimits returns the bridge's table limits (LimitFlowTables).
+func (f *OVSDB) FlowTableLimits(bridge string) map[int]ovs.FlowTableLimit {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b, ok := f.bridges[bridge]; ok {
+		return maps.Clone(b.flowTables)
+	}
 	return nil
 }
 

@@ -79,6 +79,15 @@ func (r *Rig) StartVswitchd(t testing.TB) {
 	r.waitUnixSocket(t, r.VswitchdCtl)
 }
 
+// VswitchdPID is ovs-vswitchd's process ID (0 while it is stopped): its network
+// namespace, /proc/<pid>/ns/net, holds the taps of the bridges' internal ports.
+func (r *Rig) VswitchdPID() int {
+	if r.vswitchd == nil || r.vswitchd.Process == nil {
+		return 0
+	}
+	return r.vswitchd.Process.Pid
+}
+
 // StopVswitchd stops ovs-vswitchd, leaving ovsdb-server running: the bridges'
 // flows and management sockets go with it.
 func (r *Rig) StopVswitchd(t testing.TB) {

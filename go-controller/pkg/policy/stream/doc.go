@@ -37,8 +37,15 @@
 // (system:serviceaccount:kube-system:kovs-agent by default), and its
 // authentication.kubernetes.io/node-name is the {node} of the URL. A request without a
 // valid token gets 401; an authenticated client that is not that node's agent, 403; a
-// TokenReview that could not be made, 503. Reviews are cached for a minute by the token's
-// hash, and an open stream's token is checked again every five minutes.
+// TokenReview that could not be made, 503. The port is open to whoever reaches it, so the
+// controller asks kube-apiserver as little as it can (TokenReviewer): what cannot be a
+// ServiceAccount token for the audience (not a signed JWT, another audience, expired) is
+// refused without a review; reviews run on a client of their own, at most a few at once
+// (a request that finds no slot gets 503 and retries); an answer counts only for the
+// audience kube-apiserver validated (status.audiences); valid tokens are cached for a
+// minute and refusals for ten seconds, by the token's hash, in two bounded caches that
+// evict their oldest entry when full. An open stream's token is checked again every five
+// minutes.
 //
 // The controller's serving certificate is issued by its own CA (see package
 // controller/servingcert), published in the ConfigMap kube-system/kovs-ca, which agents

@@ -15,6 +15,7 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/serving"
 )
 
 // ServerConfig configures a Server.
@@ -90,6 +91,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, tlsConfig *tls.Conf
 		ErrorLog:          stdlog.New(errorLog, "", 0), // TLS handshake failures and the like
 	}
 	errc := make(chan error, 1)
+	// Streams live for hours: no read or write timeout (keepalives and re-authentication
+	// bound them); the connection count is bounded.
+	ln = serving.Limit(ln, serving.StreamLimits(), log.WithField("component", "policy-stream"))
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {
 	case err := <-errc:
@@ -141,6 +145,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, node string) 
 		logger.WithError(err).Info("policy stream: invalid token refused")
 		return false
 	default:
+		w.Header().Set("Retry-After", "1")
 		http.Error(w, "cannot authenticate now, retry", http.StatusServiceUnavailable)
 		logger.WithError(err).Warn("policy stream: cannot authenticate")
 		return false

@@ -1,9 +1,12 @@
 package stream
 
 import (
+	"container/list"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,21 +15,47 @@ import (
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 )
 
+// ErrBusy is returned (wrapped) when every TokenReview slot stayed taken for BusyWait:
+// the server answers 503, and the client retries.
+var ErrBusy = errors.New("too many token reviews in flight")
+
 // TokenReviewer authenticates ServiceAccount tokens with kube-apiserver's TokenReview API,
-// for the controller's audience. Answers are cached by the token's SHA-256 for TTL
-// (FailureTTL for refusals), so an agent's reconnects and reports cost about one review a
-// minute (kube-apiserver caches its webhook token reviews for two).
+// for the controller's audience. Anyone who reaches the stream's port can make it
+// authenticate, so it asks kube-apiserver as little as it can:
+//
+//   - what cannot be a ServiceAccount token for the audience (not a signed JWT, another
+//     audience, expired) is refused without a review (checkTokenShape);
+//   - reviews go through Reviews, which the controller builds on a client of its own:
+//     its own rate limit, apart from address allocation and leader election;
+//   - at most MaxInFlight reviews run at once; a request that finds no slot within
+//     BusyWait gets ErrBusy; concurrent requests with one token share one review;
+//   - an answer counts only if kube-apiserver says the token is valid for the audience
+//     (status.audiences);
+//   - answers are cached by the token's SHA-256, valid ones for TTL and refusals for
+//     FailureTTL, in two bounded caches (so junk never pushes out an agent's entry); a
+//     full cache evicts its oldest entry, never everything.
+//
+// So an agent's reconnects and reports cost about one review a minute (kube-apiserver
+// caches its webhook token reviews for two).
 type TokenReviewer struct {
 	Reviews   authnclient.TokenReviewInterface
 	Audiences []string
 	// TTL and FailureTTL default to 1 min and 10 s.
 	TTL, FailureTTL time.Duration
-	// MaxEntries bounds the cache (default 4096).
+	// MaxEntries bounds each cache, of valid tokens and of refusals (default 4096).
 	MaxEntries int
+	// MaxInFlight bounds the reviews in flight (default 4); BusyWait is how long a
+	// request waits for a slot (default 2 s).
+	MaxInFlight int
+	BusyWait    time.Duration
 
-	now   func() time.Time
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]reviewEntry
+	now      func() time.Time
+	once     sync.Once
+	slots    chan struct{}
+	mu       sync.Mutex
+	valid    reviewCache
+	refused  reviewCache
+	inflight map[[sha256.Size]byte]*review
 }
 
 type reviewEntry struct {
@@ -35,38 +64,112 @@ type reviewEntry struct {
 	expires time.Time
 }
 
+// review is one TokenReview in flight, which requests with the same token wait for.
+type review struct {
+	done  chan struct{}
+	entry reviewEntry
+}
+
 // NewTokenReviewer returns a TokenReviewer for tokens of audience TokenAudience.
 func NewTokenReviewer(reviews authnclient.TokenReviewInterface) *TokenReviewer {
 	return &TokenReviewer{Reviews: reviews, Audiences: []string{TokenAudience}}
 }
 
+func (r *TokenReviewer) init() {
+	r.once.Do(func() {
+		r.slots = make(chan struct{}, orDefaultInt(r.MaxInFlight, 4))
+		r.valid.max = orDefaultInt(r.MaxEntries, 4096)
+		r.refused.max = r.valid.max
+		r.inflight = map[[sha256.Size]byte]*review{}
+	})
+}
+
 // Authenticate implements Authenticator.
 func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Identity, error) {
+	r.init()
+	now := r.clock()
+	if err := checkTokenShape(token, r.Audiences, now); err != nil {
+		return Identity{}, err
+	}
 	key := sha256.Sum256([]byte(token))
-	if e, ok := r.cached(key); ok {
+	r.mu.Lock()
+	if e, ok := r.valid.get(key, now); ok {
+		r.mu.Unlock()
 		return e.id, e.err
 	}
-	review, err := r.Reviews.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.Audiences}},
+	if e, ok := r.refused.get(key, now); ok {
+		r.mu.Unlock()
+		return e.id, e.err
+	}
+	if rv, ok := r.inflight[key]; ok {
+		r.mu.Unlock()
+		return rv.wait(ctx)
+	}
+	rv := &review{done: make(chan struct{})}
+	r.inflight[key] = rv
+	r.mu.Unlock()
+
+	e, cache := r.review(ctx, token)
+	r.mu.Lock()
+	delete(r.inflight, key)
+	if cache {
+		if e.err == nil {
+			r.valid.put(key, e, r.clock())
+		} else {
+			r.refused.put(key, e, r.clock())
+		}
+	}
+	r.mu.Unlock()
+	rv.entry = e
+	close(rv.done)
+	return e.id, e.err
+}
+
+func (rv *review) wait(ctx context.Context) (Identity, error) {
+	select {
+	case <-rv.done:
+		return rv.entry.id, rv.entry.err
+	case <-ctx.Done():
+		return Identity{}, fmt.Errorf("token review: %w", ctx.Err())
+	}
+}
+
+// review asks kube-apiserver, in a slot; cache says whether the answer may be cached (a
+// failed or refused call may not: it says nothing about the token).
+func (r *TokenReviewer) review(ctx context.Context, token string) (e reviewEntry, cache bool) {
+	wait := time.NewTimer(orDefault(r.BusyWait, 2*time.Second))
+	defer wait.Stop()
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	case <-wait.C:
+		return reviewEntry{err: fmt.Errorf("token review: %w", ErrBusy)}, false
+	case <-ctx.Done():
+		return reviewEntry{err: fmt.Errorf("token review: %w", ctx.Err())}, false
+	}
+	res, err := r.Reviews.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.Audiences}},
 		metav1.CreateOptions{})
 	if err != nil {
-		return Identity{}, fmt.Errorf("token review: %w", err)
+		return reviewEntry{err: fmt.Errorf("token review: %w", err)}, false
 	}
-	id, err := identityOf(review.Status)
+	id, err := identityOf(res.Status, r.Audiences)
 	ttl := orDefault(r.TTL, time.Minute)
 	if err != nil {
 		ttl = orDefault(r.FailureTTL, 10*time.Second)
 	}
-	r.store(key, reviewEntry{id: id, err: err, expires: r.clock().Add(ttl)})
-	return id, err
+	return reviewEntry{id: id, err: err, expires: r.clock().Add(ttl)}, true
 }
 
-func identityOf(st authnv1.TokenReviewStatus) (Identity, error) {
+func identityOf(st authnv1.TokenReviewStatus, audiences []string) (Identity, error) {
 	if !st.Authenticated {
 		reason := st.Error
 		if reason == "" {
 			reason = "token not authenticated"
 		}
 		return Identity{}, fmt.Errorf("%s: %w", reason, ErrUnauthenticated)
+	}
+	if !slices.ContainsFunc(st.Audiences, func(a string) bool { return slices.Contains(audiences, a) }) {
+		return Identity{}, fmt.Errorf("kube-apiserver validated the token for audiences %q, not %q: %w", st.Audiences, audiences, ErrUnauthenticated)
 	}
 	id := Identity{User: st.User.Username}
 	if nodes := st.User.Extra[NodeNameExtra]; len(nodes) == 1 {
@@ -82,43 +185,61 @@ func (r *TokenReviewer) clock() time.Time {
 	return time.Now()
 }
 
-func (r *TokenReviewer) cached(key [sha256.Size]byte) (reviewEntry, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.cache[key]
-	if !ok || r.clock().After(e.expires) {
+// reviewCache is a bounded cache of answers, oldest first: every entry of one cache
+// lives as long, so the oldest is also the first to expire.
+type reviewCache struct {
+	max   int
+	order list.List // of [sha256.Size]byte, oldest at the front
+	byKey map[[sha256.Size]byte]*list.Element
+	entry map[[sha256.Size]byte]reviewEntry
+}
+
+func (c *reviewCache) get(key [sha256.Size]byte, now time.Time) (reviewEntry, bool) {
+	e, ok := c.entry[key]
+	if !ok || now.After(e.expires) {
 		return reviewEntry{}, false
 	}
 	return e, true
 }
 
-func (r *TokenReviewer) store(key [sha256.Size]byte, e reviewEntry) {
-	max := r.MaxEntries
-	if max == 0 {
-		max = 4096
+// put stores e, evicting first the expired entries at the front, then, when still full,
+// the single oldest one.
+func (c *reviewCache) put(key [sha256.Size]byte, e reviewEntry, now time.Time) {
+	if c.byKey == nil {
+		c.byKey, c.entry = map[[sha256.Size]byte]*list.Element{}, map[[sha256.Size]byte]reviewEntry{}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cache == nil {
-		r.cache = map[[sha256.Size]byte]reviewEntry{}
+	if el, ok := c.byKey[key]; ok {
+		c.drop(el)
 	}
-	if len(r.cache) >= max {
-		now := r.clock()
-		for k, old := range r.cache {
-			if now.After(old.expires) {
-				delete(r.cache, k)
-			}
-		}
-		if len(r.cache) >= max {
-			clear(r.cache)
-		}
+	for front := c.order.Front(); front != nil && now.After(c.entry[front.Value.([sha256.Size]byte)].expires); front = c.order.Front() {
+		c.drop(front)
 	}
-	r.cache[key] = e
+	for c.order.Len() >= c.max {
+		c.drop(c.order.Front())
+	}
+	c.byKey[key] = c.order.PushBack(key)
+	c.entry[key] = e
 }
+
+func (c *reviewCache) drop(el *list.Element) {
+	k := el.Value.([sha256.Size]byte)
+	c.order.Remove(el)
+	delete(c.byKey, k)
+	delete(c.entry, k)
+}
+
+func (c *reviewCache) len() int { return c.order.Len() }
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
 	}
 	return d
+}
+
+func orDefaultInt(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
 }

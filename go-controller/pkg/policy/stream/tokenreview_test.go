@@ -2,8 +2,14 @@ package stream
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,22 +19,64 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// fakeReviews answers TokenReviews as kube-apiserver does for a node-bound token of the
-// agents' ServiceAccount ("good"), and refuses any other token.
-func fakeReviews(t *testing.T, calls *int) *fake.Clientset {
+// testToken is a JWT shaped like a ServiceAccount token for aud, expiring at exp, whose
+// subject names it (the fake TokenReview tells tokens apart by it); the signature is
+// random bytes, which only kube-apiserver could check.
+func testToken(subject string, aud []string, exp time.Time) string {
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	sig := make([]byte, 256)
+	_, _ = rand.Read(sig)
+	return enc(map[string]string{"alg": "RS256", "kid": "test"}) + "." +
+		enc(map[string]any{"iss": "https://kubernetes.default.svc", "sub": subject, "aud": aud, "exp": exp.Unix(), "iat": exp.Add(-time.Hour).Unix()}) +
+		"." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+func subjectOf(token string) string {
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	parts := splitToken(token)
+	if len(parts) == 3 {
+		_ = decodePart(parts[1], &claims)
+	}
+	return claims.Sub
+}
+
+func splitToken(t string) []string {
+	var parts []string
+	start := 0
+	for i := range len(t) {
+		if t[i] == '.' {
+			parts = append(parts, t[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, t[start:])
+}
+
+// fakeReviews answers TokenReviews as kube-apiserver does: for subject "good" a node-bound
+// token of the agents' ServiceAccount valid for the controller's audience, for
+// "other-audience" one valid for another audience only, an API failure for "error", and
+// a refusal for anything else. It counts the reviews it answers.
+func fakeReviews(t *testing.T, calls *atomic.Int64) *fake.Clientset {
 	c := fake.NewClientset()
 	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		*calls++
+		calls.Add(1)
 		review := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
 		if !slices.Equal(review.Spec.Audiences, []string{TokenAudience}) {
 			t.Errorf("review for audiences %q, want only %q", review.Spec.Audiences, TokenAudience)
 		}
 		out := review.DeepCopy()
-		switch review.Spec.Token {
+		agent := authnv1.UserInfo{Username: agentUser, Extra: map[string]authnv1.ExtraValue{
+			NodeNameExtra: {"node1"}, "authentication.kubernetes.io/node-uid": {"uid-1"}}}
+		switch subjectOf(review.Spec.Token) {
 		case "good":
-			out.Status = authnv1.TokenReviewStatus{Authenticated: true, Audiences: []string{TokenAudience},
-				User: authnv1.UserInfo{Username: agentUser, Extra: map[string]authnv1.ExtraValue{
-					NodeNameExtra: {"node1"}, "authentication.kubernetes.io/node-uid": {"uid-1"}}}}
+			out.Status = authnv1.TokenReviewStatus{Authenticated: true, Audiences: []string{TokenAudience}, User: agent}
+		case "other-audience":
+			out.Status = authnv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"https://kubernetes.default.svc"}, User: agent}
 		case "error":
 			return true, nil, errors.New("apiserver unavailable")
 		default:
@@ -39,41 +87,148 @@ func fakeReviews(t *testing.T, calls *int) *fake.Clientset {
 	return c
 }
 
+func newTestReviewer(t *testing.T, calls *atomic.Int64) *TokenReviewer {
+	return NewTokenReviewer(fakeReviews(t, calls).AuthenticationV1().TokenReviews())
+}
+
+var inAnHour = time.Now().Add(time.Hour)
+
 func TestTokenReviewerIdentifiesNodeBoundTokens(t *testing.T) {
-	calls := 0
-	r := NewTokenReviewer(fakeReviews(t, &calls).AuthenticationV1().TokenReviews())
+	var calls atomic.Int64
+	r := newTestReviewer(t, &calls)
 	now := time.Now()
 	r.now = func() time.Time { return now }
 	ctx := context.Background()
+	good := testToken("good", []string{TokenAudience}, inAnHour)
 
-	id, err := r.Authenticate(ctx, "good")
+	id, err := r.Authenticate(ctx, good)
 	if err != nil || id != (Identity{User: agentUser, Node: "node1"}) {
 		t.Fatalf("good token: %+v, %v", id, err)
 	}
-	if _, err := r.Authenticate(ctx, "good"); err != nil || calls != 1 {
-		t.Errorf("second use within the TTL: %v after %d reviews, want one review", err, calls)
+	if _, err := r.Authenticate(ctx, good); err != nil || calls.Load() != 1 {
+		t.Errorf("second use within the TTL: %v after %d reviews, want one review", err, calls.Load())
 	}
 	now = now.Add(61 * time.Second)
-	if _, err := r.Authenticate(ctx, "good"); err != nil || calls != 2 {
-		t.Errorf("use after the TTL: %v after %d reviews, want a new review", err, calls)
+	if _, err := r.Authenticate(ctx, good); err != nil || calls.Load() != 2 {
+		t.Errorf("use after the TTL: %v after %d reviews, want a new review", err, calls.Load())
 	}
-
-	if _, err := r.Authenticate(ctx, "forged"); !errors.Is(err, ErrUnauthenticated) {
+	if _, err := r.Authenticate(ctx, testToken("forged", []string{TokenAudience}, inAnHour)); !errors.Is(err, ErrUnauthenticated) {
 		t.Errorf("forged token: %v, want ErrUnauthenticated", err)
 	}
-	if _, err := r.Authenticate(ctx, "error"); err == nil || errors.Is(err, ErrUnauthenticated) {
+	if _, err := r.Authenticate(ctx, testToken("error", []string{TokenAudience}, inAnHour)); err == nil || errors.Is(err, ErrUnauthenticated) {
 		t.Errorf("failed review: %v, want an error that is not ErrUnauthenticated (retry, not refuse)", err)
 	}
 }
 
-func TestTokenReviewerCacheIsBounded(t *testing.T) {
-	calls := 0
-	r := NewTokenReviewer(fakeReviews(t, &calls).AuthenticationV1().TokenReviews())
-	r.MaxEntries = 3
-	for _, tok := range []string{"a", "b", "c", "d", "e"} {
-		_, _ = r.Authenticate(context.Background(), tok)
+// TestJunkNeverReachesKubeAPIServer (issue 14): tokens that cannot be ServiceAccount
+// tokens for the controller's audience are refused without a TokenReview; one kube-apiserver
+// validates for another audience only is refused after it.
+func TestJunkNeverReachesKubeAPIServer(t *testing.T) {
+	var calls atomic.Int64
+	r := newTestReviewer(t, &calls)
+	ctx := context.Background()
+	junk := map[string]string{
+		"a word":               "junk",
+		"empty":                "",
+		"two parts":            "aGVsbG8.d29ybGQ",
+		"not base64":           "!!!.???.***",
+		"alg none":             base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none"}`)) + ".e30.c2ln",
+		"another audience":     testToken("good", []string{"https://kubernetes.default.svc"}, inAnHour),
+		"expired":              testToken("good", []string{TokenAudience}, time.Now().Add(-time.Hour)),
+		"huge":                 string(make([]byte, 20000)),
+		"claims not an object": base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256"}`)) + ".WzFd." + base64.RawURLEncoding.EncodeToString(make([]byte, 64)),
 	}
-	if n := len(r.cache); n > 3 {
-		t.Errorf("%d cached reviews, want at most 3", n)
+	for name, token := range junk {
+		if _, err := r.Authenticate(ctx, token); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%s: %v, want ErrUnauthenticated", name, err)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d TokenReviews for junk, want none", n)
+	}
+	if _, err := r.Authenticate(ctx, testToken("other-audience", []string{TokenAudience}, inAnHour)); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("a token kube-apiserver validated for another audience only: %v, want ErrUnauthenticated", err)
+	}
+}
+
+// TestRefusalsNeverEvictAgents (issue 14): a flood of well-formed forged tokens fills the
+// refusal cache, which evicts its oldest entries one by one; the valid agent's entry is in
+// a cache of its own and keeps being served without a new review.
+func TestRefusalsNeverEvictAgents(t *testing.T) {
+	var calls atomic.Int64
+	r := newTestReviewer(t, &calls)
+	r.MaxEntries = 8
+	ctx := context.Background()
+	good := testToken("good", []string{TokenAudience}, inAnHour)
+	if _, err := r.Authenticate(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	var forged []string
+	for i := range 100 {
+		forged = append(forged, testToken(fmt.Sprint("forged-", i), []string{TokenAudience}, inAnHour))
+		_, _ = r.Authenticate(ctx, forged[i])
+	}
+	before := calls.Load()
+	if _, err := r.Authenticate(ctx, good); err != nil || calls.Load() != before {
+		t.Errorf("the agent's token after the flood: %v, %d new reviews; want it served from its cache", err, calls.Load()-before)
+	}
+	if n := r.refused.len(); n != 8 {
+		t.Errorf("the refusal cache holds %d entries, want its bound, 8", n)
+	}
+	if _, err := r.Authenticate(ctx, forged[99]); !errors.Is(err, ErrUnauthenticated) || calls.Load() != before {
+		t.Errorf("the newest refusal was not kept: %v, %d new reviews", err, calls.Load()-before)
+	}
+	if _, _ = r.Authenticate(ctx, forged[0]); calls.Load() != before+1 {
+		t.Errorf("the oldest refusal was not the one evicted")
+	}
+}
+
+// TestTokenReviewsInFlightAreBounded (issue 14): however many requests come at once, at
+// most MaxInFlight reviews run; the rest wait BusyWait for a slot, then get ErrBusy (the
+// server's 503), and requests with one token share one review.
+func TestTokenReviewsInFlightAreBounded(t *testing.T) {
+	var calls, running, peak atomic.Int64
+	release := make(chan struct{})
+	c := fake.NewClientset()
+	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		calls.Add(1)
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-release
+		running.Add(-1)
+		out := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		out.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
+		return true, out, nil
+	})
+	r := NewTokenReviewer(c.AuthenticationV1().TokenReviews())
+	r.MaxInFlight, r.BusyWait = 3, 200*time.Millisecond
+	var wg sync.WaitGroup
+	var busy atomic.Int64
+	shared := testToken("shared", []string{TokenAudience}, inAnHour)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			token := testToken(fmt.Sprint("flood-", i), []string{TokenAudience}, inAnHour)
+			if i%10 == 0 {
+				token = shared
+			}
+			if _, err := r.Authenticate(context.Background(), token); errors.Is(err, ErrBusy) {
+				busy.Add(1)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if p := peak.Load(); p > 3 {
+		t.Errorf("%d reviews ran at once, want at most 3", p)
+	}
+	if busy.Load() == 0 {
+		t.Errorf("no request was told to retry later (ErrBusy) while every slot was taken")
+	}
+	if calls.Load() > 3+1 {
+		t.Errorf("%d reviews for 50 requests with the slots held, want at most the 3 slots and one shared retry", calls.Load())
 	}
 }

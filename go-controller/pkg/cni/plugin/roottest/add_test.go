@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,6 +118,10 @@ func assertPodInterface(cfg *cni.PodNetworkConfig) error {
 			problems = append(problems, "missing address "+ip.Address)
 		}
 	}
+	// The link-local address is the MAC's EUI-64, the only one br-int's spoof guard admits.
+	if ll := linkLocalOf(a.HardwareAddr); !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IPNet.String() == ll }) {
+		problems = append(problems, fmt.Sprintf("no link-local address %s (EUI-64 of %s) in %v", ll, a.HardwareAddr, addrs))
+	}
 	routes, err := netlink.RouteList(link, netlink.FAMILY_ALL)
 	if err != nil {
 		return err
@@ -160,7 +166,8 @@ func hasRoute(routes []netlink.Route, want string) bool {
 	return false
 }
 
-// assertHostEnd checks the host end in the current namespace.
+// assertHostEnd checks the host end in the current namespace: a veth, up, with the pod's
+// MTU, and closed to the node's own network stack (the pod's frames are br-int's).
 func assertHostEnd(name string, mtu int) error {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
@@ -169,7 +176,21 @@ func assertHostEnd(name string, mtu int) error {
 	if link.Type() != "veth" || link.Attrs().MTU != mtu || link.Attrs().Flags&net.FlagUp == 0 {
 		return fmt.Errorf("host end %s: type %s mtu %d flags %v", name, link.Type(), link.Attrs().MTU, link.Attrs().Flags)
 	}
+	for key, want := range map[string]string{"ipv6/conf/%s/disable_ipv6": "1", "ipv4/conf/%s/rp_filter": "1",
+		"ipv4/conf/%s/forwarding": "0", "ipv4/conf/%s/arp_ignore": "8"} {
+		path := "/proc/sys/net/" + fmt.Sprintf(key, name)
+		b, err := os.ReadFile(path)
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			return fmt.Errorf("host end %s: %s = %q (%v), want %s", name, path, strings.TrimSpace(string(b)), err, want)
+		}
+	}
 	return nil
+}
+
+// linkLocalOf is the modified EUI-64 link-local address of mac, with a /64.
+func linkLocalOf(mac net.HardwareAddr) string {
+	ll := net.IP{0xfe, 0x80, 0, 0, 0, 0, 0, 0, mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
+	return ll.String() + "/64"
 }
 
 func TestAddWithGatewayOutsideThePrefix(t *testing.T) {

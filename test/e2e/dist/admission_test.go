@@ -1,0 +1,132 @@
+package dist_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+// checkAdmission: dist/'s admission policies (issue 14), with the identities the attacks
+// would use. A compromised node1 (its kovs-agent's token, bound to node1 as a DaemonSet
+// pod's is) may set its own NetworkUnavailable condition and nothing else: not node2's,
+// not node1's addresses, labels, annotations or other conditions. node1's kubelet may not
+// rewrite node1's kovs.io/node-subnets; no one but kovs-controller (not even the admin
+// these tests run as) may create a pod carrying kovs.io/pod-network. kovs-controller may
+// write both.
+func checkAdmission(t *testing.T, s *framework.Sandbox) {
+	ctx := context.Background()
+	waitPolicies(t, s)
+	agent := s.TokenClient(t, agentToken(t, s, "node1"))
+	condition := func(status corev1.ConditionStatus) map[string]any {
+		return map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+			Type: corev1.NodeNetworkUnavailable, Status: status, Reason: "KovsE2E", Message: "admission test",
+			LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}}}
+	}
+	patchStatus := func(c kubernetes.Interface, node string, patch map[string]any) error {
+		b, _ := json.Marshal(patch)
+		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status")
+		return err
+	}
+	if err := patchStatus(agent, "node1", condition(corev1.ConditionTrue)); err != nil {
+		t.Errorf("node1's agent may not set node1's NetworkUnavailable: %v", err)
+	}
+	mustRefuse(t, "node1's agent patches node2's NetworkUnavailable", patchStatus(agent, "node2", condition(corev1.ConditionFalse)))
+	annotate := map[string]any{"metadata": map[string]any{"annotations": map[string]string{ipam.NodeSubnetsAnnotationKey: `{"ipv4":"10.244.9.0/24"}`}}}
+	mustRefuse(t, "node1's agent rewrites node2's subnets through nodes/status", patchStatus(agent, "node2", annotate))
+	mustRefuse(t, "node1's agent rewrites its own subnets through nodes/status", patchStatus(agent, "node1", annotate))
+	mustRefuse(t, "node1's agent labels its node", patchStatus(agent, "node1",
+		map[string]any{"metadata": map[string]any{"labels": map[string]string{"kovs-e2e": "x"}}}))
+	mustRefuse(t, "node1's agent changes its node's addresses", patchStatus(agent, "node1",
+		map[string]any{"status": map[string]any{"addresses": []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}}}))
+	mustRefuse(t, "node1's agent sets node1's Ready condition", patchStatus(agent, "node1", map[string]any{"status": map[string]any{
+		"conditions": []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KovsE2E",
+			LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}}}))
+
+	kubelet := s.ClientAs(t, "system:node:node1", "system:nodes")
+	b, _ := json.Marshal(annotate)
+	_, err := kubelet.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{})
+	mustRefuse(t, "node1's kubelet rewrites node1's subnets", err)
+
+	controller := s.ClientAs(t, framework.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:kube-system")
+	if _, err := controller.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+		t.Errorf("kovs-controller may not record node1's subnets: %v", err)
+	}
+	record := `{"ips":[{"address":"10.244.1.5/24","gateway":"10.244.1.1"}],"mac":"0a:58:0a:f4:01:05"}`
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "forged",
+		Annotations: map[string]string{ipam.PodNetworkAnnotationKey: record}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "kovs/responder"}}}}
+	admin := s.Client
+	_, err = admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	mustRefuse(t, "a pod created with "+ipam.PodNetworkAnnotationKey+" (by anyone but kovs-controller)", err)
+	if err == nil {
+		_ = admin.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{})
+	}
+	pod.Annotations = nil
+	if _, err := admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recordPatch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ipam.PodNetworkAnnotationKey: record}}})
+	_, err = admin.CoreV1().Pods("default").Patch(ctx, "forged", types.MergePatchType, recordPatch, metav1.PatchOptions{})
+	mustRefuse(t, "the admin sets "+ipam.PodNetworkAnnotationKey+" on a pod", err)
+	if _, err := controller.CoreV1().Pods("default").Patch(ctx, "forged", types.MergePatchType, recordPatch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("kovs-controller may not record a pod's addresses: %v", err)
+	}
+}
+
+func mustRefuse(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: allowed", what)
+		return
+	}
+	if !(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+		t.Errorf("%s: want a refusal by one of kovs's admission policies, got: %v", what, err)
+	}
+}
+
+// agentToken is a token of kovs-agent bound to the Node (its user info names the node,
+// as a DaemonSet pod's projected token does), for kube-apiserver.
+func agentToken(t *testing.T, s *framework.Sandbox, node string) string {
+	ctx := context.Background()
+	n, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.Client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "kovs-agent", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// waitPolicies waits until kube-apiserver enforces dist/'s policies (their bindings are
+// watched, not read on apply): a refused test write says they are in force.
+func waitPolicies(t *testing.T, s *framework.Sandbox) {
+	ctx := context.Background()
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "policy-probe",
+		Annotations: map[string]string{ipam.PodNetworkAnnotationKey: "{}"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "kovs/responder"}}}}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		_, err := s.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Log("dist/'s admission policies were not in force after 20 s")
+}
