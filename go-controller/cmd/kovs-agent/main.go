@@ -46,6 +46,8 @@ func main() {
 	flag.StringVar(&pf.caConfig, "controller-ca-configmap", "kube-system/kovs-ca", "namespace/name of the ConfigMap holding the controller's CA")
 	flag.StringVar(&pf.serverName, "controller-server-name", stream.DefaultServerName, "name the controller's certificate is verified for")
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9092", "where /metrics, /healthz, /readyz and /status are served; empty: not served")
+	masquerade := flag.Bool("masquerade", true, "masquerade pod traffic that leaves the cluster (to an address outside the cluster CIDRs and the nodes' addresses) to the node's address")
+	noMasq := flag.String("no-masquerade-cidrs", "", "destinations never masqueraded: networks that route pod addresses back (comma-separated CIDRs)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -57,6 +59,10 @@ func main() {
 	log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
 	if cfg.ClusterCIDRs, err = parseCIDRs(*cidrs); err != nil {
 		log.WithError(err).Fatal("--cluster-cidrs")
+	}
+	cfg.NoMasquerade = !*masquerade
+	if cfg.NoMasqueradeCIDRs, err = parseCIDRs(*noMasq); err != nil {
+		log.WithError(err).Fatal("--no-masquerade-cidrs")
 	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {

@@ -52,6 +52,8 @@ type Agent struct {
 	// neighbors seeds the tunnel neighbours: when peers change, and every period.
 	neighbors *runner.BoundedFrequencyRunner
 	uninstall uninstallWatch
+	// masquerade asks for the masquerade table to be rewritten (nil until it runs).
+	masquerade func()
 }
 
 // Run runs the agent until ctx ends.
@@ -111,6 +113,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := a.startServiceProxy(ctx); err != nil {
 		return err
 	}
+	a.masquerade = a.startMasquerade(ctx, podFamilies(self))
 	return a.serve(ctx, nodeInformer.Informer())
 }
 
@@ -327,4 +330,17 @@ func (a *Agent) updatePeers() {
 	if a.state.SetPeers(peers) != before {
 		a.neighbors.Run()
 	}
+	if a.masquerade != nil {
+		a.masquerade()
+	}
+}
+
+// podFamilies says which address families the node has pod blocks of (ipv6 -> true).
+func podFamilies(n *corev1.Node) map[bool]bool {
+	blocks, _ := nodeSubnets(n)
+	families := map[bool]bool{}
+	for _, b := range blocks {
+		families[b.Addr().Is6()] = true
+	}
+	return families
 }

@@ -62,6 +62,11 @@ type Config struct {
 	PodNamespace string
 	PodName      string
 	CNIBinDir    string
+	// NoMasquerade turns off the masquerading of pod traffic that leaves the cluster
+	// (masquerade.go); NoMasqueradeCIDRs are destinations it never translates (networks
+	// that route pod addresses back).
+	NoMasquerade      bool
+	NoMasqueradeCIDRs []netip.Prefix
 }
 
 // Defaults fills in what was left empty.
@@ -108,6 +113,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ServiceProxy != ServiceProxyKovs && c.ServiceProxy != ServiceProxyNone {
 		return fmt.Errorf("--service-proxy %q: use kovs or none", c.ServiceProxy)
+	}
+	for _, p := range c.NoMasqueradeCIDRs {
+		if !p.IsValid() || p != p.Masked() {
+			return fmt.Errorf("--no-masquerade-cidrs: %q is not a network prefix (as in 192.168.0.0/16)", p)
+		}
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

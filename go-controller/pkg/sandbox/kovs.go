@@ -150,6 +150,9 @@ func (u *upRun) agentArgs(n Node) []string {
 	if u.opts.AgentResyncPeriod > 0 {
 		args = append(args, "--resync-period", u.opts.AgentResyncPeriod.String())
 	}
+	if len(u.opts.NoMasqueradeCIDRs) > 0 {
+		args = append(args, "--no-masquerade-cidrs", strings.Join(u.opts.NoMasqueradeCIDRs, ","))
+	}
 	return args
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -40,6 +41,9 @@ type Options struct {
 	// diffs its flows against the switch's dump); 0 leaves the agent's default (10 s).
 	// Tests that must see a full resync after each change set it short.
 	AgentResyncPeriod time.Duration
+	// NoMasqueradeCIDRs are every kovs-agent's --no-masquerade-cidrs: destinations the
+	// nodes do not masquerade pod traffic to (the external host's routed addresses, say).
+	NoMasqueradeCIDRs []string
 	Out               io.Writer
 }
 
@@ -85,6 +89,11 @@ func (o *Options) validate() error {
 	}
 	if o.AgentResyncPeriod < 0 {
 		return fmt.Errorf("--agent-resync-period %s: use a positive duration, or 0 for the agent's default", o.AgentResyncPeriod)
+	}
+	for _, c := range o.NoMasqueradeCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return fmt.Errorf("--no-masquerade-cidrs %q: %w", c, err)
+		}
 	}
 	if o.KubeProxy {
 		if err := kubeProxyPresent(o.K8sBinDir); err != nil {
@@ -137,6 +146,7 @@ func (u *upRun) run() error {
 func (u *upRun) steps() []upStep {
 	steps := []upStep{
 		{"underlay", u.underlay},
+		{"external host", u.externalHost},
 		{"control plane", func() error { return u.controlPlane(u.ctx) }},
 		{"nodes", u.nodes},
 	}
