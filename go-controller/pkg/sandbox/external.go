@@ -92,6 +92,11 @@ func (u *upRun) externalHost() error {
 		if a.Is6() {
 			args = append(args, "nodad")
 		}
+		if a == ExternalRoutedV4 || a == ExternalRoutedV6 {
+			// Not a source of the host's own connections (deprecated): probes from the
+			// external host come from its ordinary address.
+			args = append(args, "preferred_lft", "0")
+		}
 		cmds = append(cmds, args)
 	}
 	for _, c := range cmds {
