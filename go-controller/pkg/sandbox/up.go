@@ -78,8 +78,8 @@ func Up(ctx context.Context, l Layout, opts Options) (*State, error) {
 }
 
 func (o *Options) validate() error {
-	if o.Nodes < 1 || o.Nodes > 250 {
-		return fmt.Errorf("--nodes %d: use 1 to 250", o.Nodes)
+	if o.Nodes < 1 || o.Nodes > 249 {
+		return fmt.Errorf("--nodes %d: use 1 to 249 (node i has the underlay address .i; the external host has .250 and .251)", o.Nodes)
 	}
 	for _, f := range []string{filepath.Join(o.K8sBinDir, "kube-apiserver"), filepath.Join(o.K8sBinDir, "kube-controller-manager"),
 		filepath.Join(o.K8sBinDir, "kube-scheduler"), o.EtcdPath, o.SelfPath} {
