@@ -117,6 +117,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 				log.WithField("identity", cfg.Identity).Info("leading: starting controllers")
 				obs.leading(true)
 				go labelAsLeader(runCtx, client, cfg.Pod, cfg.RetryPeriod)
+				// A failure of the controllers (a refused address plan) ends the election
+				// too, releasing the Lease, and Run returns it: the process exits instead
+				// of leading idle.
 				errc <- runControllers(runCtx, cfg, client)
 				stop()
 				mu.Lock()
@@ -184,6 +187,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
 		return fmt.Errorf("informers did not sync")
+	}
+	if err := checkAddressPlan(ctx, client, cfg.Addresses.ClusterCIDRs, nodeInformer.Lister()); err != nil {
+		return err
 	}
 	if err := alloc.Restore(nodeInformer.Lister(), podInformer.Lister()); err != nil {
 		return err
