@@ -29,7 +29,7 @@ const (
 	// cluster CIDRs.
 	ReasonPodCIDROutside = "NodePodCIDROutsideClusterCIDRs"
 	reasonNoSubnet       = "NoNodeSubnet"
-	reasonNoPodCIDRs      = "NoPodCIDRs"
+	reasonNoPodCIDRs     = "NoPodCIDRs"
 )
 
 // NodeReconciler gives each Node its subnets.
