@@ -25,7 +25,7 @@ const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
 commands:
   up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
      [--runtime emulator|containerd] [--images DIR] [--dist DIR] [--agent-resync-period D]
-     [--no-masquerade-cidrs CIDRS]
+     [--no-masquerade-cidrs CIDRS] [--node-pod-cidrs]
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -88,6 +88,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "--runtime containerd: the image archives (make images) imported into every node")
 	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "--runtime containerd: the kustomization kovs is installed from")
 	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
+	nodePodCIDRs := fs.Bool("node-pod-cidrs", false, "kube-controller-manager allocates the nodes' spec.podCIDRs (--allocate-node-cidrs) and kovs-controller takes them (--use-node-pod-cidrs)")
 	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs (comma-separated; e.g. the external host's routed addresses 172.30.0.251/32)")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
@@ -100,7 +101,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
 		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
-		AgentResyncPeriod: *resync, Out: os.Stdout}
+		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, Out: os.Stdout}
 	for _, c := range strings.Split(*noMasq, ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			opts.NoMasqueradeCIDRs = append(opts.NoMasqueradeCIDRs, c)

@@ -79,11 +79,15 @@ func (u *upRun) kovs() error {
 	u.state.KovsBinDir = dir
 	u.state.AgentMetricsPort = NodeAgentMetricsPort
 	l := u.layout
-	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: []string{
+	args := []string{
 		"--kubeconfig", l.Kubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
 		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
 		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)),
-	}}); err != nil {
+	}
+	if u.state.NodePodCIDRs {
+		args = append(args, "--use-node-pod-cidrs")
+	}
+	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
 		return err
 	}
 	if err := u.waitController(); err != nil {

@@ -44,7 +44,10 @@ type Options struct {
 	// NoMasqueradeCIDRs are every kovs-agent's --no-masquerade-cidrs: destinations the
 	// nodes do not masquerade pod traffic to (the external host's routed addresses, say).
 	NoMasqueradeCIDRs []string
-	Out               io.Writer
+	// NodePodCIDRs has kube-controller-manager allocate the nodes' spec.podCIDRs
+	// (--allocate-node-cidrs) and kovs-controller take them (--use-node-pod-cidrs).
+	NodePodCIDRs bool
+	Out          io.Writer
 }
 
 // upRun is one execution of Up.
@@ -179,7 +182,8 @@ type upStep struct {
 
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
-		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime}
+		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime,
+		NodePodCIDRs: u.opts.NodePodCIDRs}
 	taken := map[int]bool{}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort(taken)
