@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -62,6 +63,10 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		fatal(err)
+	}
 	agentNS, agentName, ok := strings.Cut(*agentSA, "/")
 	if !ok || agentNS == "" || agentName == "" {
 		fatal(fmt.Errorf("--agent-service-account %q: use namespace/name", *agentSA))
@@ -80,7 +85,7 @@ func main() {
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips)},
-		Metrics: set, Health: health,
+		Metrics: set, Health: health, Dynamic: dyn,
 	}, client)
 	if err != nil {
 		fatal(err)

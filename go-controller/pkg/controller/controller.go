@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -50,6 +51,8 @@ type Config struct {
 	// Metrics and Health, if set, are kept up to date (see package metrics).
 	Metrics *metrics.Set
 	Health  *metrics.Health
+	// Dynamic reaches the Egress resource; nil: Egress is not served.
+	Dynamic dynamic.Interface
 }
 
 func (c *Config) electionDefaults() {
@@ -216,6 +219,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		"network policy": func(ctx context.Context) error {
 			return policies.run(ctx, client, nodeInformer.Informer())
 		},
+		"egress": func(ctx context.Context) error { return runEgress(ctx, cfg, client) },
 	})
 }
 

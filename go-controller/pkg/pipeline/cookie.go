@@ -36,6 +36,7 @@ const (
 	// replies, see flows_sctp.go). The agent never installs them, so its flow sync leaves
 	// them alone; it deletes them all (LearnedFilter) when NetworkPolicy changes.
 	CategoryLearned Category = 7
+	CategoryEgress  Category = 8 // Egress IPs (object: a selected pod's ofport, 65536 + a held Egress's ID, 0 exclusions)
 )
 
 const (
