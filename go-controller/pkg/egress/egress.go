@@ -56,12 +56,12 @@ type Status struct {
 
 // Condition types and reasons.
 const (
-	ConditionAssigned   = "Assigned"
-	ReasonAssigned      = "Assigned"
-	ReasonNoNode        = "NoEligibleNode"
-	ReasonInvalid       = "Invalid"
-	ReasonConflict      = "Conflict"
-	MaxID               = 1<<16 - 1
+	ConditionAssigned    = "Assigned"
+	ReasonAssigned       = "Assigned"
+	ReasonNoNode         = "NoEligibleNode"
+	ReasonInvalid        = "Invalid"
+	ReasonConflict       = "Conflict"
+	MaxID                = 1<<16 - 1
 	heartbeatLeasePrefix = "kovs-egress-"
 )
 
@@ -127,7 +127,9 @@ func (s Spec) Selects(nsLabels, podLabels map[string]string) bool {
 }
 
 // AllowsNode reports whether a node with nodeLabels may hold the Egress.
-func (s Spec) AllowsNode(nodeLabels map[string]string) bool { return matches(s.NodeSelector, nodeLabels) }
+func (s Spec) AllowsNode(nodeLabels map[string]string) bool {
+	return matches(s.NodeSelector, nodeLabels)
+}
 
 func matches(sel *metav1.LabelSelector, l map[string]string) bool {
 	if sel == nil {

@@ -16,7 +16,7 @@ var (
 
 func eg(name, ip, node string, id uint32) *egress.Egress {
 	e := &egress.Egress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: egress.Spec{EgressIPs: []string{ip},
-		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		PodSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"egress": "yes"}}}}
 	e.Status.Node, e.Status.ID = node, id
 	return e

@@ -206,4 +206,3 @@ func conditionsEqual(a, b []metav1.Condition) bool {
 	}
 	return true
 }
-
