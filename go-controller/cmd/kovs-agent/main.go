@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -48,6 +49,7 @@ func main() {
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9092", "where /metrics, /healthz, /readyz and /status are served; empty: not served")
 	masquerade := flag.Bool("masquerade", true, "masquerade pod traffic that leaves the cluster (to an address outside the cluster CIDRs and the nodes' addresses) to the node's address")
 	noMasq := flag.String("no-masquerade-cidrs", "", "destinations never masqueraded: networks that route pod addresses back (comma-separated CIDRs)")
+	flag.DurationVar(&cfg.EgressHeartbeatInterval, "egress-heartbeat-interval", time.Second, "while the node may hold egress IPs, how often its heartbeat Lease is renewed (the Lease lasts three intervals: how long a failed holder keeps its IPs)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -70,6 +72,9 @@ func main() {
 	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
+		log.WithError(err).Fatal("kubernetes client")
+	}
+	if cfg.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
 		log.WithError(err).Fatal("kubernetes client")
 	}
 	var conns agent.FeedConnections

@@ -54,6 +54,8 @@ type Agent struct {
 	uninstall uninstallWatch
 	// masquerade asks for the masquerade table to be rewritten (nil until it runs).
 	masquerade func()
+	// egress follows the Egresses (nil without a dynamic client).
+	egress *egressAgent
 }
 
 // Run runs the agent until ctx ends.
@@ -114,6 +116,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.masquerade = a.startMasquerade(ctx, podFamilies(self))
+	a.startEgress(ctx, podInformer.Informer())
 	return a.serve(ctx, nodeInformer.Informer())
 }
 
@@ -332,6 +335,9 @@ func (a *Agent) updatePeers() {
 	}
 	if a.masquerade != nil {
 		a.masquerade()
+	}
+	if a.egress != nil {
+		a.egress.kick()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 )
 
 // Config configures the agent of one node.
@@ -67,6 +68,12 @@ type Config struct {
 	// that route pod addresses back).
 	NoMasquerade      bool
 	NoMasqueradeCIDRs []netip.Prefix
+	// Dynamic reaches the Egress resource (nil: Egress is not followed).
+	Dynamic dynamic.Interface
+	// EgressHeartbeatInterval is how often the node's heartbeat Lease is renewed while it
+	// may hold egress IPs (the Lease lasts three intervals); EgressLeaseNamespace holds it.
+	EgressHeartbeatInterval time.Duration
+	EgressLeaseNamespace    string
 }
 
 // Defaults fills in what was left empty.
@@ -95,6 +102,15 @@ func (c *Config) Defaults() {
 	if c.PolicyWait == 0 {
 		c.PolicyWait = 30 * time.Second
 	}
+	if c.EgressHeartbeatInterval == 0 {
+		c.EgressHeartbeatInterval = time.Second
+	}
+	if c.EgressLeaseNamespace == "" {
+		c.EgressLeaseNamespace = c.PodNamespace
+	}
+	if c.EgressLeaseNamespace == "" {
+		c.EgressLeaseNamespace = "kube-system"
+	}
 }
 
 // Validate says what is wrong with the configuration.
@@ -108,6 +124,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-cidrs is required (the same as kovs-controller's)")
 	case c.CNISocket == "":
 		return fmt.Errorf("--cni-socket is required")
+	case c.EgressHeartbeatInterval < 100*time.Millisecond:
+		return fmt.Errorf("--egress-heartbeat-interval %s: use at least 100ms (1s is the default)", c.EgressHeartbeatInterval)
 	case c.ResyncPeriod < minSyncGap:
 		return fmt.Errorf("--resync-period %s: use at least %s (the full resync repairs drift; 10s is the default)", c.ResyncPeriod, minSyncGap)
 	}

@@ -43,7 +43,8 @@ type EgressPod struct {
 	OFPort uint32
 	// Families are the pod's address families its Egress has an IP of (false: IPv4).
 	Families []bool
-	ID       uint32
+	// ID is the Egress's; 0 while it has no holder (or none yet).
+	ID uint32
 	// Local: this node holds the Egress. Otherwise HolderIP and HolderMAC are the holder's
 	// tunnel endpoint and gateway MAC, or zero while no node holds it.
 	Local     bool
@@ -117,7 +118,7 @@ func (b *Builder) egressExcludeFlows(exclude []netip.Prefix) []Flow {
 }
 
 func (b *Builder) egressPodFlows(p EgressPod) ([]Flow, error) {
-	if p.ID == 0 || uint64(p.ID) >= EgressTunnelIDBase {
+	if uint64(p.ID) >= EgressTunnelIDBase || (p.ID == 0 && (p.Local || p.HolderIP.IsValid())) {
 		return nil, fmt.Errorf("egress pod ofport %d: Egress ID %d is out of range", p.OFPort, p.ID)
 	}
 	s := b.owner(CategoryEgress, p.OFPort)
