@@ -213,4 +213,3 @@ func announce(uplink *net.Interface, ip netip.Addr) {
 	}
 	l.Info("egress IP taken and announced")
 }
-
