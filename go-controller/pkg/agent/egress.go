@@ -110,7 +110,7 @@ func (e *egressAgent) sync() {
 	gen := e.a.state.SetEgress(share)
 	var acquire []netip.Addr
 	for _, ip := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
-		if _, ok := e.host.held[ip]; !ok {
+		if _, ok := e.host.held[ip]; !ok || !e.host.intact(ip) {
 			acquire = append(acquire, ip)
 		}
 	}
@@ -146,8 +146,14 @@ func (e *egressAgent) list() []*egress.Egress {
 
 // share is the node's Egress share and the egress IPs it holds (of its families).
 func (e *egressAgent) share(all []*egress.Egress) (*egressShare, map[netip.Addr]bool) {
-	held := map[netip.Addr]bool{}
-	defer e.cleanOnce(held)
+	held, known := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	defer e.cleanOnce(held, known)
+	for _, x := range all {
+		ips, _ := x.Spec.IPs(e.a.cfg.ClusterCIDRs)
+		for _, ip := range ips {
+			known[ip] = true
+		}
+	}
 	if len(all) == 0 {
 		return nil, held
 	}
@@ -203,9 +209,9 @@ func (e *egressAgent) share(all []*egress.Egress) (*egressShare, map[netip.Addr]
 }
 
 // cleanOnce removes, on the first sync, what an earlier agent held and this one does not.
-func (e *egressAgent) cleanOnce(held map[netip.Addr]bool) {
+func (e *egressAgent) cleanOnce(held, known map[netip.Addr]bool) {
 	if !e.cleaned {
-		e.host.cleanStale(held)
+		e.host.cleanStale(held, known)
 		e.cleaned = true
 	}
 }

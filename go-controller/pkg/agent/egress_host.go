@@ -132,9 +132,28 @@ func (h *egressHost) release(ip netip.Addr) {
 	log.WithField("egress-ip", ip).Info("egress IP released")
 }
 
-// cleanStale removes the routes (and proxy entries) of egress IPs an earlier agent held
-// that this one does not: every route of protocol routeProtoEgress not in keep.
-func (h *egressHost) cleanStale(keep map[netip.Addr]bool) {
+// intact reports whether the host still routes ip into br-int: a restarted ovs-vswitchd
+// recreates the gateway port, and the kernel dropped the port's routes with it.
+func (h *egressHost) intact(ip netip.Addr) bool {
+	gw, err := netlink.LinkByName(h.gateway)
+	if err != nil {
+		return false
+	}
+	fam := netlink.FAMILY_V4
+	if ip.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	routes, err := netlink.RouteListFiltered(fam, &netlink.Route{LinkIndex: gw.Attrs().Index, Dst: ipNet(ip)},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_DST)
+	return err == nil && len(routes) > 0
+}
+
+// cleanStale removes what an earlier agent set up for egress IPs this one does not hold:
+// every route of protocol routeProtoEgress not in keep, and the proxy neighbour entries of
+// the Egresses' IPs (known) not in keep (their routes may be gone with an earlier gateway
+// port; other proxy entries are not kovs's and stay).
+func (h *egressHost) cleanStale(keep, known map[netip.Addr]bool) {
+	h.cleanStaleProxies(keep, known)
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Protocol: routeProtoEgress}, netlink.RT_FILTER_PROTOCOL)
 		if err != nil {
@@ -150,6 +169,29 @@ func (h *egressHost) cleanStale(keep map[netip.Addr]bool) {
 				h.held[ip] = uplink.Name
 			}
 			h.release(ip)
+		}
+	}
+}
+
+func (h *egressHost) cleanStaleProxies(keep, known map[netip.Addr]bool) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return
+	}
+	for _, l := range links {
+		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			entries, err := netlink.NeighProxyList(l.Attrs().Index, fam)
+			if err != nil {
+				continue
+			}
+			for _, n := range entries {
+				ip, ok := netip.AddrFromSlice(n.IP)
+				if ip = ip.Unmap(); !ok || !known[ip] || keep[ip] {
+					continue
+				}
+				_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: fam, Flags: netlink.NTF_PROXY, IP: n.IP})
+				log.WithField("egress-ip", ip).WithField("interface", l.Attrs().Name).Info("stale egress proxy entry removed")
+			}
 		}
 	}
 }

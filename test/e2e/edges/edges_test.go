@@ -1,7 +1,9 @@
 // End-to-end tests of the cluster's edges in real sandboxes: pod traffic leaving the
 // cluster (masquerade, the no-masquerade list, NetworkPolicy ipBlock before translation)
 // against the sandbox's external host, and hostPort from another node, from the external
-// host and from the node itself. Needs root; runs under `make e2e`.
+// host and from the node itself; Egress IPs (the selected pods leave with the egress IP,
+// from the holder and through the tunnel, and keep leaving with it after the holder
+// fails). Needs root; runs under `make e2e`.
 package edges_test
 
 import (
@@ -32,6 +34,8 @@ func TestEdgesIPv4(t *testing.T) {
 	t.Run("no-masquerade destinations see the pod", c.checkNoMasquerade)
 	t.Run("egress ipBlock judges the pod before translation", c.checkEgressPolicy)
 	t.Run("hostPort matrix", c.checkHostPort)
+	t.Run("Egress IP", c.checkEgressIP)
+	t.Run("Egress IP failover", c.checkEgressFailover)
 }
 
 func TestEdgesIPv6(t *testing.T) {
@@ -40,6 +44,7 @@ func TestEdgesIPv6(t *testing.T) {
 	t.Run("no-masquerade destinations see the pod", c.checkNoMasquerade)
 	t.Run("egress ipBlock judges the pod before translation", c.checkEgressPolicy)
 	t.Run("hostPort matrix", c.checkHostPort)
+	t.Run("Egress IP", c.checkEgressIP)
 }
 
 func TestEdgesDualStack(t *testing.T) {
@@ -47,6 +52,7 @@ func TestEdgesDualStack(t *testing.T) {
 	t.Run("pods reach the external host as their node", c.checkMasquerade)
 	t.Run("no-masquerade destinations see the pod", c.checkNoMasquerade)
 	t.Run("hostPort matrix", c.checkHostPort)
+	t.Run("Egress IP", c.checkEgressIP)
 }
 
 // edges is a 3-node sandbox with a pod on every node (x/a on node1, x/b on node1, x/c on
