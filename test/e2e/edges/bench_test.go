@@ -3,7 +3,9 @@ package edges_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -111,14 +113,24 @@ func BenchmarkEgressFailover(b *testing.B) {
 	b.Logf("Egress failover over %d rounds: p50 %s, max %s", len(took), p50.Round(time.Millisecond), worst.Round(time.Millisecond))
 }
 
-// restore starts node's OVS and agent again and waits until the node is Ready and its
-// heartbeat Lease renewed since.
+// restore starts node's OVS again, then (once br-int's management socket answers, as the
+// agent's DaemonSet would restart it until then) its agent, and waits until the node is
+// Ready and its heartbeat Lease renewed since.
 func (c *edges) restore(b testing.TB, node string) {
 	since := time.Now()
-	for _, p := range []string{node + "-ovs-vswitchd", node + "-kovs-agent"} {
-		if _, err := c.s.Layout.Start(p); err != nil {
-			b.Fatal(err)
+	if _, err := c.s.Layout.Start(node + "-ovs-vswitchd"); err != nil {
+		b.Fatal(err)
+	}
+	mgmt := filepath.Join(c.s.Layout.OVSDir(node), "br-int.mgmt")
+	framework.Eventually(b, 30*time.Second, node+"'s br-int back", func() error {
+		conn, err := net.Dial("unix", mgmt)
+		if err != nil {
+			return err
 		}
+		return conn.Close()
+	})
+	if _, err := c.s.Layout.Start(node + "-kovs-agent"); err != nil {
+		b.Fatal(err)
 	}
 	framework.Eventually(b, 90*time.Second, node+" back with a fresh heartbeat", func() error {
 		n, err := c.s.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
