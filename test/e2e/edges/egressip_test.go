@@ -18,6 +18,10 @@ var (
 	egressV6 = netip.MustParseAddr("fd00:172:30::f0")
 )
 
+// failoverProbe bounds each connection attempt during a failover: the resolution of the
+// measured time (a lost SYN would be sent again only after 1 s).
+const failoverProbe = 200 * time.Millisecond
+
 // egressIPs are the test Egress's IPs, one per family of the sandbox.
 func (c *edges) egressIPs() []netip.Addr {
 	switch c.family {
@@ -146,7 +150,7 @@ func (c *edges) failover(t testing.TB, holder string) (time.Duration, int, strin
 		if time.Since(start) > 60*time.Second {
 			t.Fatalf("x/a could not reach the external host for 60s after %s stopped (%d failed attempts)", holder, failed)
 		}
-		r := c.s.Probe(a, external(ip), "80/tcp", 500*time.Millisecond)
+		r := c.s.Probe(a, external(ip), "80/tcp", failoverProbe)
 		if !r.Connected {
 			failed++
 			continue
