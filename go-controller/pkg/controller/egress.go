@@ -12,7 +12,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/egress"
 )
 
-// runEgress assigns Egress IPs once the Egress resource is served (dist/egress-crd.yaml),
+// runEgress assigns Egress IPs once the Egress resource is served (dist/egress.yaml),
 // until ctx ends. Without a dynamic client it only waits.
 func runEgress(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if cfg.Dynamic == nil {
@@ -22,7 +22,7 @@ func runEgress(ctx context.Context, cfg Config, client kubernetes.Interface) err
 	logged := false
 	for !egressServed(client) {
 		if !logged {
-			log.Info("the Egress resource (egresses.kovs.io) is not installed: Egress IPs wait for dist/egress-crd.yaml")
+			log.Info("the Egress resource (egresses.kovs.io) is not installed: Egress IPs wait for dist/egress.yaml")
 			logged = true
 		}
 		select {

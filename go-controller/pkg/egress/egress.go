@@ -1,4 +1,4 @@
-// Package egress is the Egress resource (egresses.kovs.io, a CRD in dist/egress-crd.yaml):
+// Package egress is the Egress resource (egresses.kovs.io, a CRD in dist/egress.yaml):
 // pods chosen by namespace and pod selectors leave the cluster with a given egress IP,
 // held by one node that a node selector allows. kovs-controller assigns the IP to a
 // healthy node and records it in the status; every agent redirects its selected pods'
