@@ -74,13 +74,12 @@ func TestNodePodCIDRsDualStack(t *testing.T) {
 	}
 	wantRefused(t, s, "stray", "NodePodCIDROutsideClusterCIDRs", "10.250.0.0/24")
 
-	// So is a node whose own address is inside a cluster CIDR.
-	inside := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "inside"}}
+	// So is a node whose own address is inside a cluster CIDR. It registers with its
+	// address, as kubelet does: created bare and patched later, the node could get its
+	// subnets in between.
+	inside := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "inside"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.244.200.1"}}}}
 	if _, err := s.Client.CoreV1().Nodes().Create(ctx, inside, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	addr := []byte(`{"status":{"addresses":[{"type":"InternalIP","address":"10.244.200.1"}]}}`)
-	if _, err := s.Client.CoreV1().Nodes().PatchStatus(ctx, inside.Name, addr); err != nil {
 		t.Fatal(err)
 	}
 	wantRefused(t, s, "inside", "NodeAddressInPodCIDR", "10.244.200.1")
