@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -47,6 +48,9 @@ func main() {
 	flag.StringVar(&pf.caConfig, "controller-ca-configmap", "kube-system/kovs-ca", "namespace/name of the ConfigMap holding the controller's CA")
 	flag.StringVar(&pf.serverName, "controller-server-name", stream.DefaultServerName, "name the controller's certificate is verified for")
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9092", "where /metrics, /healthz, /readyz and /status are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
+	masquerade := flag.Bool("masquerade", true, "masquerade pod traffic that leaves the cluster (to an address outside the cluster CIDRs and the nodes' addresses) to the node's address")
+	noMasq := flag.String("no-masquerade-cidrs", "", "destinations never masqueraded: networks that route pod addresses back (comma-separated CIDRs)")
+	flag.DurationVar(&cfg.EgressHeartbeatInterval, "egress-heartbeat-interval", time.Second, "while the node may hold egress IPs, how often its heartbeat Lease is renewed (the Lease lasts three intervals: how long a failed holder keeps its IPs)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -59,12 +63,19 @@ func main() {
 	if cfg.ClusterCIDRs, err = parseCIDRs(*cidrs); err != nil {
 		log.WithError(err).Fatal("--cluster-cidrs")
 	}
+	cfg.NoMasquerade = !*masquerade
+	if cfg.NoMasqueradeCIDRs, err = parseCIDRs(*noMasq); err != nil {
+		log.WithError(err).Fatal("--no-masquerade-cidrs")
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		log.WithError(err).Fatal("kubeconfig")
 	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
+		log.WithError(err).Fatal("kubernetes client")
+	}
+	if cfg.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
 		log.WithError(err).Fatal("kubernetes client")
 	}
 	var conns agent.FeedConnections

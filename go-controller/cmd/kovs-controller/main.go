@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
@@ -72,6 +73,10 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		fatal(err)
+	}
 	agentNS, agentName, ok := strings.Cut(*agentSA, "/")
 	if !ok || agentNS == "" || agentName == "" {
 		fatal(fmt.Errorf("--agent-service-account %q: use namespace/name", *agentSA))
@@ -91,7 +96,7 @@ func main() {
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
 			TokenReviews: reviews.TokenReviews()},
-		Metrics: set, Health: health,
+		Metrics: set, Health: health, Dynamic: dyn,
 	}, client)
 	if err != nil {
 		fatal(err)

@@ -25,6 +25,7 @@ const usage = `usage: kovs-sandbox [--name NAME] [--root DIR] COMMAND [ARGS]
 commands:
   up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
      [--runtime emulator|containerd] [--images DIR] [--dist DIR] [--agent-resync-period D]
+     [--no-masquerade-cidrs CIDRS] [--node-pod-cidrs]
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -34,6 +35,7 @@ commands:
   restart PROCESS                   stop and start a process (e.g. node1-kovs-agent)
   matrix [--port 80/tcp] [--timeout D] [NAMESPACE...]
                                     probe every ordered pair of running pods
+  external [--reset]                the external host's addresses and the sources it saw
 
 NAME defaults to $KOVS_SANDBOX_NAME or "kovs"; state lives in ROOT/NAME (` + sandbox.DefaultRoot + `).
 `
@@ -58,7 +60,7 @@ func main() {
 	cmds := map[string]func(context.Context, sandbox.Layout, []string) error{
 		"up": cmdUp, "down": cmdDown, "status": cmdStatus, "kubeconfig": cmdKubeconfig,
 		"exec": cmdExec, "probe": cmdProbe, "matrix": cmdMatrix, "restart": cmdRestart, "node-emulator": cmdNodeEmulator,
-		"node-host": cmdNodeHost, "relays": cmdRelays,
+		"node-host": cmdNodeHost, "relays": cmdRelays, "external-host": cmdExternalHost, "external": cmdExternal,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -86,6 +88,8 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "--runtime containerd: the image archives (make images) imported into every node")
 	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "dist/ of the repository: --runtime containerd installs kovs from its kustomization; emulated nodes run kovs under its RBAC and admission policies")
 	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
+	nodePodCIDRs := fs.Bool("node-pod-cidrs", false, "kube-controller-manager allocates the nodes' spec.podCIDRs (--allocate-node-cidrs) and kovs-controller takes them (--use-node-pod-cidrs)")
+	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs (comma-separated; e.g. the external host's routed addresses 172.30.0.251/32)")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
 	if err != nil {
@@ -97,7 +101,12 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
 		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
-		AgentResyncPeriod: *resync, Out: os.Stdout}
+		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, Out: os.Stdout}
+	for _, c := range strings.Split(*noMasq, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			opts.NoMasqueradeCIDRs = append(opts.NoMasqueradeCIDRs, c)
+		}
+	}
 	switch *network {
 	case "auto", "kovs":
 		opts.KovsBinDir = filepath.Dir(self)
@@ -214,6 +223,34 @@ func cmdNodeHost(ctx context.Context, l sandbox.Layout, args []string) error {
 func cmdRelays(ctx context.Context, l sandbox.Layout, _ []string) error {
 	log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
 	return sandbox.RunRelays(ctx, l)
+}
+
+func cmdExternalHost(ctx context.Context, _ sandbox.Layout, _ []string) error {
+	return sandbox.RunExternalHost(ctx)
+}
+
+// cmdExternal prints the external host's addresses and what its witness saw; --reset
+// empties the witness.
+func cmdExternal(_ context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("external", flag.ExitOnError)
+	reset := fs.Bool("reset", false, "forget what the witness saw")
+	_ = fs.Parse(args)
+	if *reset {
+		return l.ResetExternalSeen()
+	}
+	st, err := l.LoadState()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("external host %s: %v\n", l.ExternalNetNS(), sandbox.ExternalAddrs(st.Family))
+	seen, err := l.ExternalSeen()
+	if err != nil {
+		return err
+	}
+	for _, s := range seen {
+		fmt.Printf("saw %s\n", s)
+	}
+	return nil
 }
 
 func defaultK8sBinDir() string {

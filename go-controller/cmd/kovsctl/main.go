@@ -25,6 +25,10 @@ commands:
   policies [--namespace NS]       NetworkPolicies and on how many nodes each is enforced
   status --node NODE[,NODE] [--agent-address ADDR] [--agent-netns NS] [-o table|json]
         agent, OVS, tunnel peers, controller connection, policy; exit 1 if anything is wrong
+  plan [--cluster-cidr C[,C]] [--block-size B[,B]] [--service-cidr S[,S]] [--node-cidr N[,N]] [--max-pods N]
+        node cap, pods per node, pod capacity per family and every overlap; without
+        --cluster-cidr the live cluster's plan (and nodes whose max pods exceed their
+        block); exit 1 on an overlap
 
 --ovs-dir is a node's OVS run directory; "{node}" in it stands for the node name
 (in a sandbox: /run/kovs-sandbox/<name>/nodes/{node}/ovs). Default ` + kovsctl.DefaultOVSDir + `.
@@ -39,6 +43,12 @@ func main() {
 	if global.NArg() == 0 {
 		global.Usage()
 		os.Exit(2)
+	}
+	if args := global.Args(); args[0] == "plan" {
+		if err := plan(*kubeconfig, args[1:]); err != nil {
+			fatal(err)
+		}
+		return
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *kubeconfig

@@ -57,6 +57,10 @@ type Agent struct {
 	peersMu       sync.Mutex
 	rejectedPeers map[string]string
 	uninstall     uninstallWatch
+	// masquerade asks for the masquerade table to be rewritten (nil until it runs).
+	masquerade func()
+	// egress follows the Egresses (nil without a dynamic client).
+	egress *egressAgent
 }
 
 // Run runs the agent until ctx ends.
@@ -116,6 +120,8 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := a.startServiceProxy(ctx); err != nil {
 		return err
 	}
+	a.masquerade = a.startMasquerade(ctx, podFamilies(self))
+	a.startEgress(ctx, podInformer.Informer())
 	return a.serve(ctx, nodeInformer.Informer())
 }
 
@@ -349,4 +355,20 @@ func (a *Agent) updatePeers() {
 	a.peersMu.Lock()
 	a.rejectedPeers = reportRejectedPeers(a.rejectedPeers, a.state.RejectedPeers())
 	a.peersMu.Unlock()
+	if a.masquerade != nil {
+		a.masquerade()
+	}
+	if a.egress != nil {
+		a.egress.kick()
+	}
+}
+
+// podFamilies says which address families the node has pod blocks of (ipv6 -> true).
+func podFamilies(n *corev1.Node) map[bool]bool {
+	blocks, _ := nodeSubnets(n)
+	families := map[bool]bool{}
+	for _, b := range blocks {
+		families[b.Addr().Is6()] = true
+	}
+	return families
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 )
 
 // Config configures the agent of one node.
@@ -66,6 +67,17 @@ type Config struct {
 	PodNamespace string
 	PodName      string
 	CNIBinDir    string
+	// NoMasquerade turns off the masquerading of pod traffic that leaves the cluster
+	// (masquerade.go); NoMasqueradeCIDRs are destinations it never translates (networks
+	// that route pod addresses back).
+	NoMasquerade      bool
+	NoMasqueradeCIDRs []netip.Prefix
+	// Dynamic reaches the Egress resource (nil: Egress is not followed).
+	Dynamic dynamic.Interface
+	// EgressHeartbeatInterval is how often the node's heartbeat Lease is renewed while it
+	// may hold egress IPs (the Lease lasts three intervals); EgressLeaseNamespace holds it.
+	EgressHeartbeatInterval time.Duration
+	EgressLeaseNamespace    string
 }
 
 // Defaults fills in what was left empty.
@@ -97,6 +109,15 @@ func (c *Config) Defaults() {
 	if c.LearnedFlowLimit == 0 {
 		c.LearnedFlowLimit = DefaultLearnedFlowLimit
 	}
+	if c.EgressHeartbeatInterval == 0 {
+		c.EgressHeartbeatInterval = time.Second
+	}
+	if c.EgressLeaseNamespace == "" {
+		c.EgressLeaseNamespace = c.PodNamespace
+	}
+	if c.EgressLeaseNamespace == "" {
+		c.EgressLeaseNamespace = "kube-system"
+	}
 }
 
 // DefaultLearnedFlowLimit is --learned-flow-limit's default: room for 32,768 SCTP
@@ -114,6 +135,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cluster-cidrs is required (the same as kovs-controller's)")
 	case c.CNISocket == "":
 		return fmt.Errorf("--cni-socket is required")
+	case c.EgressHeartbeatInterval < 100*time.Millisecond:
+		return fmt.Errorf("--egress-heartbeat-interval %s: use at least 100ms (1s is the default)", c.EgressHeartbeatInterval)
 	case c.ResyncPeriod < minSyncGap:
 		return fmt.Errorf("--resync-period %s: use at least %s (the full resync repairs drift; 10s is the default)", c.ResyncPeriod, minSyncGap)
 	case c.LearnedFlowLimit < 16:
@@ -121,6 +144,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ServiceProxy != ServiceProxyKovs && c.ServiceProxy != ServiceProxyNone {
 		return fmt.Errorf("--service-proxy %q: use kovs or none", c.ServiceProxy)
+	}
+	for _, p := range c.NoMasqueradeCIDRs {
+		if !p.IsValid() || p != p.Masked() {
+			return fmt.Errorf("--no-masquerade-cidrs: %q is not a network prefix (as in 192.168.0.0/16)", p)
+		}
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

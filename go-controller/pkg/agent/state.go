@@ -40,6 +40,9 @@ type NodeState struct {
 	// evictions are learned SCTP translations to delete once their generation is
 	// installed (service_state.go).
 	evictions []pendingEviction
+	// egress is the node's share of the Egresses (egress_state.go); nil without any. It is
+	// replaced, never changed in place.
+	egress *egressShare
 
 	// stages are the pipeline; compiler compiles it for Desired (compileMu: one
 	// compilation at a time).
@@ -171,6 +174,7 @@ func (s *NodeState) Snapshot() (pipeline.Snapshot, uint64, error) {
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
 		snap.Pods = append(snap.Pods, s.pods[name])
 	}
+	snap.Egress = s.egressStateLocked(snap.Pods, snap.Peers)
 	return snap, s.generation, nil
 }
 

@@ -78,7 +78,7 @@ func (a *Agent) watchUninstall(ctx context.Context) {
 
 // cleanNodeIfUninstalled removes what kovs put on the node, once its DaemonSet is gone:
 // br-int (its ports, flows and groups go with it; the gateway's addresses and routes with
-// its port), the Service host rules, the CNI socket and the kovs-cni binary. The CNI
+// its port), the Service host rules, the masquerade table, the CNI socket and the kovs-cni binary. The CNI
 // config was removed already, so the runtime starts no new pod on kovs meanwhile.
 func (a *Agent) cleanNodeIfUninstalled() {
 	if !a.uninstall.removed.Load() {
@@ -88,6 +88,7 @@ func (a *Agent) cleanNodeIfUninstalled() {
 	defer cancel()
 	l := log.WithField("node", a.cfg.NodeName)
 	removeServiceHost(a.cfg.GatewayName)
+	removeMasquerade()
 	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
 		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)
 	}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -50,6 +51,8 @@ type Config struct {
 	// Metrics and Health, if set, are kept up to date (see package metrics).
 	Metrics *metrics.Set
 	Health  *metrics.Health
+	// Dynamic reaches the Egress resource; nil: Egress is not served.
+	Dynamic dynamic.Interface
 }
 
 func (c *Config) electionDefaults() {
@@ -117,6 +120,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 				log.WithField("identity", cfg.Identity).Info("leading: starting controllers")
 				obs.leading(true)
 				go labelAsLeader(runCtx, client, cfg.Pod, cfg.RetryPeriod)
+				// A failure of the controllers (a refused address plan) ends the election
+				// too, releasing the Lease, and Run returns it: the process exits instead
+				// of leading idle.
 				errc <- runControllers(runCtx, cfg, client)
 				stop()
 				mu.Lock()
@@ -185,6 +191,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
 		return fmt.Errorf("informers did not sync")
 	}
+	if err := checkAddressPlan(ctx, client, cfg.Addresses.ClusterCIDRs, nodeInformer.Lister()); err != nil {
+		return err
+	}
 	if err := alloc.Restore(nodeInformer.Lister(), podInformer.Lister()); err != nil {
 		return err
 	}
@@ -210,6 +219,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		"network policy": func(ctx context.Context) error {
 			return policies.run(ctx, client, nodeInformer.Informer())
 		},
+		"egress": func(ctx context.Context) error { return runEgress(ctx, cfg, client) },
 	})
 }
 

@@ -39,6 +39,7 @@ const (
 	// dumps only the flows without the bit (InstalledFilter), so however many flows the
 	// pods make the switch learn, the agent never reads them.
 	CategoryLearned Category = 0x80
+	CategoryEgress  Category = 8 // Egress IPs (object: a selected pod's ofport, 65536 + a held Egress's ID, 0 exclusions)
 )
 
 const (

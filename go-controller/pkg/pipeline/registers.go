@@ -13,7 +13,10 @@ import "fmt"
 //	                              state stands), 1 SCTP (policy checks every packet),
 //	                              2 SCTP reply of an association policy allowed (a learned
 //	                              SCTPReply flow matched)
-//	reg0[10..31] free
+//	reg0[10..15] free
+//	reg0[16..31] EgressID         the Egress whose IP a packet leaves with (egress stage):
+//	                              loaded in Classifier (tunnel key) or L3Forwarding (a
+//	                              selected local pod); ConntrackCommit translates to its IP
 //	reg1[0..31]  OutPort          ofport chosen by L3Forwarding; Output sends the packet
 //	                              there and IngressPolicy will select the destination
 //	                              pod's rules by it
@@ -43,6 +46,7 @@ var (
 	EndpointKeyField     = RegField{Name: "EndpointKey", Reg: 3, Start: 0, End: 31}
 	ServiceGroupField    = RegField{Name: "ServiceGroup", Reg: 4, Start: 0, End: 31}
 	SCTPStateField       = RegField{Name: "SCTPState", Reg: 0, Start: 8, End: 9}
+	EgressIDField        = RegField{Name: "EgressID", Reg: 0, Start: 16, End: 31}
 )
 
 // field is the whole register the range lives in.

@@ -21,6 +21,8 @@ type scenario struct {
 	policy *policy.NodeShare
 	// services are Service ports by Service, when the scenario has Services.
 	services map[string][]ServicePort
+	// egress is the node's share of the Egresses, when the scenario has some.
+	egress *EgressState
 }
 
 const (
@@ -126,7 +128,7 @@ func threeNodesDualStack(n int) scenario {
 }
 
 func goldenScenarios() []scenario {
-	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario()}
+	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario(), egressScenario()}
 }
 
 func (sc scenario) flows(t *testing.T) []Flow {
@@ -136,7 +138,8 @@ func (sc scenario) flows(t *testing.T) []Flow {
 
 // snapshot is the scenario's node as the agent hands it to the stages.
 func (sc scenario) snapshot() Snapshot {
-	return Snapshot{Node: sc.node, Round: testRound, Pods: sc.pods, Peers: sc.peers, Policy: sc.policy, Services: sc.services}
+	return Snapshot{Node: sc.node, Round: testRound, Pods: sc.pods, Peers: sc.peers, Policy: sc.policy, Services: sc.services,
+		Egress: sc.egress}
 }
 
 // compile compiles the scenario through every stage of r: the one way flows are built.

@@ -66,6 +66,8 @@ type Snapshot struct {
 	// Services are the Service ports by Service (namespace/name); a Service's slice is
 	// replaced, never changed in place, when its ports change.
 	Services map[string][]ServicePort
+	// Egress is the node's share of the Egresses; nil without any.
+	Egress *EgressState
 }
 
 // Registry is the pipeline's stages, in the order their objects are compiled.
@@ -80,6 +82,7 @@ func Stages() Registry {
 		tunnelPeerStage(),
 		serviceStage(),
 		policyStage(),
+		egressStage(),
 	}}
 }
 

@@ -107,7 +107,7 @@ func (u *upRun) apiserver() Process {
 
 func (u *upRun) controllerManager() Process {
 	s, pki := u.state, u.layout.PKIDir()
-	return Process{Name: "kube-controller-manager", Path: filepath.Join(u.opts.K8sBinDir, "kube-controller-manager"), Args: []string{
+	p := Process{Name: "kube-controller-manager", Path: filepath.Join(u.opts.K8sBinDir, "kube-controller-manager"), Args: []string{
 		"--kubeconfig", u.layout.Kubeconfig(), "--authentication-kubeconfig", u.layout.Kubeconfig(),
 		"--authorization-kubeconfig", u.layout.Kubeconfig(),
 		"--bind-address", "127.0.0.1", "--secure-port", "0",
@@ -118,6 +118,12 @@ func (u *upRun) controllerManager() Process {
 		"--service-cluster-ip-range", strings.Join(s.ServiceCIDRs, ","),
 		"--profiling=false",
 	}}
+	if s.NodePodCIDRs {
+		// The node blocks kovs would carve itself: /24 and /64 of the same cluster CIDRs.
+		p.Args = append(p.Args, "--allocate-node-cidrs", "--cluster-cidr", strings.Join(clusterCIDRs[s.Family], ","),
+			"--node-cidr-mask-size-ipv4", "24", "--node-cidr-mask-size-ipv6", "64")
+	}
+	return p
 }
 
 func (u *upRun) scheduler() Process {

@@ -33,7 +33,7 @@ func (l Layout) InstallDir() string { return filepath.Join(l.Dir(), "kovs-instal
 //     the optional ConfigMap kovs-kube-apiserver exists for;
 //   - no ovs container: the nodes run Open vSwitch themselves (the sandbox made br-ex on
 //     it).
-func (l Layout) installOverlay(distRel string, family IPFamily) map[string]string {
+func (l Layout) installOverlay(distRel string, family IPFamily, noMasquerade []string, nodePodCIDRs bool) map[string]string {
 	return map[string]string{
 		"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -52,6 +52,8 @@ data:
   cluster-cidrs: "` + strings.Join(clusterCIDRs[family], ",") + `"
   datapath-type: netdev
   uplink-bridge: ` + UplinkBridge + `
+  no-masquerade-cidrs: "` + strings.Join(noMasquerade, ",") + `"
+  use-node-pod-cidrs: "` + strconv.FormatBool(nodePodCIDRs) + `"
 `,
 		"kube-apiserver.yaml": `apiVersion: v1
 kind: ConfigMap
@@ -89,7 +91,7 @@ func (u *upRun) writeInstallOverlay() error {
 	if err != nil {
 		return err
 	}
-	for name, content := range u.layout.installOverlay(rel, u.state.Family) {
+	for name, content := range u.layout.installOverlay(rel, u.state.Family, u.opts.NoMasqueradeCIDRs, u.state.NodePodCIDRs) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,14 +80,21 @@ func (u *upRun) kovs() error {
 	u.state.KovsBinDir = dir
 	u.state.AgentMetricsPort = NodeAgentMetricsPort
 	l := u.layout
+	if err := u.installEgressCRD(); err != nil {
+		return err
+	}
 	if err := u.kovsIdentities(); err != nil {
 		return err
 	}
-	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: []string{
+	args := []string{
 		"--kubeconfig", l.ControllerKubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
 		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
 		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)),
-	}}); err != nil {
+	}
+	if u.state.NodePodCIDRs {
+		args = append(args, "--use-node-pod-cidrs")
+	}
+	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
 		return err
 	}
 	if err := u.waitController(); err != nil {
@@ -152,6 +160,9 @@ func (u *upRun) agentArgs(n Node) []string {
 	}
 	if u.opts.AgentResyncPeriod > 0 {
 		args = append(args, "--resync-period", u.opts.AgentResyncPeriod.String())
+	}
+	if len(u.opts.NoMasqueradeCIDRs) > 0 {
+		args = append(args, "--no-masquerade-cidrs", strings.Join(u.opts.NoMasqueradeCIDRs, ","))
 	}
 	return args
 }
@@ -220,4 +231,26 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// installEgressCRD applies dist/egress.yaml (the Egress CRD and its permissions), as
+// `kubectl apply -k dist/` does on real nodes; without a dist directory Egress is off.
+func (u *upRun) installEgressCRD() error {
+	path := filepath.Join(u.opts.DistDir, "egress.yaml")
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(u.opts.Out, "%s not found: no Egress resource\n", path)
+		return nil
+	}
+	cmd := exec.CommandContext(u.ctx, filepath.Join(u.opts.K8sBinDir, "kubectl"), "--kubeconfig", u.layout.Kubeconfig(), "apply", "-f", path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl apply %s: %w\n%s", path, err, out)
+	}
+	client, err := u.layout.Client()
+	if err != nil {
+		return err
+	}
+	return waitFor(u.ctx, 30*time.Second, "the Egress resource to be served", func() error {
+		_, err := client.Discovery().ServerResourcesForGroupVersion("kovs.io/v1alpha1")
+		return err
+	})
 }

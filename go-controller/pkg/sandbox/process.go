@@ -110,6 +110,41 @@ func (l Layout) Restart(name string) (int, error) {
 	return l.start(p)
 }
 
+// Kill ends the named process at once (SIGKILL), as a crash or a lost node would, and
+// leaves it stopped; Start starts it again.
+func (l Layout) Kill(name string) error {
+	pid := l.pidOf(name)
+	if pid == 0 {
+		return fmt.Errorf("sandbox %q: process %q is not running", l.Name, name)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %w", name, pid, err)
+	}
+	for range 250 {
+		if !alive(pid) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return os.Remove(l.pidFile(name))
+}
+
+// Start starts a stopped process again with its recorded command line.
+func (l Layout) Start(name string) (int, error) {
+	if l.Running(name) {
+		return 0, fmt.Errorf("sandbox %q: process %q is running", l.Name, name)
+	}
+	b, err := os.ReadFile(filepath.Join(l.PidDir(), name+".json"))
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %q has no process %q (see `kovs-sandbox status`): %w", l.Name, name, err)
+	}
+	var p Process
+	if err := json.Unmarshal(b, &p); err != nil {
+		return 0, err
+	}
+	return l.start(p)
+}
+
 func (l Layout) pidFile(name string) string { return filepath.Join(l.PidDir(), name+".pid") }
 
 // pidOf returns the live pid recorded for name, or 0 when there is none or it is not ours.

@@ -76,6 +76,9 @@ type State struct {
 	KubeProxy bool `json:"kubeProxy,omitempty"`
 	// Runtime runs the nodes' pods (RuntimeEmulator or RuntimeContainerd).
 	Runtime Runtime `json:"runtime,omitempty"`
+	// NodePodCIDRs: kube-controller-manager allocates spec.podCIDRs, kovs-controller
+	// takes its node blocks from them.
+	NodePodCIDRs bool `json:"nodePodCIDRs,omitempty"`
 }
 
 // APIServerURL is the kube-apiserver address in the root namespace.

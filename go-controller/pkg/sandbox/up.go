@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -40,7 +41,13 @@ type Options struct {
 	// diffs its flows against the switch's dump); 0 leaves the agent's default (10 s).
 	// Tests that must see a full resync after each change set it short.
 	AgentResyncPeriod time.Duration
-	Out               io.Writer
+	// NoMasqueradeCIDRs are every kovs-agent's --no-masquerade-cidrs: destinations the
+	// nodes do not masquerade pod traffic to (the external host's routed addresses, say).
+	NoMasqueradeCIDRs []string
+	// NodePodCIDRs has kube-controller-manager allocate the nodes' spec.podCIDRs
+	// (--allocate-node-cidrs) and kovs-controller take them (--use-node-pod-cidrs).
+	NodePodCIDRs bool
+	Out          io.Writer
 }
 
 // upRun is one execution of Up.
@@ -74,8 +81,8 @@ func Up(ctx context.Context, l Layout, opts Options) (*State, error) {
 }
 
 func (o *Options) validate() error {
-	if o.Nodes < 1 || o.Nodes > 250 {
-		return fmt.Errorf("--nodes %d: use 1 to 250", o.Nodes)
+	if o.Nodes < 1 || o.Nodes > 249 {
+		return fmt.Errorf("--nodes %d: use 1 to 249 (node i has the underlay address .i; the external host has .250 and .251)", o.Nodes)
 	}
 	for _, f := range []string{filepath.Join(o.K8sBinDir, "kube-apiserver"), filepath.Join(o.K8sBinDir, "kube-controller-manager"),
 		filepath.Join(o.K8sBinDir, "kube-scheduler"), o.EtcdPath, o.SelfPath} {
@@ -85,6 +92,11 @@ func (o *Options) validate() error {
 	}
 	if o.AgentResyncPeriod < 0 {
 		return fmt.Errorf("--agent-resync-period %s: use a positive duration, or 0 for the agent's default", o.AgentResyncPeriod)
+	}
+	for _, c := range o.NoMasqueradeCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return fmt.Errorf("--no-masquerade-cidrs %q: %w", c, err)
+		}
 	}
 	if o.KubeProxy {
 		if err := kubeProxyPresent(o.K8sBinDir); err != nil {
@@ -137,6 +149,7 @@ func (u *upRun) run() error {
 func (u *upRun) steps() []upStep {
 	steps := []upStep{
 		{"underlay", u.underlay},
+		{"external host", u.externalHost},
 		{"control plane", func() error { return u.controlPlane(u.ctx) }},
 		{"nodes", u.nodes},
 	}
@@ -169,7 +182,8 @@ type upStep struct {
 
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
-		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime}
+		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime,
+		NodePodCIDRs: u.opts.NodePodCIDRs}
 	taken := map[int]bool{}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort(taken)

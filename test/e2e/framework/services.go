@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -59,43 +58,21 @@ func (s *Sandbox) NodeIPs(t testing.TB, node string) []netip.Addr {
 	return out
 }
 
-// External client addresses: on the underlay, outside the nodes' range (node i has .i).
-var (
-	externalV4 = netip.MustParseAddr("172.30.0.200")
-	externalV6 = netip.MustParseAddr("fd00:172:30::c8")
-)
-
-// ExternalClient gives the sandbox's underlay namespace an address of every family the
-// nodes have and returns it as a probe client: a host outside the cluster, on the nodes'
-// network, that is neither a node nor a pod. The addresses go with the sandbox.
+// ExternalClient is the sandbox's external host as a probe client: a host outside the
+// cluster, on the nodes' network, that is neither a node nor a pod and has no route to
+// any pod CIDR (sandbox.ExternalAddrs). Its ordinary addresses of the sandbox's families
+// come first.
 func (s *Sandbox) ExternalClient(t testing.TB) Client {
 	t.Helper()
 	st, err := s.Layout.LoadState()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ul := s.Layout.UnderlayNetNS()
-	c := Client{Name: "external", NetNS: sandbox.NetNSPath(ul)}
-	// A real host's NIC fills in TCP and UDP checksums; a Linux bridge leaves them to be
-	// offloaded, and the nodes' userspace OVS datapath hands such packets on unfinished,
-	// so the node's kernel would drop them. ul0 computes them in software instead.
-	if out, err := exec.Command("ip", "netns", "exec", ul, "ethtool", "-K", "ul0", "tx", "off").CombinedOutput(); err != nil {
-		t.Fatalf("external client: turn off checksum offload on ul0: %v: %s", err, out)
-	}
-	for _, family := range []bool{true, false} {
-		if (family && !st.Family.HasIPv4()) || (!family && !st.Family.HasIPv6()) {
-			continue
+	c := Client{Name: "external", NetNS: sandbox.NetNSPath(s.Layout.ExternalNetNS())}
+	for _, a := range sandbox.ExternalAddrs(st.Family) {
+		if a != sandbox.ExternalRoutedV4 && a != sandbox.ExternalRoutedV6 {
+			c.Addrs = append(c.Addrs, a)
 		}
-		addr, bits, extra := externalV4, 24, []string(nil)
-		if !family {
-			addr, bits, extra = externalV6, 64, []string{"nodad"}
-		}
-		// ul0 is the underlay bridge every node's uplink plugs into.
-		args := append([]string{"netns", "exec", ul, "ip", "addr", "replace", fmt.Sprintf("%s/%d", addr, bits), "dev", "ul0"}, extra...)
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("external client address %s: %v: %s", addr, err, out)
-		}
-		c.Addrs = append(c.Addrs, addr)
 	}
 	return c
 }

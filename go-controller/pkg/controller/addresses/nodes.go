@@ -23,8 +23,13 @@ import (
 const (
 	ReasonSubnetExhausted = "NodeSubnetExhausted"
 	ReasonSubnetConflict  = "NodeSubnetConflict"
-	reasonNoSubnet        = "NoNodeSubnet"
-	reasonNoPodCIDRs      = "NoPodCIDRs"
+	// ReasonAddressInPodCIDR: the node's own address is inside a cluster CIDR.
+	ReasonAddressInPodCIDR = "NodeAddressInPodCIDR"
+	// ReasonPodCIDROutside: in spec.podCIDRs mode, the node's podCIDR is outside the
+	// cluster CIDRs.
+	ReasonPodCIDROutside = "NodePodCIDROutsideClusterCIDRs"
+	reasonNoSubnet       = "NoNodeSubnet"
+	reasonNoPodCIDRs     = "NoPodCIDRs"
 )
 
 // NodeReconciler gives each Node its subnets.
@@ -48,6 +53,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if err := r.checkAddresses(node); err != nil {
+		return r.reportNoSubnet(ctx, node, err)
 	}
 	blocks, err := r.blocksFor(node)
 	if err != nil {
@@ -76,11 +84,62 @@ func (r *NodeReconciler) blocksFor(node *corev1.Node) ([]netip.Prefix, error) {
 			if err != nil {
 				return nil, fmt.Errorf("spec.podCIDRs %q: %w", c, err)
 			}
-			blocks = append(blocks, p.Masked())
+			p = p.Masked()
+			if !r.insideCluster(p) {
+				return nil, &planError{reason: ReasonPodCIDROutside, msg: fmt.Sprintf(
+					"spec.podCIDRs %s is outside the cluster CIDRs %v: kube-controller-manager's --cluster-cidr must lie within kovs-controller's --cluster-cidrs",
+					p, r.clusterPrefixes())}
+			}
+			blocks = append(blocks, p)
 		}
 		return blocks, nil
 	}
 	return r.Alloc.subnets.Allocate(node.Name)
+}
+
+// planError is a node the address plan cannot serve: an Event with its reason, and the
+// node stays NetworkUnavailable until the Node changes.
+type planError struct{ reason, msg string }
+
+func (e *planError) Error() string { return e.msg }
+
+// checkAddresses refuses a node whose own address lies inside a cluster CIDR: its pods'
+// addresses would collide with the node's.
+func (r *NodeReconciler) checkAddresses(node *corev1.Node) error {
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		for _, c := range r.Alloc.cfg.ClusterCIDRs {
+			if c.CIDR.Contains(ip) {
+				return &planError{reason: ReasonAddressInPodCIDR, msg: fmt.Sprintf(
+					"node %s's address %s (%s) is inside cluster CIDR %s: pods would take addresses of the node network; choose cluster CIDRs outside it",
+					node.Name, ip, a.Type, c.CIDR)}
+			}
+		}
+	}
+	return nil
+}
+
+func (r *NodeReconciler) insideCluster(p netip.Prefix) bool {
+	for _, c := range r.Alloc.cfg.ClusterCIDRs {
+		if c.CIDR.Bits() <= p.Bits() && c.CIDR.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *NodeReconciler) clusterPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range r.Alloc.cfg.ClusterCIDRs {
+		out = append(out, c.CIDR)
+	}
+	return out
 }
 
 // annotate writes kovs.io/node-subnets if it differs.
@@ -108,7 +167,10 @@ func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks
 func (r *NodeReconciler) reportNoSubnet(ctx context.Context, node *corev1.Node, cause error) error {
 	reason := reasonNoPodCIDRs
 	var exhausted *ipam.SubnetExhaustedError
-	if errors.As(cause, &exhausted) {
+	var plan *planError
+	if errors.As(cause, &plan) {
+		reason = plan.reason
+	} else if errors.As(cause, &exhausted) {
 		reason = ReasonSubnetExhausted
 	} else if errors.Is(cause, ipam.ErrConflict) {
 		reason = ReasonSubnetConflict

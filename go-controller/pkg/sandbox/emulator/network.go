@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/containernetworking/cni/libcni"
@@ -13,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The messages kubelet and the container runtime give while no CNI network is usable.
@@ -113,15 +116,53 @@ type Attachment struct {
 	Namespace   string
 	Name        string
 	UID         string
+	// PortMappings are the pod's hostPorts, passed as runtimeConfig.portMappings.
+	PortMappings []PortMapping
+}
+
+// PortMapping is one entry of the portMappings capability argument exactly as
+// containerd's CRI plugin sends it: go-cni's PortMapping, which has no JSON tags, so the
+// JSON carries the Go field names (HostPort, ContainerPort, Protocol, HostIP); the
+// protocol is lower case and HostIP empty unless the pod asks for one.
+type PortMapping struct {
+	HostPort      int32
+	ContainerPort int32
+	Protocol      string
+	HostIP        string
+}
+
+// PodPortMappings are a pod's port mappings as kubelet and containerd derive them: every
+// container port with a hostPort (kubelet lists each container port once, containerd
+// drops those without a hostPort), in the order of the pod's containers and ports.
+func PodPortMappings(pod *corev1.Pod) []PortMapping {
+	var out []PortMapping
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort <= 0 {
+				continue
+			}
+			proto := p.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			m := PortMapping{HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: strings.ToLower(string(proto)), HostIP: p.HostIP}
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }
 
 const podInterface = "eth0"
 
 func (a Attachment) runtimeConf() *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{
-		ContainerID: a.ContainerID,
-		NetNS:       a.NetNSPath,
-		IfName:      podInterface,
+		// containerd passes the capability on every call, empty when there is no hostPort.
+		CapabilityArgs: map[string]interface{}{"portMappings": a.PortMappings},
+		ContainerID:    a.ContainerID,
+		NetNS:          a.NetNSPath,
+		IfName:         podInterface,
 		Args: [][2]string{
 			{"IgnoreUnknown", "1"},
 			{"K8S_POD_NAMESPACE", a.Namespace},

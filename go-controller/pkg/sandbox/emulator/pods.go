@@ -192,11 +192,12 @@ func (e *Emulator) teardown(ctx context.Context, key string) error {
 // as the emulator makes it: the container ID is derived from the pod UID.
 func PodAttachment(pod *corev1.Pod, netnsPath string) Attachment {
 	return Attachment{
-		ContainerID: containerID(pod.UID),
-		NetNSPath:   netnsPath,
-		Namespace:   pod.Namespace,
-		Name:        pod.Name,
-		UID:         string(pod.UID),
+		ContainerID:  containerID(pod.UID),
+		NetNSPath:    netnsPath,
+		Namespace:    pod.Namespace,
+		Name:         pod.Name,
+		UID:          string(pod.UID),
+		PortMappings: PodPortMappings(pod),
 	}
 }
 

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"encoding/json"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,5 +50,23 @@ func TestStatusEqualIgnoresTimestamps(t *testing.T) {
 func TestContainerIDIsStablePerUID(t *testing.T) {
 	if containerID("uid-1") != containerID("uid-1") || containerID("uid-1") == containerID("uid-2") || len(containerID("x")) != 64 {
 		t.Fatal("the sandbox ID must be a stable 64-hex-digit function of the pod UID")
+	}
+}
+
+// The portMappings capability reaches the plugin as containerd's CRI plugin sends it:
+// the Go field names of go-cni's PortMapping, lower-case protocols, only hostPorts.
+func TestPortMappingsAsContainerdSendsThem(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "a", Ports: []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}, {ContainerPort: 81}}},
+		{Name: "b", Ports: []corev1.ContainerPort{{ContainerPort: 53, HostPort: 5353, Protocol: corev1.ProtocolUDP, HostIP: "172.30.0.1"}}},
+	}}}
+	b, err := json.Marshal(PodAttachment(pod, "/run/netns/x").runtimeConf().CapabilityArgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"portMappings":[{"HostPort":8080,"ContainerPort":80,"Protocol":"tcp","HostIP":""},` +
+		`{"HostPort":5353,"ContainerPort":53,"Protocol":"udp","HostIP":"172.30.0.1"}]}`
+	if string(b) != want {
+		t.Errorf("capability args\n got %s\nwant %s", b, want)
 	}
 }

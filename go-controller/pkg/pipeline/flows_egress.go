@@ -1,0 +1,174 @@
+package pipeline
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// Egress IPs (the Egress resource, docs/egress.md). A local pod an Egress selects sends
+// what leaves the cluster not to the gateway (where the node would masquerade it) but:
+//
+//   - through the tunnel to the node holding the Egress, with tun_id TunnelID (65536 +
+//     the Egress's ID) instead of the pods' VNI, when another node holds it;
+//   - to the gateway port with EgressID set, when this node holds it;
+//   - nowhere (dropped) while no node holds it: it never leaves with another source.
+//
+// The holder admits tunnel packets with an Egress's key from known peers (Classifier,
+// loading EgressID), hands them to the gateway port (L3Forwarding 195, above the no-transit
+// drop) and translates their source to the egress IP in ConntrackCommit
+// (ct(commit,nat(src=EIP),table=Output)) in the node's zone; replies are un-NATed by
+// ConntrackZone's ct(nat) and routed back to the pod like any reply. The host routes the
+// egress IPs into br-int over the gateway port and answers ARP/ND for them on its uplink
+// (agent, egress_host.go). Destinations a selected pod reaches without its Egress (every
+// node's addresses, the no-masquerade CIDRs) keep the ordinary route (70).
+
+// EgressState is the node's share of the Egresses.
+type EgressState struct {
+	// Exclude are the destinations selected pods reach as usual: every node's addresses
+	// and the no-masquerade CIDRs (the cluster CIDRs never leave anyway).
+	Exclude []netip.Prefix
+	// Pods are the local pods an Egress selects, by ofport.
+	Pods []EgressPod
+	// Held are the Egresses this node holds, by ID.
+	Held []HeldEgress
+	// Peers are the nodes whose tunnel packets may carry an Egress's key (all tunnel
+	// peers' endpoints), sorted.
+	Peers []netip.Addr
+}
+
+// EgressPod is a local pod with the Egress that selects it.
+type EgressPod struct {
+	OFPort uint32
+	// Families are the pod's address families its Egress has an IP of (false: IPv4).
+	Families []bool
+	// ID is the Egress's; 0 while it has no holder (or none yet).
+	ID uint32
+	// Local: this node holds the Egress. Otherwise HolderIP and HolderMAC are the holder's
+	// tunnel endpoint and gateway MAC, or zero while no node holds it.
+	Local     bool
+	HolderIP  netip.Addr
+	HolderMAC net.HardwareAddr
+}
+
+// HeldEgress is an Egress this node holds.
+type HeldEgress struct {
+	ID  uint32
+	IPs []netip.Addr
+}
+
+// EgressTunnelIDBase plus an Egress's ID is the tunnel key of its traffic to the holder
+// (egress.TunnelIDBase).
+const EgressTunnelIDBase uint64 = 1 << 16
+
+const (
+	prioEgressClassify = prioClassify
+	prioEgressCluster  = 196 // L3Forwarding: an Egress's tunnel packet for a cluster address: drop
+	prioEgressFromPeer = 195 // L3Forwarding: an Egress's tunnel packet, off to the gateway
+	prioEgressExclude  = 70  // L3Forwarding: selected pods to node addresses, routed networks
+	prioEgressPod      = 60  // L3Forwarding: a selected pod's traffic leaving the cluster
+	prioEgressSNAT     = 120 // ConntrackCommit: translate to the egress IP
+)
+
+// egressStage compiles the Egress flows: one object for the exclusions (while a local pod
+// is selected), one per selected pod (its ofport), one per held Egress (held/<id>).
+func egressStage() Stage {
+	return Stage{Name: "egress", Category: CategoryEgress, Objects: func(s *Snapshot) []Object {
+		e := s.Egress
+		if e == nil {
+			return nil
+		}
+		var objs []Object
+		if len(e.Pods) > 0 {
+			objs = append(objs, Object{Key: "exclude", Input: e.Exclude, Compile: func(b *Builder) (ObjectFlows, error) {
+				return ObjectFlows{Flows: b.egressExcludeFlows(e.Exclude)}, nil
+			}})
+		}
+		for _, p := range e.Pods {
+			objs = append(objs, Object{Key: "pod/" + strconv.Itoa(int(p.OFPort)), Input: p, Compile: func(b *Builder) (ObjectFlows, error) {
+				flows, err := b.egressPodFlows(p)
+				return ObjectFlows{Flows: flows}, err
+			}})
+		}
+		for _, h := range e.Held {
+			in := struct {
+				Held  HeldEgress
+				Peers []netip.Addr
+			}{h, e.Peers}
+			objs = append(objs, Object{Key: "held/" + strconv.Itoa(int(h.ID)), Input: in, Compile: func(b *Builder) (ObjectFlows, error) {
+				return ObjectFlows{Flows: b.egressHeldFlows(h, e.Peers)}, nil
+			}})
+		}
+		return objs
+	}}
+}
+
+// EgressIDMark is EgressID = id.
+func EgressIDMark(id uint32) RegMark { return EgressIDField.Mark(id) }
+
+func (b *Builder) egressExcludeFlows(exclude []netip.Prefix) []Flow {
+	s := b.owner(CategoryEgress, 0)
+	for _, p := range exclude {
+		if b.node.hasFamily(p.Addr().Is6()) {
+			s.add(L3Forwarding, prioEgressExclude, MatchProtocol(ipProto(p.Addr())).Reg(PortClassPod.Mark()).IPDst(p), b.toGateway()...)
+		}
+	}
+	return s.flows
+}
+
+func (b *Builder) egressPodFlows(p EgressPod) ([]Flow, error) {
+	if uint64(p.ID) >= EgressTunnelIDBase || (p.ID == 0 && (p.Local || p.HolderIP.IsValid())) {
+		return nil, fmt.Errorf("egress pod ofport %d: Egress ID %d is out of range", p.OFPort, p.ID)
+	}
+	s := b.owner(CategoryEgress, p.OFPort)
+	for _, v6 := range p.Families {
+		if !b.node.hasFamily(v6) {
+			continue
+		}
+		proto := ProtoIPv4
+		if v6 {
+			proto = ProtoIPv6
+		}
+		m := MatchProtocol(proto).Reg(PortClassPod.Mark()).InPort(p.OFPort)
+		switch {
+		case p.Local:
+			s.add(L3Forwarding, prioEgressPod, m, append([]Action{LoadReg(EgressIDMark(p.ID))}, b.toGateway()...)...)
+		case p.HolderIP.IsValid():
+			if err := validateMAC(p.HolderMAC); err != nil {
+				return nil, fmt.Errorf("egress pod ofport %d: holder gateway MAC: %w", p.OFPort, err)
+			}
+			s.add(L3Forwarding, prioEgressPod, m, SetEthSrc(b.node.GatewayMAC), SetEthDst(p.HolderMAC), SetTunDst(p.HolderIP),
+				SetTunID(EgressTunnelIDBase+uint64(p.ID)), LoadReg(OutPortField.Mark(b.node.TunnelOFPort)), Goto(L3DecTTL))
+		default:
+			s.add(L3Forwarding, prioEgressPod, m, Drop{})
+		}
+	}
+	return s.flows, nil
+}
+
+func (b *Builder) egressHeldFlows(h HeldEgress, peers []netip.Addr) []Flow {
+	n := b.node
+	s := b.owner(CategoryEgress, uint32(EgressTunnelIDBase)+h.ID)
+	mark := EgressIDMark(h.ID)
+	for _, peer := range peers {
+		s.add(Classifier, prioEgressClassify, MatchAll().InPort(n.TunnelOFPort).TunID(EgressTunnelIDBase+uint64(h.ID)).TunSrc(peer),
+			LoadReg(PortClassTunnel.Mark()), LoadReg(mark), Goto(ConntrackZone))
+	}
+	for _, ip := range h.IPs {
+		if !n.hasFamily(ip.Is6()) {
+			continue
+		}
+		proto := ipProto(ip)
+		fromPeer := MatchProtocol(proto).Reg(PortClassTunnel.Mark()).Reg(mark)
+		for _, c := range n.ClusterCIDRs {
+			if c.Addr().Is6() == ip.Is6() {
+				s.add(L3Forwarding, prioEgressCluster, fromPeer.IPDst(c), Drop{})
+			}
+		}
+		s.add(L3Forwarding, prioEgressFromPeer, fromPeer, b.toGateway()...)
+		s.add(ConntrackCommit, prioEgressSNAT, MatchProtocol(proto).CTState(CTNew|CTTracked, 0).Reg(mark).Reg(OutPortField.Mark(n.GatewayOFPort)),
+			CT{Commit: true, Zone: CTZone, NATSrc: ip, Recirculate: true, Table: Output})
+	}
+	return s.flows
+}
