@@ -57,7 +57,7 @@ e2e: build images
 		$(TESTRUN) -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 ## conformance: the upstream NetworkPolicy suite and the sig-network [Conformance] tests
-## on three real nodes, written to docs/conformance.md (hours; make test runs a subset)
+## on three real nodes, written to docs/conformance.md (about 20 minutes; make test runs a subset)
 conformance: tools build images
 	KOVS_E2E=1 KOVS_CONFORMANCE=1 KOVS_CONFORMANCE_REPORT=$(CURDIR)/docs/conformance.md \
 		KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \

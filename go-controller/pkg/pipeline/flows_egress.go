@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -69,6 +70,7 @@ const (
 	prioEgressExclude  = 70  // L3Forwarding: selected pods to node addresses, routed networks
 	prioEgressPod      = 60  // L3Forwarding: a selected pod's traffic leaving the cluster
 	prioEgressSNAT     = 120 // ConntrackCommit: translate to the egress IP
+	prioEgressReturn   = 190 // Classifier: the holder's packets for local pods, from any source
 )
 
 // egressStage compiles the Egress flows: one object for the exclusions (while a local pod
@@ -81,8 +83,12 @@ func egressStage() Stage {
 		}
 		var objs []Object
 		if len(e.Pods) > 0 {
-			objs = append(objs, Object{Key: "exclude", Input: e.Exclude, Compile: func(b *Builder) (ObjectFlows, error) {
-				return ObjectFlows{Flows: b.egressExcludeFlows(e.Exclude)}, nil
+			in := struct {
+				Exclude []netip.Prefix
+				Holders []netip.Addr
+			}{e.Exclude, egressHolders(e.Pods)}
+			objs = append(objs, Object{Key: "exclude", Input: in, Compile: func(b *Builder) (ObjectFlows, error) {
+				return ObjectFlows{Flows: append(b.egressExcludeFlows(in.Exclude), b.egressReturnFlows(in.Holders)...)}, nil
 			}})
 		}
 		for _, p := range e.Pods {
@@ -112,6 +118,36 @@ func (b *Builder) egressExcludeFlows(exclude []netip.Prefix) []Flow {
 	for _, p := range exclude {
 		if b.node.hasFamily(p.Addr().Is6()) {
 			s.add(L3Forwarding, prioEgressExclude, MatchProtocol(ipProto(p.Addr())).Reg(PortClassPod.Mark()).IPDst(p), b.toGateway()...)
+		}
+	}
+	return s.flows
+}
+
+// egressHolders are the tunnel endpoints of the other nodes holding the Egresses of local
+// pods, sorted.
+func egressHolders(pods []EgressPod) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range pods {
+		if p.HolderIP.IsValid() && !slices.Contains(out, p.HolderIP) {
+			out = append(out, p.HolderIP)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+// egressReturnFlows admit what a holder sends to this node's pods with any inner source:
+// the replies to its Egresses' traffic come from outside the cluster, un-NATed to the
+// pod's address by the holder, so Classifier's check that a peer's packets come from its
+// own pods and addresses would drop them. Only the holders of local pods' Egresses are let
+// through, only towards this node's pod blocks; what they send is then judged like any
+// packet (a reply to the pod's connection, or NetworkPolicy for a new one).
+func (b *Builder) egressReturnFlows(holders []netip.Addr) []Flow {
+	s := b.owner(CategoryEgress, 0)
+	for _, h := range holders {
+		for _, block := range b.node.PodSubnets {
+			s.add(Classifier, prioEgressReturn, MatchAll().InPort(b.node.TunnelOFPort).TunID(TunnelVNI).TunSrc(h).
+				WithProtocol(ipProto(block.Addr())).IPDst(block), LoadReg(PortClassTunnel.Mark()), Goto(ConntrackZone))
 		}
 	}
 	return s.flows

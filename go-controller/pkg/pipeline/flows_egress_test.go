@@ -81,4 +81,13 @@ func TestEgressRoutes(t *testing.T) {
 	stranger := remote
 	stranger.TunSrc = ip("172.31.0.99")
 	wantDropped(t, trace(t, tr, stranger, CTNew), Classifier)
+
+	// The replies to web-1's Egress traffic come back from its holder, node-2, un-NATed to
+	// web-1 but still from outside the cluster: admitted from node-2 only.
+	reply := fromTunnel(tcpPacket(tunnelPort, gwMAC(2), sc.node.GatewayMAC, internet, podIP(t, web, false)), underlayIP(2, false))
+	reply.TunID = TunnelVNI
+	wantDelivered(t, trace(t, tr, reply, CTTracked|CTEstablished|CTReply), web.OFPort)
+	notHolder := fromTunnel(tcpPacket(tunnelPort, gwMAC(3), sc.node.GatewayMAC, internet, podIP(t, web, false)), underlayIP(3, true))
+	notHolder.TunID = TunnelVNI
+	wantDropped(t, trace(t, tr, notHolder, CTTracked|CTEstablished|CTReply), Classifier)
 }

@@ -9,6 +9,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,6 +83,43 @@ func checkAdmission(t *testing.T, s *framework.Sandbox) {
 	mustRefuse(t, "the admin sets "+ipam.PodNetworkAnnotationKey+" on a pod", err)
 	if _, err := controller.CoreV1().Pods("default").Patch(ctx, "forged", types.MergePatchType, recordPatch, metav1.PatchOptions{}); err != nil {
 		t.Errorf("kovs-controller may not record a pod's addresses: %v", err)
+	}
+	checkRealizationRecord(t, s, controller)
+}
+
+// checkRealizationRecord: a NetworkPolicy's kovs.io/realization is kovs-controller's to
+// write; the policy's owner may not forge it, but may replace the policy without it (as
+// kubectl replace and GitOps tools do), which the controller then writes again.
+func checkRealizationRecord(t *testing.T, s *framework.Sandbox, controller kubernetes.Interface) {
+	ctx := context.Background()
+	const key = "kovs.io/realization"
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "admission-realization"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+	forged := np.DeepCopy()
+	forged.Annotations = map[string]string{key: `{"nodes":0}`}
+	_, err := s.Client.NetworkingV1().NetworkPolicies("default").Create(ctx, forged, metav1.CreateOptions{})
+	mustRefuse(t, "the admin creates a NetworkPolicy carrying "+key, err)
+	if _, err := s.Client.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = s.Client.NetworkingV1().NetworkPolicies("default").Delete(ctx, np.Name, metav1.DeleteOptions{})
+	}()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: `{"nodes":3}`}}})
+	if _, err := controller.NetworkingV1().NetworkPolicies("default").Patch(ctx, np.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("kovs-controller may not record a policy's realization: %v", err)
+	}
+	_, err = s.Client.NetworkingV1().NetworkPolicies("default").Patch(ctx, np.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"kovs.io/realization":"{\"nodes\":9}"}}}`), metav1.PatchOptions{})
+	mustRefuse(t, "the admin changes a NetworkPolicy's "+key, err)
+	cur, err := s.Client.NetworkingV1().NetworkPolicies("default").Get(ctx, np.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replace := np.DeepCopy()
+	replace.ResourceVersion = cur.ResourceVersion
+	if _, err := s.Client.NetworkingV1().NetworkPolicies("default").Update(ctx, replace, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("the admin replaces a NetworkPolicy without %s (kubectl replace): %v", key, err)
 	}
 }
 
