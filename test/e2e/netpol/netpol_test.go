@@ -122,6 +122,9 @@ func (m *modelCluster) runStep(t *testing.T, what string, step Step, pods []*cor
 		}
 		roundStart := time.Now()
 		got := m.probe(t, cells, byKey, probeTimeout)
+		if n := m.reprobeSlow(t, got, want, byKey); n > 0 {
+			took = append(took, fmt.Sprintf("round %d: %d allowed cells answered only within %s", round, n, slowTimeout))
+		}
 		took = append(took, fmt.Sprintf("round %d %s", round, time.Since(roundStart).Round(time.Millisecond)))
 		if bad := got.mismatches(want); len(bad) > 0 {
 			t.Errorf("%s: round %d of 3 (%s) differs from the expectation in %d cells (! marks them; A=allowed, D=denied as observed, E=error):\n%s",

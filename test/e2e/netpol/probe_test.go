@@ -16,6 +16,11 @@ const (
 	// cell denied. Allowed cells answer in milliseconds; a round lasts about this long,
 	// since every denied cell waits it out (many at a time).
 	probeTimeout = 500 * time.Millisecond
+	// slowTimeout is the second chance of an allowed cell that did not answer within
+	// probeTimeout: on a loaded machine the userspace datapath's first packets of a
+	// connection can take longer. A cell NetworkPolicy drops never answers, however long
+	// it is given; a cell expected denied is never probed again.
+	slowTimeout = 3 * time.Second
 	// probeParallel bounds the probes of a round in flight at once.
 	probeParallel = 256
 	// watchTimeout and watchParallel are the same for the continuous probes of the cells
@@ -103,6 +108,30 @@ func (m *modelCluster) probe(t *testing.T, cells []cellKey, byKey map[string]*co
 	}
 	wg.Wait()
 	return got
+}
+
+// reprobeSlow probes again, with slowTimeout, the cells expected allowed that did not
+// answer, and records what they answer now; it returns how many answered this time.
+func (m *modelCluster) reprobeSlow(t *testing.T, got observed, want map[cellKey]bool, byKey map[string]*corev1.Pod) int {
+	t.Helper()
+	var slow []cellKey
+	for _, c := range got.mismatches(want) {
+		if want[c] && !got[c].allowed {
+			slow = append(slow, c)
+		}
+	}
+	if len(slow) == 0 {
+		return 0
+	}
+	again := m.probe(t, slow, byKey, slowTimeout)
+	answered := 0
+	for _, c := range slow {
+		got[c] = again[c]
+		if again[c].allowed {
+			answered++
+		}
+	}
+	return answered
 }
 
 // alwaysDenied lists the cells that are denied before the step, after each of its writes
