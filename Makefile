@@ -15,7 +15,7 @@ K8S_BIN     := $(KOVS_CACHE)/k8s-v$(K8S_VERSION)/bin
 SANDBOX     ?= kovs
 NODES       ?= 3
 IP_FAMILY   ?= ipv4
-E2E_TIMEOUT ?= 25m
+E2E_TIMEOUT ?= 40m
 
 export GOFLAGS ?= -buildvcs=false
 # The reference CNI plugin kovs chains for hostPort (a go.mod tool); the sandbox installs
