@@ -97,13 +97,14 @@ func egressStage() Stage {
 				return ObjectFlows{Flows: flows}, err
 			}})
 		}
+		sources := egressPeerSources(e.Peers, s.Peers)
 		for _, h := range e.Held {
 			in := struct {
-				Held  HeldEgress
-				Peers []netip.Addr
-			}{h, e.Peers}
+				Held    HeldEgress
+				Sources []egressPeerSource
+			}{h, sources}
 			objs = append(objs, Object{Key: "held/" + strconv.Itoa(int(h.ID)), Input: in, Compile: func(b *Builder) (ObjectFlows, error) {
-				return ObjectFlows{Flows: b.egressHeldFlows(h, e.Peers)}, nil
+				return ObjectFlows{Flows: b.egressHeldFlows(h, sources)}, nil
 			}})
 		}
 		return objs
@@ -183,13 +184,42 @@ func (b *Builder) egressPodFlows(p EgressPod) ([]Flow, error) {
 	return s.flows, nil
 }
 
-func (b *Builder) egressHeldFlows(h HeldEgress, peers []netip.Addr) []Flow {
+// egressPeerSource is a peer whose tunnel packets may carry an Egress's key, with the inner
+// sources they may have: its pod blocks (only pods are selected by an Egress).
+type egressPeerSource struct {
+	Peer       netip.Addr
+	PodSubnets []netip.Prefix
+}
+
+// egressPeerSources pairs each Egress peer with its pod blocks from the tunnel peers; a
+// peer that is no tunnel peer (yet) has none, so nothing of its is admitted.
+func egressPeerSources(peers []netip.Addr, tunnelPeers []TunnelPeer) []egressPeerSource {
+	out := make([]egressPeerSource, 0, len(peers))
+	for _, p := range peers {
+		src := egressPeerSource{Peer: p}
+		for _, tp := range tunnelPeers {
+			if tp.UnderlayIP == p {
+				src.PodSubnets = append(src.PodSubnets, tp.PodSubnets...)
+			}
+		}
+		out = append(out, src)
+	}
+	return out
+}
+
+func (b *Builder) egressHeldFlows(h HeldEgress, sources []egressPeerSource) []Flow {
 	n := b.node
 	s := b.owner(CategoryEgress, uint32(EgressTunnelIDBase)+h.ID)
 	mark := EgressIDMark(h.ID)
-	for _, peer := range peers {
-		s.add(Classifier, prioEgressClassify, MatchAll().InPort(n.TunnelOFPort).TunID(EgressTunnelIDBase+uint64(h.ID)).TunSrc(peer),
-			LoadReg(PortClassTunnel.Mark()), LoadReg(mark), Goto(ConntrackZone))
+	for _, src := range sources {
+		key := MatchAll().InPort(n.TunnelOFPort).TunID(EgressTunnelIDBase + uint64(h.ID)).TunSrc(src.Peer)
+		for _, subnet := range src.PodSubnets {
+			if !n.hasFamily(subnet.Addr().Is6()) {
+				continue
+			}
+			s.add(Classifier, prioEgressClassify, key.WithProtocol(ipProto(subnet.Addr())).IPSrc(subnet),
+				LoadReg(PortClassTunnel.Mark()), LoadReg(mark), Goto(ConntrackZone))
+		}
 	}
 	for _, ip := range h.IPs {
 		if !n.hasFamily(ip.Is6()) {

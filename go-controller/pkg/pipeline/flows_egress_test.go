@@ -81,6 +81,13 @@ func TestEgressRoutes(t *testing.T) {
 	stranger := remote
 	stranger.TunSrc = ip("172.31.0.99")
 	wantDropped(t, trace(t, tr, stranger, CTNew), Classifier)
+	// ... and never with an inner source that is not one of node-2's pods (node-3's pod, a
+	// local pod, an outside address).
+	for _, src := range []netip.Addr{ip("10.244.3.10"), podIP(t, web, false), ip("192.0.2.7")} {
+		forged := remote
+		forged.IPSrc = src
+		wantDropped(t, trace(t, tr, forged, CTNew), Classifier)
+	}
 
 	// The replies to web-1's Egress traffic come back from its holder, node-2, un-NATed to
 	// web-1 but still from outside the cluster: admitted from node-2 only.
