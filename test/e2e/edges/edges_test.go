@@ -7,14 +7,11 @@
 package edges_test
 
 import (
-	"context"
-	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 	"github.com/kovs-net/kovs/test/e2e/framework"
@@ -79,25 +76,8 @@ func newEdges(t *testing.T, family string) *edges {
 		c.pods[name] = s.WaitRunning(t, "x", name, podTimeout)
 	}
 	c.pods["hp"] = s.WaitRunning(t, "x", "hp", podTimeout)
-	waitNodesReady(t, s)
+	s.WaitNodesReady(t)
 	return c
-}
-
-func waitNodesReady(t *testing.T, s *framework.Sandbox) {
-	framework.Eventually(t, 90*time.Second, "all nodes Ready with kovs", func() error {
-		list, err := s.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, n := range list.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
-					return fmt.Errorf("node %s: %s", n.Name, cond.Message)
-				}
-			}
-		}
-		return nil
-	})
 }
 
 // external is the external host's ordinary address of the family of like.

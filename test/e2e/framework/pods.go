@@ -158,3 +158,22 @@ func Describe(r responder.Result) string {
 	}
 	return "no answer: " + strings.TrimSpace(r.Error)
 }
+
+// WaitNodesReady waits until every Node is Ready (kovs has set up its network).
+func (s *Sandbox) WaitNodesReady(t testing.TB) {
+	t.Helper()
+	Eventually(t, 90*time.Second, "all nodes Ready with kovs", func() error {
+		list, err := s.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range list.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					return fmt.Errorf("node %s: %s", n.Name, c.Message)
+				}
+			}
+		}
+		return nil
+	})
+}

@@ -31,23 +31,6 @@ type cluster struct {
 	hosts map[string]*corev1.Pod // by node
 }
 
-func waitNodesReady(t *testing.T, s *framework.Sandbox) {
-	framework.Eventually(t, 90*time.Second, "all nodes Ready with kovs", func() error {
-		list, err := s.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, n := range list.Items {
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-					return fmt.Errorf("node %s: %s", n.Name, c.Message)
-				}
-			}
-		}
-		return nil
-	})
-}
-
 func newCluster(t *testing.T, s *framework.Sandbox) *cluster {
 	c := &cluster{s: s, pods: map[string]*corev1.Pod{}, hosts: map[string]*corev1.Pod{}}
 	placement := map[string]string{"a": "node1", "b": "node1", "c": "node2", "d": "node3"}

@@ -13,7 +13,7 @@ import (
 func TestPodNetworkIPv4(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--nodes", "3", "--ip-family", "ipv4")
-	waitNodesReady(t, s)
+	s.WaitNodesReady(t)
 	c := newCluster(t, s)
 	t.Run("four guarantees", c.checkGuarantees)
 	t.Run("MTU", c.checkMTU)
@@ -30,7 +30,7 @@ func TestPodNetworkIPv4(t *testing.T) {
 func TestPodNetworkIPv6(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--nodes", "3", "--ip-family", "ipv6")
-	waitNodesReady(t, s)
+	s.WaitNodesReady(t)
 	c := newCluster(t, s)
 	t.Run("four guarantees", c.checkGuarantees)
 	t.Run("MTU", c.checkMTU)
@@ -41,7 +41,7 @@ func TestPodNetworkIPv6(t *testing.T) {
 func TestPodNetworkDualStack(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--nodes", "3", "--ip-family", "dual")
-	waitNodesReady(t, s)
+	s.WaitNodesReady(t)
 	c := newCluster(t, s)
 	t.Run("four guarantees", c.checkGuarantees)
 }
