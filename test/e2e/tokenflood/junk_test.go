@@ -134,8 +134,9 @@ type junkAnswer struct {
 	code       int
 	retryAfter string
 	err        error
-	// at is when the answer came, since the flood's release.
-	at time.Duration
+	// shaken and at are when the TLS handshake ended and the answer came, since the
+	// flood's release.
+	shaken, at time.Duration
 }
 
 // flood is a set of junk requests, each on its own connection, dialled in advance from
@@ -205,6 +206,11 @@ func (f *flood) send(conn net.Conn, tlsConfig *tls.Config, r junkRequest) junkAn
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return answer(junkAnswer{err: fmt.Errorf("TLS handshake: %w", err)})
 	}
+	shaken := time.Since(f.released)
+	answer = func(a junkAnswer) junkAnswer {
+		a.shaken, a.at = shaken, time.Since(f.released)
+		return a
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+streamAddress+stream.PolicyPath(r.node), nil)
 	if err != nil {
 		return answer(junkAnswer{err: err})
@@ -231,8 +237,10 @@ type floodResult struct {
 	// busyWithoutRetryAfter counts 503 answers without a Retry-After header.
 	busyWithoutRetryAfter int
 	errs                  []error
-	// last is when the last answer came, since the release.
-	last time.Duration
+	// slowest is, per kind, the longest time to an answer since the release; shaken
+	// when the last TLS handshake ended.
+	slowest [junkKinds]time.Duration
+	shaken  time.Duration
 }
 
 // wait waits for every answer.
@@ -243,7 +251,8 @@ func (f *flood) wait() floodResult {
 		res.codes[k] = map[int]int{}
 	}
 	for i, a := range f.answers {
-		res.last = max(res.last, a.at)
+		res.slowest[f.reqs[i].kind] = max(res.slowest[f.reqs[i].kind], a.at)
+		res.shaken = max(res.shaken, a.shaken)
 		if a.err != nil {
 			res.errs = append(res.errs, fmt.Errorf("%s request %d: %w", f.reqs[i].kind, i, a.err))
 			continue
@@ -259,9 +268,9 @@ func (f *flood) wait() floodResult {
 func (r floodResult) String() string {
 	var b strings.Builder
 	for k, codes := range r.codes {
-		fmt.Fprintf(&b, "%s: %v; ", junkKind(k), codes)
+		fmt.Fprintf(&b, "%s: %v, the last after %s; ", junkKind(k), codes, ms(r.slowest[k]))
 	}
-	fmt.Fprintf(&b, "%d errors; last answer after %s", len(r.errs), r.last.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%d errors; the last TLS handshake done after %s", len(r.errs), ms(r.shaken))
 	return b.String()
 }
 
