@@ -64,10 +64,20 @@ func (s *Sandbox) AgentMetric(node, name string, want map[string]string) (float6
 	if err != nil {
 		return 0, err
 	}
+	total, err := sumSeries(b, name, want)
+	if err != nil {
+		return 0, fmt.Errorf("%s agent /metrics: %w", node, err)
+	}
+	return total, nil
+}
+
+// sumSeries is the sum of the series of metric name in the Prometheus text exposition b
+// whose labels include want (counters and gauges; 0 when there is no such series).
+func sumSeries(b []byte, name string, want map[string]string) (float64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		return 0, fmt.Errorf("%s agent /metrics: %w", node, err)
+		return 0, err
 	}
 	total := 0.0
 	if f, ok := families[name]; ok {
