@@ -15,9 +15,10 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 )
 
 var benchScale = flag.Float64("policy.scale", 0,
@@ -47,12 +48,13 @@ func benchShapeScale(b *testing.B) float64 {
 // difference. It reports the peak Go heap (MemStats.Alloc sampled every 10 ms, snapshots
 // included; it includes the fake clientset's copy of the objects and the informers'
 // caches, as the published figures do) and the process's peak RSS (VmHWM, reset before
-// the run). A control run then syncs the informers alone over the same objects: its
+// the run). The informers are the controller's (cachetrim.NewSharedInformerFactory:
+// objects trimmed to the fields kovs reads before they are cached). A control run then syncs the informers alone over the same objects: its
 // peak is the floor under what this harness can measure, and the difference of the live
 // heaps after both runs is the compiler's own memory. Run it with -benchtime 1x;
 // -policy.scale 0.1 runs a tenth of each shape.
 //
-//	go test -run '^$' -bench BenchmarkPolicyShapes -benchtime 1x ./go-controller/pkg/controller/policy
+//	go test -run '^$' -bench BenchmarkPolicyShapes -benchtime 1x ./go-controller/pkg/controller/networkpolicy
 func BenchmarkPolicyShapes(b *testing.B) {
 	scale := benchShapeScale(b)
 	level := log.GetLevel()
@@ -110,7 +112,7 @@ func measureShape(b *testing.B, s shape, scale float64, seed uint64) shapeResult
 
 	b.StartTimer()
 	start := time.Now()
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
 	c, err := New(factory, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -159,7 +161,7 @@ func measureInformersOnly(b *testing.B, s shape, scale float64, seed uint64) con
 	resetPeakRSS()
 	sampler := startHeapSampler(10 * time.Millisecond)
 	start := time.Now()
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
 	synced := []cache.InformerSynced{
 		factory.Core().V1().Namespaces().Informer().HasSynced,
 		factory.Core().V1().Pods().Informer().HasSynced,
