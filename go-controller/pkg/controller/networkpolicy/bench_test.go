@@ -186,8 +186,8 @@ func measureInformersOnly(b *testing.B, s shape, scale float64, seed uint64) con
 // does for its agents (each is dropped once counted, as one is once sent), and returns
 // the rules over all of them and the number of nodes.
 func buildSnapshots(c *Compiler) (rules, nodes int) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock() // as Watch: a snapshot may fill the groups' caches
+	defer c.mu.Unlock()
 	for _, n := range c.model.nodes {
 		share := c.model.snapshot(n)
 		rules += len(share.Rules)

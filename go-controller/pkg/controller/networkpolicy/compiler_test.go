@@ -119,7 +119,7 @@ func watch(t *testing.T, c *Compiler, node string) (policy.NodeShare, <-chan pol
 		t.Fatal(err)
 	}
 	t.Cleanup(cancel)
-	return share, deltas
+	return share.Clone(), deltas // Clone: the share's maps may be the compiler's
 }
 
 func TestWatchGetsOnlyItsNodeShare(t *testing.T) {
