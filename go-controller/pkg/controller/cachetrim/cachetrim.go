@@ -4,17 +4,17 @@
 // NetworkPolicy of the cluster; without trimming, those copies are most of the
 // controller's heap (a Pod in a real cluster carries managedFields, volumes, env,
 // tolerations, probes and a long status, and kovs reads a dozen fields of it). As
-// kube-scheduler does, the factory's informers get a transform (Transform) that replaces
-// each object, before it is cached, by one holding only what some reader needs.
+// kube-scheduler does, the factory's informers get a transform (Transform) that trims
+// each object, before it is cached, to what some reader needs.
 //
 // The readers of the shared factory are the pod address allocator and its restore
 // (controller/addresses), the node subnet allocator and the address plan check, the
-// policy compiler (controller/networkpolicy) and the realization status
+// policy compiler (controller/networkpolicy) and the realization status and tracker
 // (controller/realization). The fields each kind keeps are listed in Kept; a reader that
 // needs one more must add it to both (the package's tests check that Transform keeps
-// exactly Kept, and that the readers' packages select no field outside it). Updates still reach the informers'
-// handlers for changes in dropped fields (the resource version changes): handlers must
-// compare the fields they read, as theirs do.
+// exactly Kept, and that the controller's packages select no field outside it). Updates
+// that change only dropped fields still reach the informers' handlers (the resource
+// version changes): handlers must compare the fields they read, as theirs do.
 //
 // Writes never start from a cached object: every kovs write to these kinds is a merge
 // patch of its own fields, so a trimmed cache cannot erase anything on the server.
@@ -43,7 +43,8 @@ func NewSharedInformerFactory(client kubernetes.Interface, resync time.Duration)
 // Transform trims, in place, the objects of the kinds kovs-controller reads to the fields
 // listed in Kept and returns them; any other object is returned unchanged. As
 // kube-scheduler's transform, it modifies its argument: an informer hands it an object
-// it has just decoded and shares with nobody. Trimming in place allocates nothing, so the
+// it has just decoded and shares with nobody. Trimming in place allocates no new object
+// (only a smaller annotations map when other tools' annotations are dropped), so the
 // cache costs at most what the untrimmed objects would. It is idempotent (an informer
 // may transform an object twice).
 func Transform(obj any) (any, error) {
