@@ -73,11 +73,13 @@ sandbox-up: tools build
 sandbox-down:
 	$(BIN)/kovs-sandbox --name $(SANDBOX) down
 
-## bench: benchmarks, reported as measured (ns/op and custom units), never asserted
+## bench: benchmarks, reported as measured (ns/op and custom units), never asserted; then
+## the policy compiler beside Antrea's own perf test (hack/bench-antrea.sh)
 bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./go-controller/...
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
 		$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/e2e/...
+	GO=$(GO) hack/bench-antrea.sh
 
 ## bench-once: every benchmark run once (-benchtime 1x) so none rots unnoticed; results
 ## printed, never asserted (make bench measures them properly)

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
 	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
 )
@@ -171,7 +171,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kovs-controller"})
 
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
 	nodeInformer := factory.Core().V1().Nodes()
 	podInformer := factory.Core().V1().Pods()
 	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podNodeIndex}); err != nil {

@@ -143,7 +143,8 @@ func (c *Compiler) Generation() uint64 {
 // deltas that follow it, each from the generation of the previous one. Deltas coalesce
 // while the receiver is busy, so a slow receiver never holds up the compiler. The channel
 // is closed after cancel is called or when the compiler stops. Watch waits until the
-// compiler is Ready.
+// compiler is Ready. The share's maps and lists may be shared with the compiler: Clone
+// it before changing it (before applying deltas to it).
 func (c *Compiler) Watch(ctx context.Context, node string) (policy.NodeShare, <-chan policy.Delta, func(), error) {
 	select {
 	case <-c.stopped:

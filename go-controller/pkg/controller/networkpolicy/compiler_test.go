@@ -13,10 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -35,7 +35,7 @@ func startCompiler(t *testing.T, w *world) (*fake.Clientset, *Compiler) {
 		objs = append(objs, np)
 	}
 	client := fake.NewSimpleClientset(objs...)
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
 	c, err := New(factory, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func watch(t *testing.T, c *Compiler, node string) (policy.NodeShare, <-chan pol
 		t.Fatal(err)
 	}
 	t.Cleanup(cancel)
-	return share, deltas
+	return share.Clone(), deltas // Clone: the share's maps may be the compiler's
 }
 
 func TestWatchGetsOnlyItsNodeShare(t *testing.T) {

@@ -59,6 +59,7 @@ func (r *randomCluster) run(t *testing.T) {
 		if r.rng.IntN(4) == 0 {
 			node := fmt.Sprint("node-", r.rng.IntN(4))
 			s, share := m.subscribe(node)
+			share = share.Clone() // its maps may be the model's
 			watchers = append(watchers, &watcher{sub: s, share: share})
 		}
 		if len(watchers) > 0 && r.rng.IntN(10) == 0 {

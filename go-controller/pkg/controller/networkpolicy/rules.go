@@ -81,6 +81,7 @@ func (m *model) attachRule(r *rule) {
 	first := len(g.rules) == 0
 	r.slot = len(g.rules)
 	g.rules = append(g.rules, r)
+	g.ruleMap = nil
 	var added []*addrSet
 	for _, a := range r.peers {
 		if g.countAddr(a, 1) == 1 {
@@ -111,6 +112,7 @@ func (m *model) detachRule(r *rule) {
 	g.rules[r.slot].slot = r.slot
 	g.rules[end] = nil
 	g.rules = g.rules[:end]
+	g.ruleMap = nil
 	var removed []*addrSet
 	for _, a := range r.peers {
 		if g.countAddr(a, -1) == 0 {

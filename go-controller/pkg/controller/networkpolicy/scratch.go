@@ -10,7 +10,8 @@ import (
 
 // Compile computes every node's share from scratch, in one batch: the reference the
 // incremental Compiler is tested against, and a fixture for tests of the agent. Nodes
-// without selectable pods have no share (their share is empty).
+// without selectable pods have no share (their share is empty). The shares' maps may be
+// shared (see Compiler.Watch): Clone one before changing it.
 func Compile(namespaces []*corev1.Namespace, pods []*corev1.Pod, policies []*networkingv1.NetworkPolicy) map[string]policy.NodeShare {
 	m := newModel()
 	for _, ns := range namespaces {

@@ -24,19 +24,20 @@ type shape struct {
 	// generate returns the objects at the given scale (1 = the published shape).
 	generate func(g *generator, scale float64) []runtime.Object
 	// rules is the number of rules the compiler must produce at the given scale.
-	rules                func(scale float64) int
-	publishedSeconds     float64
-	publishedHeapMiB     float64
-	publishedDescription string
+	rules func(scale float64) int
+	// The other controller's figures for the shape, measured beside kovs in one run on
+	// this machine kind (3 interleaved runs, medians; /work/shared/bench-shapes.md).
+	antreaSeconds, antreaHeapMiB, antreaRSSMiB float64
+	publishedDescription                       string
 }
 
 func shapes() []shape {
 	return []shape{
 		{name: "a-many-small-namespaces", generate: manySmallNamespaces,
-			rules: func(scale float64) int { return 2 * scaled(25_000, scale) }, publishedSeconds: 11.98, publishedHeapMiB: 2053,
+			rules: func(scale float64) int { return 2 * scaled(25_000, scale) }, antreaSeconds: 8.02, antreaHeapMiB: 2077, antreaRSSMiB: 2252,
 			publishedDescription: "25k namespaces, 100k pods, 75k policies"},
 		{name: "b-one-big-namespace", generate: oneBigNamespace,
-			rules: func(scale float64) int { return scaled(10_000, scale) }, publishedSeconds: 4.45, publishedHeapMiB: 884,
+			rules: func(scale float64) int { return scaled(10_000, scale) }, antreaSeconds: 2.86, antreaHeapMiB: 861, antreaRSSMiB: 979,
 			publishedDescription: "1 namespace, 10k pods, 10k policies each selecting every pod"},
 	}
 }

@@ -1,6 +1,7 @@
 package networkpolicy
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -91,16 +92,16 @@ func (m *model) emitIsolation(n *node) {
 	}
 }
 
-// snapshot returns node n's share at the current generation. The address lists are
-// shared with the model, which never modifies them in place.
+// snapshot returns node n's share at the current generation. Its address lists, and
+// its rules map when all its rules come from one group with many, are shared with the
+// model, which never modifies them in place: a receiver that changes the share (as
+// Delta.Apply does) must Clone it first.
 func (m *model) snapshot(n *node) policy.NodeShare {
 	share := policy.NewNodeShare(n.name)
 	share.Generation = m.generation
+	share.Rules = rulesOf(n)
 	for g := range n.groups {
 		share.AppliedToSets[g.id] = g.appliedToOn(n)
-		for _, r := range g.rules {
-			share.Rules[r.api.ID] = r.api
-		}
 	}
 	for a := range n.addrRefs {
 		share.AddressSets[a.id] = policy.AddressSet{ID: a.id, Addresses: a.addrs}
@@ -108,6 +109,62 @@ func (m *model) snapshot(n *node) policy.NodeShare {
 	share.Isolation = isolationOf(n)
 	share.Pods = podsOf(n)
 	return share
+}
+
+// cloneRulesMin is the number of rules from which a group keeps its rules by ID for
+// snapshots (10,000 policies selecting the same pods are 10,000 rules of one group, on
+// every node of those pods): a node whose rules all come from that group shares the map,
+// one whose other groups have rules too starts from a clone of it, which costs a copy
+// of its memory against hashing every rule again into a growing map.
+const cloneRulesMin = 64
+
+// rulesOf returns the rules of n's groups by ID: the cached map of its only group with
+// rules, if that group has many, else a new map (a clone of the largest group's cached
+// map, if it has many, with the others' rules added).
+func rulesOf(n *node) map[string]policy.Rule {
+	var big *group
+	total := 0
+	for g := range n.groups {
+		total += len(g.rules)
+		if len(g.rules) >= cloneRulesMin && (big == nil || len(g.rules) > len(big.rules)) {
+			big = g
+		}
+	}
+	switch {
+	case big != nil && total == len(big.rules):
+		return big.rulesByID()
+	case big != nil:
+		rules := maps.Clone(big.rulesByID())
+		for g := range n.groups {
+			if g != big {
+				addRules(rules, g)
+			}
+		}
+		return rules
+	}
+	rules := make(map[string]policy.Rule, total)
+	for g := range n.groups {
+		addRules(rules, g)
+	}
+	return rules
+}
+
+func addRules(rules map[string]policy.Rule, g *group) {
+	for _, r := range g.rules {
+		rules[r.api.ID] = r.api
+	}
+}
+
+// rulesByID returns g's rules by ID, cached until its rules change. The map is shared:
+// never modify it.
+func (g *group) rulesByID() map[string]policy.Rule {
+	if g.ruleMap == nil {
+		g.ruleMap = make(map[string]policy.Rule, len(g.rules))
+		for _, r := range g.rules {
+			g.ruleMap[r.api.ID] = r.api
+		}
+	}
+	return g.ruleMap
 }
 
 // podsOf returns the node's evaluated pods, sorted.

@@ -55,6 +55,10 @@ type group struct {
 	members memberSet
 	// rules are the attached rules that apply to this group's pods.
 	rules []*rule
+	// ruleMap caches rules by ID for snapshots when the group has many (see
+	// cloneRulesMin); attachRule and detachRule drop it. Snapshots share or clone it: it
+	// is never modified once built. Only holders of the write lock build it (Watch).
+	ruleMap map[string]policy.Rule
 	// addrRefs counts, per address set, the attached rules that reference it. A group's
 	// rules reference few distinct sets: a slice is smaller than a map.
 	addrRefs []addrRef

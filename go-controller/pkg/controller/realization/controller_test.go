@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
@@ -43,7 +43,7 @@ func newFixture(t *testing.T, preexisting ...runtime.Object) *fixture {
 		grace = time.Minute // a restarted controller
 	}
 	f := &fixture{t: t, client: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100)}
-	factory := informers.NewSharedInformerFactory(f.client, 0)
+	factory := cachetrim.NewSharedInformerFactory(f.client, 0)
 	comp, err := networkpolicy.New(factory, networkpolicy.Options{})
 	if err != nil {
 		t.Fatal(err)
