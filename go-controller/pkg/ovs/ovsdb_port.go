@@ -77,7 +77,11 @@ func (c *OVSDB) DeletePort(ctx context.Context, bridge, name string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	_, err = c.transact(ctx, what, ops)
+	qos, err := c.clearQoSOps(port) // a root table: it would outlive the port
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	_, err = c.transact(ctx, what, append(ops, qos...))
 	return err
 }
 
