@@ -34,6 +34,9 @@ type PodPort struct {
 	OFPort uint32
 	MAC    net.HardwareAddr
 	IPs    []netip.Addr // at most one per family, inside the node's pod subnets
+	// EgressMeter is the OpenFlow meter that limits what the pod sends (its
+	// kubernetes.io/egress-bandwidth), 0 for none. The meter must exist before the flows.
+	EgressMeter uint32
 }
 
 func (p PodPort) String() string { return p.Namespace + "/" + p.Name }
