@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/bandwidth"
+	"github.com/kovs-net/kovs/go-controller/pkg/cni"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
+)
+
+// The limits follow the pod's annotations: in place at attach, before the pod's flows;
+// changed, removed and made unusable while the pod runs; gone with the port; and a resync
+// deletes a meter nothing uses.
+func TestBandwidthFollowsAnnotations(t *testing.T) {
+	r := newAttachRig(t, time.Hour)
+	r.state.mu.Lock()
+	r.state.policy = nil
+	r.state.mu.Unlock()
+	meters := ovsfake.NewOpenFlow()
+	r.ports.meters = meters
+	store := r.ports.store
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pod, err := r.ports.pods.Pods("x").Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.IngressAnnotation] = "10M"
+	pod.Annotations[bandwidth.EgressAnnotation] = "20M"
+	if err := r.ports.Attach(ctx, attachC()); err != nil {
+		t.Fatal(err)
+	}
+	ofport := r.state.Pods()["veth-c"].OFPort
+	check := func(step string, ingress uint64, egress uint32) {
+		t.Helper()
+		rate, err := store.PortTransmitRate(ctx, "veth-c")
+		if err != nil || rate != ingress {
+			t.Errorf("%s: transmit rate %d, %v; want %d", step, rate, err, ingress)
+		}
+		have, _ := meters.DumpMeters(ctx)
+		var want []ovs.Meter
+		if egress != 0 {
+			want = []ovs.Meter{{ID: ofport, RateKbps: egress, BurstKbits: max(egress/2, meterBurstMin)}}
+		}
+		if len(have) != len(want) || (len(want) == 1 && have[0] != want[0]) {
+			t.Errorf("%s: meters %+v, want %+v", step, have, want)
+		}
+		if got := r.state.Pods()["veth-c"].EgressMeter; (got != 0) != (egress != 0) {
+			t.Errorf("%s: the pod's flows use meter %d", step, got)
+		}
+		if egress != 0 && !r.hasFlowWith("meter:"+strconv.FormatUint(uint64(ofport), 10)) {
+			t.Errorf("%s: no installed flow applies the meter", step)
+		}
+		if egress == 0 && r.hasFlowWith("meter:") {
+			t.Errorf("%s: an installed flow still applies a meter", step)
+		}
+	}
+	check("attach", 10_000_000, 20_000)
+	pod.Annotations[bandwidth.EgressAnnotation] = "1M"
+	delete(pod.Annotations, bandwidth.IngressAnnotation)
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("changed", 0, 1_000)
+	pod.Annotations[bandwidth.EgressAnnotation] = "1 Mbit"
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("unusable value", 0, 0)
+	if err := meters.SetMeter(ctx, ovs.Meter{ID: 99, RateKbps: 1, BurstKbits: 1}); err != nil { // left by an earlier agent
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.EgressAnnotation] = "3M"
+	pod.Annotations[bandwidth.IngressAnnotation] = "4M"
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("set again, stale meter pruned", 4_000_000, 3_000)
+	if err := r.ports.Detach(ctx, cni.DetachRequest{ContainerID: "sandbox-c", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if have, _ := meters.DumpMeters(ctx); len(have) != 0 {
+		t.Errorf("after detach: meters %+v", have)
+	}
+	if _, err := store.PortTransmitRate(ctx, "veth-c"); err == nil {
+		t.Error("after detach: the port is still there")
+	}
+}
+
+func (r *attachRig) hasFlowWith(part string) bool {
+	for _, e := range r.sw.Flows() {
+		if strings.Contains(e.String(), part) {
+			return true
+		}
+	}
+	return false
+}
