@@ -178,7 +178,7 @@ func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipelin
 	// The limits are in place before the pod's flows: it never runs unlimited first.
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
-	if err := p.applyLimits(ctx, req.HostIfName, &port, p.limitsOf(req.Pod.Namespace, req.Pod.Name, req.Pod.UID)); err != nil {
+	if err := p.applyLimits(ctx, &port, p.limitsOf(req.Pod.Namespace, req.Pod.Name, req.Pod.UID)); err != nil {
 		return 0, 0, err
 	}
 	return p.state.SetPod(req.HostIfName, port), port.OFPort, nil
@@ -212,12 +212,14 @@ func (p *PodPorts) removePort(ctx context.Context, name string) error {
 	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return err
 	}
-	if had && pp.EgressMeter != 0 && p.meters != nil {
-		if err := p.meters.DeleteMeter(ctx, pp.EgressMeter); err != nil {
-			return err
+	for _, id := range []uint32{pp.EgressMeter, pp.IngressMeter} {
+		if had && id != 0 && p.meters != nil {
+			if err := p.meters.DeleteMeter(ctx, id); err != nil {
+				return err
+			}
 		}
 	}
-	return p.store.DeletePort(ctx, p.bridge, name) // its QoS row with it
+	return p.store.DeletePort(ctx, p.bridge, name)
 }
 
 // Check verifies that the pod's port is on br-int and its flows are installed.

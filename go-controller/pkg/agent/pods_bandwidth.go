@@ -18,29 +18,32 @@ import (
 
 // Pod bandwidth (docs/bandwidth.md). The agent reads the annotations from the API, so
 // the limits are the same whichever runtime started the pod, and follow changes of a
-// running pod's annotations:
-//   - egress (from the pod): an OpenFlow meter, its ID the pod's ofport, that the pod's
-//     Classifier flow applies first (pipeline.PodPort.EgressMeter). A policer in the
-//     datapath itself: the userspace datapath reads the pod's veth with a packet socket
-//     before tc ingress runs, so ingress_policing_rate (a tc filter) never sees the
-//     pod's packets there;
-//   - ingress (to the pod): the port's transmit rate, a linux-htb QoS shaping what OVS
-//     sends into the pod's veth (ovs.PortStore.SetPortTransmitRate).
+// running pod's annotations. Both directions are OpenFlow meters in the datapath itself:
+// egress (from the pod) the meter that the pod's Classifier flow applies first, ingress
+// (to the pod) the one its Output flow applies last (pipeline.PodPort). Not tc: the
+// userspace datapath reads the pod's veth with a packet socket before tc ingress runs,
+// so ingress_policing_rate never sees the pod's packets; and a linux-htb QoS on the port,
+// which does shape what OVS sends, queues up to a thousand packets, and on a lossy
+// userspace datapath the limited flow fell far below its rate next to a busy neighbour.
 const (
 	// meterBurstMin is the smallest burst of a pod's meter (kbit): two 9000-byte frames, so
 	// that a slow limit still passes whole packets.
 	meterBurstMin = 150
-	// bandwidthResync bounds how long a change made behind the agent's back (a meter or
-	// QoS row deleted by hand) stays.
+	// ingressMeterBase + ofport is the ID of a pod's ingress meter; its egress meter's is
+	// its ofport (ofports stay below 65280).
+	ingressMeterBase = 1 << 16
+	// bandwidthResync bounds how long a change made behind the agent's back (a meter
+	// deleted by hand) stays.
 	bandwidthResync = 30 * time.Second
 )
 
-// egressMeter is the meter of a pod on ofport with egress limit rate (bit/s): bursts of
-// half a second at the rate, which keeps a TCP flow close to the rate (a shorter burst
-// costs throughput: 0.2 s gave about 85% of the rate on the sandbox, 0.5 s about 90-100%).
-func egressMeter(ofport uint32, rate uint64) ovs.Meter {
+// podMeter is a pod's meter for limit rate (bit/s): bursts of half a second at the rate,
+// which keeps a TCP flow close to the rate; a shorter burst costs throughput (a 3 s TCP
+// transfer at 50 Mbit/s on the sandbox: burst 0.1 s, 60% of the rate; 0.2 s, 80-90%;
+// 0.5 s, 85-100%).
+func podMeter(id uint32, rate uint64) ovs.Meter {
 	kbps := uint32((rate + 999) / 1000)
-	return ovs.Meter{ID: ofport, RateKbps: kbps, BurstKbits: max(kbps/2, meterBurstMin)}
+	return ovs.Meter{ID: id, RateKbps: kbps, BurstKbits: max(kbps/2, meterBurstMin)}
 }
 
 // limitsOf reads the pod's bandwidth annotations. An unusable value limits nothing in its
@@ -68,25 +71,31 @@ func (p *PodPorts) limitsOf(namespace, name, uid string) bandwidth.Limits {
 	return l
 }
 
-// applyLimits brings the pod's port to the limits: its transmit rate, and its meter,
-// which exists before pp's flows refer to it. It sets pp.EgressMeter; a meter no longer
-// wanted is deleted by the caller once the flows without it are installed. Called with
-// bandwidthMu held.
-func (p *PodPorts) applyLimits(ctx context.Context, name string, pp *pipeline.PodPort, l bandwidth.Limits) error {
-	if err := p.store.SetPortTransmitRate(ctx, name, l.Ingress); err != nil {
-		return fmt.Errorf("limit the traffic to pod %s (%s): %w", pp, bandwidth.IngressAnnotation, err)
+// applyLimits puts the pod's meters in place, before pp's flows refer to them, and sets
+// pp's meter IDs; a meter no longer wanted is deleted (pruneMeters) once the flows without
+// it are installed. Called with bandwidthMu held.
+func (p *PodPorts) applyLimits(ctx context.Context, pp *pipeline.PodPort, l bandwidth.Limits) error {
+	for _, d := range []struct {
+		annotation string
+		rate       uint64
+		id         uint32
+		meter      *uint32
+	}{
+		{bandwidth.EgressAnnotation, l.Egress, pp.OFPort, &pp.EgressMeter},
+		{bandwidth.IngressAnnotation, l.Ingress, ingressMeterBase + pp.OFPort, &pp.IngressMeter},
+	} {
+		*d.meter = 0
+		if d.rate == 0 {
+			continue
+		}
+		if p.meters == nil {
+			return fmt.Errorf("apply %s of pod %s: no OpenFlow meter client", d.annotation, pp)
+		}
+		if err := p.meters.SetMeter(ctx, podMeter(d.id, d.rate)); err != nil {
+			return fmt.Errorf("apply %s of pod %s: %w", d.annotation, pp, err)
+		}
+		*d.meter = d.id
 	}
-	pp.EgressMeter = 0
-	if l.Egress == 0 {
-		return nil
-	}
-	if p.meters == nil {
-		return fmt.Errorf("limit the traffic from pod %s: no OpenFlow meter client", pp)
-	}
-	if err := p.meters.SetMeter(ctx, egressMeter(pp.OFPort, l.Egress)); err != nil {
-		return fmt.Errorf("limit the traffic from pod %s (%s): %w", pp, bandwidth.EgressAnnotation, err)
-	}
-	pp.EgressMeter = pp.OFPort
 	return nil
 }
 
@@ -95,13 +104,13 @@ func (p *PodPorts) applyLimits(ctx context.Context, name string, pp *pipeline.Po
 func (p *PodPorts) restoreLimits(ctx context.Context, name string, pp *pipeline.PodPort) {
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
-	if err := p.applyLimits(ctx, name, pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID)); err != nil {
+	if err := p.applyLimits(ctx, pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID)); err != nil {
 		log.WithField("port", name).WithField("pod", pp.String()).WithError(err).Warn("bandwidth limits of a restored pod not applied yet")
 	}
 }
 
 // syncBandwidth brings every pod port to its pod's current annotations, then deletes the
-// meters and QoS rows no port uses: level-driven, so a restart, an annotation change and
+// meters no port uses: level-driven, so a restart, an annotation change and
 // a hand-made change all converge to the same state.
 func (p *PodPorts) syncBandwidth(ctx context.Context) error {
 	p.bandwidthMu.Lock()
@@ -109,12 +118,12 @@ func (p *PodPorts) syncBandwidth(ctx context.Context) error {
 	var errs []error
 	var gen uint64
 	for name, pp := range p.state.Pods() {
-		before := pp.EgressMeter
-		if err := p.applyLimits(ctx, name, &pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID)); err != nil {
+		before := pp
+		if err := p.applyLimits(ctx, &pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if pp.EgressMeter != before {
+		if pp.EgressMeter != before.EgressMeter || pp.IngressMeter != before.IngressMeter {
 			gen = p.state.SetPod(name, pp)
 		}
 	}
@@ -124,9 +133,6 @@ func (p *PodPorts) syncBandwidth(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, p.pruneMeters(ctx))
-	if _, err := p.store.PruneQoS(ctx); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
@@ -138,7 +144,7 @@ func (p *PodPorts) pruneMeters(ctx context.Context) error {
 	}
 	used := map[uint32]bool{}
 	for _, pp := range p.state.Pods() {
-		used[pp.EgressMeter] = true
+		used[pp.EgressMeter], used[pp.IngressMeter] = true, true
 	}
 	have, err := p.meters.DumpMeters(ctx)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 // flowTableOwner marks the Flow_Table rows kovs writes.
-const flowTableOwner = "kovs.io/owner" // also of the QoS rows kovs makes
+const flowTableOwner = "kovs.io/owner"
 
 // LimitFlowTables implements BridgeStore: each table of limits gets a Flow_Table row with
 // its flow_limit, overflow_policy (evict or refuse) and eviction groups, mapped from the

@@ -16,7 +16,6 @@ const (
 	tablePort      = "Port"
 	tableInterface = "Interface"
 	tableFlowTable = "Flow_Table"
-	tableQoS       = "QoS"
 )
 
 // The model structs below carry only the columns kovs reads or writes; the
@@ -64,16 +63,6 @@ type portRow struct {
 	Name        string            `ovsdb:"name"`
 	Interfaces  []string          `ovsdb:"interfaces"`
 	ExternalIDs map[string]string `ovsdb:"external_ids"`
-	QoS         *string           `ovsdb:"qos"`
-}
-
-// qosRow is a row of the QoS table. QoS is a root table: a row outlives the port that
-// referred to it unless deleted with it.
-type qosRow struct {
-	UUID        string            `ovsdb:"_uuid"`
-	Type        string            `ovsdb:"type"`
-	OtherConfig map[string]string `ovsdb:"other_config"`
-	ExternalIDs map[string]string `ovsdb:"external_ids"`
 }
 
 // interfaceRow is a row of the Interface table.
@@ -99,7 +88,6 @@ func modelTables() map[string]model.Model {
 		tablePort:      &portRow{},
 		tableInterface: &interfaceRow{},
 		tableFlowTable: &flowTableRow{},
-		tableQoS:       &qosRow{},
 	}
 }
 

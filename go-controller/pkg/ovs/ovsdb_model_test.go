@@ -36,7 +36,7 @@ func TestTableMonitorsAskForModelColumns(t *testing.T) {
 			t.Errorf("monitor of %s asks for %v", tm.Table, tm.Fields)
 		}
 	}
-	if got := modelColumns(&portRow{}); !slices.Equal(got, []string{"name", "interfaces", "external_ids", "qos"}) {
+	if got := modelColumns(&portRow{}); !slices.Equal(got, []string{"name", "interfaces", "external_ids"}) {
 		t.Errorf("port columns = %v", got)
 	}
 }

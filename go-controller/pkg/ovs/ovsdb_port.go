@@ -77,11 +77,7 @@ func (c *OVSDB) DeletePort(ctx context.Context, bridge, name string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	qos, err := c.clearQoSOps(port) // a root table: it would outlive the port
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	_, err = c.transact(ctx, what, append(ops, qos...))
+	_, err = c.transact(ctx, what, ops)
 	return err
 }
 

@@ -123,13 +123,6 @@ type PortStore interface {
 	Ports(ctx context.Context, bridge string) ([]PortInfo, error)
 	// FindPorts lists the ports of a bridge whose external_ids map key to value.
 	FindPorts(ctx context.Context, bridge, key, value string) ([]PortInfo, error)
-	// SetPortTransmitRate limits what the port sends, in bit/s (0: no limit), and
-	// returns once ovs-vswitchd has applied it. DeletePort removes the limit with the port.
-	SetPortTransmitRate(ctx context.Context, port string, bitsPerSecond uint64) error
-	// PortTransmitRate is the port's transmit limit (0: none).
-	PortTransmitRate(ctx context.Context, port string) (uint64, error)
-	// PruneQoS deletes the limits whose port is gone and returns how many.
-	PruneQoS(ctx context.Context) (int, error)
 }
 
 // SwitchConfig manages the single Open_vSwitch row.

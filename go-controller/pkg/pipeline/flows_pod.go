@@ -67,6 +67,11 @@ func (b *Builder) PodFlows(pod PodPort) ([]Flow, error) {
 	if hasIPv6(pod.IPs) {
 		podLinkLocalFlows(s, pod)
 	}
+	if pod.IngressMeter != 0 {
+		// The pod's ingress bandwidth: what is output to it passes its meter last.
+		s.add(Output, prioOutputMetered, MatchAll().Reg(OutPortField.Mark(pod.OFPort)),
+			Meter{ID: pod.IngressMeter}, OutputReg{Field: OutPortField})
+	}
 	return s.flows, nil
 }
 

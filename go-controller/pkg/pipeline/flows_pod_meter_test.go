@@ -5,13 +5,15 @@ import (
 	"testing"
 )
 
-// A pod with an egress meter: its classification passes every packet through the meter
-// first (and only its own), and the packet goes on exactly as without one.
-func TestPodEgressMeter(t *testing.T) {
+// A pod with meters: its classification passes every packet it sends through its egress
+// meter first, what is output to it passes its ingress meter last (only its own), and the
+// packets go on exactly as without them.
+func TestPodMeters(t *testing.T) {
 	sc := oneNodeTwoPods()
 	plain := sc.tracer(t)
 	web, client := sc.pods[0], sc.pods[1]
 	sc.pods[0].EgressMeter = web.OFPort
+	sc.pods[0].IngressMeter = 65536 + web.OFPort
 	b, err := NewBuilder(sc.node, testRound)
 	if err != nil {
 		t.Fatal(err)
@@ -20,14 +22,20 @@ func TestPodEgressMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var classify []string
+	var classify, output []string
 	for _, f := range flows {
-		if f.Table == Classifier {
+		switch f.Table {
+		case Classifier:
 			classify = append(classify, f.String())
+		case Output:
+			output = append(output, f.String())
 		}
 	}
 	if len(classify) != 1 || !strings.Contains(classify[0], "in_port=3 actions=meter:3,set_field:") {
 		t.Fatalf("classification of a metered pod: %q", classify)
+	}
+	if len(output) != 1 || !strings.Contains(output[0], "reg1=0x3 actions=meter:65539,output:NXM_NX_REG1[]") {
+		t.Fatalf("output to a metered pod: %q", output)
 	}
 	others, err := b.PodFlows(client)
 	if err != nil {
@@ -50,5 +58,13 @@ func TestPodEgressMeter(t *testing.T) {
 	}
 	if got.Dropped() || len(got.Outputs) != len(want.Outputs) || got.Outputs[0].Port != client.OFPort {
 		t.Errorf("metered pod to client: %s\nwithout the meter: %s", got, want)
+	}
+	back := fromPod(t, client, sc.node, sc.pods[0].IPs[0])
+	got, err = metered.Trace(back, CTNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Dropped() || got.Outputs[0].Port != web.OFPort || !strings.Contains(got.String(), "meter:65539") {
+		t.Errorf("client to metered pod: %s", got)
 	}
 }

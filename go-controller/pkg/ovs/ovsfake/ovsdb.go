@@ -25,7 +25,6 @@ type OVSDB struct {
 	externalIDs   map[string]string
 	datapathTypes []string
 	portErrors    map[string]string
-	rates         map[string]uint64 // transmit rates by port
 	closed        bool
 }
 

@@ -24,7 +24,6 @@ func (f *OVSDB) DeletePort(ctx context.Context, bridge, name string) error {
 	if b, ok := f.bridges[bridge]; ok {
 		delete(b.ports, name)
 		delete(b.specs, name)
-		delete(f.rates, name)
 	}
 	return nil
 }

@@ -8,40 +8,6 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
-// SetPortTransmitRate implements PortStore: the rate is kept per port and goes with it.
-func (f *OVSDB) SetPortTransmitRate(ctx context.Context, port string, bitsPerSecond uint64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.usable(ctx); err != nil {
-		return err
-	}
-	if f.bridgeOfPort(port) == "" {
-		return fmt.Errorf("set the transmit rate of port %s: %w", port, ovs.ErrNotFound)
-	}
-	if f.rates == nil {
-		f.rates = map[string]uint64{}
-	}
-	if bitsPerSecond == 0 {
-		delete(f.rates, port)
-	} else {
-		f.rates[port] = bitsPerSecond
-	}
-	return nil
-}
-
-// PortTransmitRate implements PortStore.
-func (f *OVSDB) PortTransmitRate(ctx context.Context, port string) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.bridgeOfPort(port) == "" {
-		return 0, fmt.Errorf("port %s: %w", port, ovs.ErrNotFound)
-	}
-	return f.rates[port], nil
-}
-
-// PruneQoS implements PortStore: rates of deleted ports are gone with them.
-func (f *OVSDB) PruneQoS(context.Context) (int, error) { return 0, nil }
-
 // SetMeter implements MeterClient.
 func (f *OpenFlow) SetMeter(_ context.Context, m ovs.Meter) error {
 	f.mu.Lock()
