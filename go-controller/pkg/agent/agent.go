@@ -178,7 +178,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.Share
 		log.WithError(err).Warn("could not set NetworkUnavailable=False")
 	}
 	go a.neighbors.Loop(ctx)
-	go a.watchVswitchd(ctx)
+	go a.watchVswitchd(ctx, handlers)
 	<-ctx.Done()
 	a.health.cniServing.Store(false)
 	a.ready.set(fmt.Errorf("shutting down"))

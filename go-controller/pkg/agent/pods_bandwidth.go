@@ -16,7 +16,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
-// Pod bandwidth (docs/bandwidth.md). The agent reads the annotations from the API, so
+// Pod bandwidth (docs/egress.md#pod-bandwidth). The agent reads the annotations from the API, so
 // the limits are the same whichever runtime started the pod, and follow changes of a
 // running pod's annotations. Both directions are OpenFlow meters in the datapath itself:
 // egress (from the pod) the meter that the pod's Classifier flow applies first, ingress

@@ -35,6 +35,7 @@ func TestEdgesIPv4(t *testing.T) {
 	t.Run("Egress IP", c.checkEgressIP)
 	t.Run("Egress IP failover", c.checkEgressFailover)
 	t.Run("bandwidth", c.checkBandwidth)
+	t.Run("bandwidth follows the pod", c.checkBandwidthState)
 }
 
 func TestEdgesIPv6(t *testing.T) {

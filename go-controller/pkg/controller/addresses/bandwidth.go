@@ -10,7 +10,7 @@ import (
 )
 
 // ReasonInvalidBandwidth is the Event reason for a bandwidth annotation kovs cannot apply:
-// the pod runs, and that direction is not limited (docs/bandwidth.md).
+// the pod runs, and that direction is not limited (docs/egress.md#pod-bandwidth).
 const ReasonInvalidBandwidth = "InvalidBandwidth"
 
 // BandwidthWarnings reports pods whose bandwidth annotations are unusable, with a Warning
