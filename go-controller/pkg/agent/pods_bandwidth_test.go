@@ -103,3 +103,42 @@ func (r *attachRig) hasFlowWith(part string) bool {
 	}
 	return false
 }
+
+// A restarted agent restores a limited pod with its meters in the desired state, and the
+// meters in place, before its first flow sync: the pod's flows never lose them.
+func TestRestoreKeepsTheMeters(t *testing.T) {
+	ctx := context.Background()
+	store := ovsfake.NewOVSDB()
+	if err := store.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev}); err != nil {
+		t.Fatal(err)
+	}
+	req := attachC()
+	ofport, err := store.EnsurePort(ctx, "br-int", ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := recordedPods(t, recorded{"c", 12, "uid-c"})
+	pod, err := pods.Pods("x").Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.EgressAnnotation] = "5M"
+	pod.Annotations[bandwidth.IngressAnnotation] = "7M"
+	state := NewNodeState(1, nil)
+	state.SetNode(testNodeConfig())
+	meters := ovsfake.NewOpenFlow()
+	p := &PodPorts{bridge: "br-int", store: store, state: state, pods: pods, meters: meters}
+	if n, _, err := p.restore(ctx); err != nil || n != 1 {
+		t.Fatalf("restore: %d, %v", n, err)
+	}
+	pp := state.Pods()[req.HostIfName]
+	id := uint32(ofport)
+	if pp.EgressMeter != id || pp.IngressMeter != ingressMeterBase+id {
+		t.Errorf("restored pod's meters: egress %d, ingress %d", pp.EgressMeter, pp.IngressMeter)
+	}
+	have, _ := meters.DumpMeters(ctx)
+	want := []ovs.Meter{podMeter(id, 5_000_000), podMeter(ingressMeterBase+id, 7_000_000)}
+	if !slices.Equal(have, want) {
+		t.Errorf("meters after restore: %+v, want %+v", have, want)
+	}
+}
