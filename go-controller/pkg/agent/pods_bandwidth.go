@@ -16,9 +16,9 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/runner"
 )
 
-// Pod bandwidth (docs/egress.md#pod-bandwidth). The agent reads the annotations from the API, so
-// the limits are the same whichever runtime started the pod, and follow changes of a
-// running pod's annotations. Both directions are OpenFlow meters in the datapath itself:
+// Pod bandwidth (docs/egress.md#pod-bandwidth). The agent reads the annotations from the
+// API, so the limits are the same whichever runtime started the pod, and follow changes
+// of a running pod's annotations. Both directions are OpenFlow meters in the datapath itself:
 // egress (from the pod) the meter that the pod's Classifier flow applies first, ingress
 // (to the pod) the one its Output flow applies last (pipeline.PodPort). Not tc: the
 // userspace datapath reads the pod's veth with a packet socket before tc ingress runs,
@@ -50,12 +50,13 @@ func podMeter(id uint32, rate uint64) ovs.Meter {
 // direction: it is logged here, once per value, and kovs-controller reports it on the pod
 // with an Event (addresses.ReasonInvalidBandwidth).
 func (p *PodPorts) limitsOf(namespace, name, uid string) bandwidth.Limits {
+	key := namespace + "/" + name
 	pod, err := p.pods.Pods(namespace).Get(name)
 	if err != nil || (uid != "" && string(pod.UID) != uid) {
+		delete(p.bandwidthWarned, key)
 		return bandwidth.Limits{}
 	}
 	l, err := bandwidth.FromAnnotations(pod.Annotations)
-	key := namespace + "/" + name
 	if err == nil {
 		delete(p.bandwidthWarned, key)
 		return l
