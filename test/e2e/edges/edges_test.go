@@ -33,9 +33,9 @@ func TestEdgesIPv4(t *testing.T) {
 	t.Run("egress ipBlock judges the pod before translation", c.checkEgressPolicy)
 	t.Run("hostPort matrix", c.checkHostPort)
 	t.Run("Egress IP", c.checkEgressIP)
-	t.Run("Egress IP failover", c.checkEgressFailover)
 	t.Run("bandwidth", c.checkBandwidth)
 	t.Run("bandwidth follows the pod", c.checkBandwidthState)
+	t.Run("Egress IP failover", c.checkEgressFailover) // leaves the holder's node down: last
 }
 
 func TestEdgesIPv6(t *testing.T) {
