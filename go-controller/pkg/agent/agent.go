@@ -122,13 +122,14 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.masquerade = a.startMasquerade(ctx, podFamilies(self))
 	a.startEgress(ctx, podInformer.Informer())
-	return a.serve(ctx, nodeInformer.Informer())
+	return a.serve(ctx, nodeInformer.Informer(), podInformer.Informer())
 }
 
 // serve runs the steady state: flows, peers, the CNI server, readiness.
-func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInformer) error {
+func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
-		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, policyWait: a.cfg.PolicyWait, readiness: a.ready.get}
+		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, policyWait: a.cfg.PolicyWait, readiness: a.ready.get,
+		meters: a.of}
 	restored, stale, err := handlers.restore(ctx)
 	if err != nil {
 		return fmt.Errorf("restore pod ports: %w", err)
@@ -155,6 +156,9 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 	if err := handlers.removeStalePorts(ctx, stale); err != nil {
 		log.WithError(err).Warn("stale pod ports left on br-int (CNI GC removes them later)")
 	}
+	if err := handlers.watchBandwidth(ctx, podInformer); err != nil {
+		return err
+	}
 	a.seedTunnelNeighbors(ctx)
 	server, err := cni.NewServer(a.cfg.CNISocket, a.metrics.cniHandler(handlers), log.WithField("component", "cni-server"))
 	if err != nil {
@@ -174,7 +178,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer cache.SharedIndexInforme
 		log.WithError(err).Warn("could not set NetworkUnavailable=False")
 	}
 	go a.neighbors.Loop(ctx)
-	go a.watchVswitchd(ctx)
+	go a.watchVswitchd(ctx, handlers)
 	<-ctx.Done()
 	a.health.cniServing.Store(false)
 	a.ready.set(fmt.Errorf("shutting down"))

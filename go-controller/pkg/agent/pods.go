@@ -57,6 +57,13 @@ type PodPorts struct {
 	// attachMu makes an attach's address checks and its entry into the state one step:
 	// two pods never both pass the check for one address.
 	attachMu sync.Mutex
+	// meters keeps the pods' egress meters (pods_bandwidth.go).
+	meters ovs.MeterClient
+	// bandwidthMu orders the changes of limits: a port's limits and its entry into (or
+	// removal from) the state are one step against syncBandwidth's pruning.
+	bandwidthMu sync.Mutex
+	// bandwidthWarned is the last bandwidth annotation error logged per pod.
+	bandwidthWarned map[string]string
 }
 
 var _ cni.Handler = (*PodPorts)(nil)
@@ -168,6 +175,12 @@ func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipelin
 		return 0, 0, fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
 	}
 	port.OFPort = uint32(n)
+	// The limits are in place before the pod's flows: it never runs unlimited first.
+	p.bandwidthMu.Lock()
+	defer p.bandwidthMu.Unlock()
+	if err := p.applyLimits(ctx, &port, p.limitsOf(req.Pod.Namespace, req.Pod.Name, req.Pod.UID)); err != nil {
+		return 0, 0, err
+	}
 	return p.state.SetPod(req.HostIfName, port), port.OFPort, nil
 }
 
@@ -192,9 +205,19 @@ func (p *PodPorts) Detach(ctx context.Context, req cni.DetachRequest) error {
 // removePort deletes the pod's flows first (so no flow ever points at a reused ofport),
 // then the port.
 func (p *PodPorts) removePort(ctx context.Context, name string) error {
+	p.bandwidthMu.Lock()
+	defer p.bandwidthMu.Unlock()
+	pp, had := p.state.Pods()[name]
 	gen := p.state.DeletePod(name)
 	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return err
+	}
+	for _, id := range []uint32{pp.EgressMeter, pp.IngressMeter} {
+		if had && id != 0 && p.meters != nil {
+			if err := p.meters.DeleteMeter(ctx, id); err != nil {
+				return err
+			}
+		}
 	}
 	return p.store.DeletePort(ctx, p.bridge, name)
 }
@@ -312,6 +335,7 @@ func (p *PodPorts) restore(ctx context.Context) (int, []ovs.PortInfo, error) {
 			log.WithField("port", port.Name).WithError(err).Warn("pod port not restored")
 			continue
 		}
+		p.restoreLimits(ctx, port.Name, &pp)
 		p.state.SetPod(port.Name, pp)
 		n++
 	}

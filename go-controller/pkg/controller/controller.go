@@ -177,7 +177,8 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podNodeIndex}); err != nil {
 		return err
 	}
-	pods := &addresses.PodReconciler{Alloc: alloc, Client: client, Pods: podInformer.Lister(), Recorder: recorder}
+	pods := &addresses.PodReconciler{Alloc: alloc, Client: client, Pods: podInformer.Lister(), Recorder: recorder,
+		Bandwidth: &addresses.BandwidthWarnings{Recorder: recorder}}
 	podCtl := reconcile.New(reconcile.Options{Name: "pod-addresses", Workers: cfg.Workers, Metrics: obs.reconcile()}, pods, podInformer.Informer().HasSynced)
 	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder,
 		OnNodeReady: func(node string) { enqueuePodsOf(podInformer.Informer().GetIndexer(), podCtl, node) }}

@@ -102,3 +102,16 @@ func TestParseGroupDumpSample(t *testing.T) {
 		t.Error("a group without group_id parsed")
 	}
 }
+
+func TestParseMeterDump(t *testing.T) {
+	out := "OFPST_METER_CONFIG reply (OF1.5) (xid=0x2):\nmeter=1 kbps burst bands=\ntype=drop rate=50000 burst_size=5000\n" +
+		"meter=12 kbps burst bands=\ntype=drop rate=10 burst_size=150\n"
+	got, err := ParseMeterDump(out)
+	want := []Meter{{ID: 1, RateKbps: 50000, BurstKbits: 5000}, {ID: 12, RateKbps: 10, BurstKbits: 150}}
+	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("ParseMeterDump = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := ParseMeterDump("meter=x kbps\n"); err == nil {
+		t.Error("a bad meter ID parsed")
+	}
+}

@@ -22,6 +22,11 @@ func (a GotoTable) String() string { return fmt.Sprintf("goto_table:%d", a.Table
 // Goto continues processing in table t.
 func Goto(t Table) GotoTable { return GotoTable{Table: t} }
 
+// Meter passes the packet through an OpenFlow meter, which drops what exceeds its rate.
+type Meter struct{ ID uint32 }
+
+func (a Meter) String() string { return fmt.Sprintf("meter:%d", a.ID) }
+
 // OutputPort sends the packet out an ofport (never back out its ingress port).
 type OutputPort struct{ Port uint32 }
 

@@ -60,6 +60,7 @@ const (
 
 	prioCommitFromGateway = 110 // ConntrackCommit: marks what the host forwards
 	prioOutputToHost      = 110 // Output: from the gateway back to it (translated by a Service)
+	prioOutputMetered     = 105 // Output: to a pod with an ingress meter
 )
 
 // Builder compiles the flows of one node. It is immutable: every method is a pure function

@@ -34,6 +34,11 @@ type PodPort struct {
 	OFPort uint32
 	MAC    net.HardwareAddr
 	IPs    []netip.Addr // at most one per family, inside the node's pod subnets
+	// EgressMeter and IngressMeter are the OpenFlow meters that limit what the pod sends
+	// and receives (its kubernetes.io/egress-bandwidth and ingress-bandwidth), 0 for
+	// none. A meter must exist before the flows that use it.
+	EgressMeter  uint32
+	IngressMeter uint32
 }
 
 func (p PodPort) String() string { return p.Namespace + "/" + p.Name }

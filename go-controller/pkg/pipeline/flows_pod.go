@@ -50,7 +50,12 @@ func (b *Builder) PodFlows(pod PodPort) ([]Flow, error) {
 		return nil, fmt.Errorf("pod %s: %w", pod, err)
 	}
 	s := b.owner(CategoryPod, pod.OFPort)
-	s.add(Classifier, prioClassify, MatchAll().InPort(pod.OFPort), LoadReg(PortClassPod.Mark()), Goto(SpoofGuard))
+	classify := []Action{LoadReg(PortClassPod.Mark()), Goto(SpoofGuard)}
+	if pod.EgressMeter != 0 {
+		// The pod's egress bandwidth: every packet it sends passes its meter first.
+		classify = append([]Action{Meter{ID: pod.EgressMeter}}, classify...)
+	}
+	s.add(Classifier, prioClassify, MatchAll().InPort(pod.OFPort), classify...)
 	for _, ip := range pod.IPs {
 		if ip.Is4() {
 			podIPv4Flows(s, pod, ip)
@@ -61,6 +66,11 @@ func (b *Builder) PodFlows(pod PodPort) ([]Flow, error) {
 	}
 	if hasIPv6(pod.IPs) {
 		podLinkLocalFlows(s, pod)
+	}
+	if pod.IngressMeter != 0 {
+		// The pod's ingress bandwidth: what is output to it passes its meter last.
+		s.add(Output, prioOutputMetered, MatchAll().Reg(OutPortField.Mark(pod.OFPort)),
+			Meter{ID: pod.IngressMeter}, OutputReg{Field: OutPortField})
 	}
 	return s.flows, nil
 }

@@ -191,6 +191,8 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 			if err := st.move(a); err != nil {
 				return Table{}, false, err
 			}
+		case Meter:
+			// A rate limit: a single packet is within it.
 		case DecTTL:
 			if st.pkt.TTL <= 1 {
 				r.End = "dec_ttl: TTL expired, dropped"

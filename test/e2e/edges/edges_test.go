@@ -3,7 +3,8 @@
 // against the sandbox's external host, and hostPort from another node, from the external
 // host and from the node itself; Egress IPs (the selected pods leave with the egress IP,
 // from the holder and through the tunnel, and keep leaving with it after the holder
-// fails). Needs root; runs under `make e2e`.
+// fails); pod bandwidth annotations (bulk TCP transfers within 20% of the limit, an
+// unlimited neighbour not held back). Needs root; runs under `make e2e`.
 package edges_test
 
 import (
@@ -32,7 +33,9 @@ func TestEdgesIPv4(t *testing.T) {
 	t.Run("egress ipBlock judges the pod before translation", c.checkEgressPolicy)
 	t.Run("hostPort matrix", c.checkHostPort)
 	t.Run("Egress IP", c.checkEgressIP)
-	t.Run("Egress IP failover", c.checkEgressFailover)
+	t.Run("bandwidth", c.checkBandwidth)
+	t.Run("bandwidth follows the pod", c.checkBandwidthState)
+	t.Run("Egress IP failover", c.checkEgressFailover) // leaves the holder's node down: last
 }
 
 func TestEdgesIPv6(t *testing.T) {
@@ -42,6 +45,7 @@ func TestEdgesIPv6(t *testing.T) {
 	t.Run("egress ipBlock judges the pod before translation", c.checkEgressPolicy)
 	t.Run("hostPort matrix", c.checkHostPort)
 	t.Run("Egress IP", c.checkEgressIP)
+	t.Run("bandwidth", c.checkBandwidth)
 }
 
 func TestEdgesDualStack(t *testing.T) {
@@ -50,6 +54,7 @@ func TestEdgesDualStack(t *testing.T) {
 	t.Run("no-masquerade destinations see the pod", c.checkNoMasquerade)
 	t.Run("hostPort matrix", c.checkHostPort)
 	t.Run("Egress IP", c.checkEgressIP)
+	t.Run("bandwidth", c.checkBandwidth)
 }
 
 // edges is a 3-node sandbox with a pod on every node (x/a on node1, x/b on node1, x/c on

@@ -1,9 +1,11 @@
 package framework
 
 import (
+	"cmp"
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,4 +110,28 @@ func ofctl(args ...string) ([]string, error) {
 		return nil, fmt.Errorf("ovs-ofctl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return strings.Split(string(out), "\n"), nil
+}
+
+// DumpMeters reads the meters of node's br-int, by ID.
+func (s *Sandbox) DumpMeters(t testing.TB, node string) []ovs.Meter {
+	t.Helper()
+	meters, err := s.ListMeters(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meters
+}
+
+// ListMeters reads the meters of node's br-int, by ID.
+func (s *Sandbox) ListMeters(node string) ([]ovs.Meter, error) {
+	lines, err := ofctl("dump-meters", s.BrIntTarget(node))
+	if err != nil {
+		return nil, err
+	}
+	meters, err := ovs.ParseMeterDump(strings.Join(lines, "\n"))
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(meters, func(a, b ovs.Meter) int { return cmp.Compare(a.ID, b.ID) })
+	return meters, nil
 }

@@ -22,6 +22,7 @@ type PodSpec struct {
 	Namespace, Name, Node string
 	HostNetwork           bool
 	Labels                map[string]string
+	Annotations           map[string]string
 	Ports                 []corev1.ContainerPort
 }
 
@@ -34,7 +35,7 @@ func (s *Sandbox) CreatePod(t testing.TB, p PodSpec) {
 	}
 	s.EnsureNamespace(t, p.Namespace, nil)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations},
 		Spec: corev1.PodSpec{NodeName: p.Node, HostNetwork: p.HostNetwork,
 			Containers: []corev1.Container{{Name: "responder", Image: "kovs/responder", Ports: p.Ports}}},
 	}

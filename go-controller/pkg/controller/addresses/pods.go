@@ -25,6 +25,8 @@ type PodReconciler struct {
 	Client   kubernetes.Interface
 	Pods     corelisters.PodLister
 	Recorder record.EventRecorder
+	// Bandwidth reports unusable bandwidth annotations (nil: not checked).
+	Bandwidth *BandwidthWarnings
 }
 
 // NeedsAddresses reports whether kovs must give the pod addresses: scheduled, not
@@ -44,10 +46,16 @@ func (r *PodReconciler) Reconcile(ctx context.Context, key string) error {
 	pod, err := r.Pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		r.release(key, "deleted")
+		if r.Bandwidth != nil {
+			r.Bandwidth.Forget(key)
+		}
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if r.Bandwidth != nil && NeedsAddresses(pod) {
+		r.Bandwidth.Check(pod)
 	}
 	if uid, ok := r.Alloc.ownerOf(key); ok && uid != string(pod.UID) {
 		r.release(key, "replaced by a new pod of the same name")

@@ -23,6 +23,7 @@ type OpenFlow struct {
 	mu       sync.Mutex
 	flows    map[flowKey]ovs.FlowEntry
 	groups   map[uint32]ovs.GroupEntry
+	meters   map[uint32]ovs.Meter
 	bundles  int
 	failNext error
 }

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/bandwidth"
+	"github.com/kovs-net/kovs/go-controller/pkg/cni"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
+)
+
+// The limits follow the pod's annotations: in place at attach, before the pod's flows;
+// changed, removed and made unusable while the pod runs; gone with the port; and a resync
+// deletes a meter nothing uses.
+func TestBandwidthFollowsAnnotations(t *testing.T) {
+	r := newAttachRig(t, time.Hour)
+	r.state.mu.Lock()
+	r.state.policy = nil
+	r.state.mu.Unlock()
+	meters := ovsfake.NewOpenFlow()
+	r.ports.meters = meters
+	store := r.ports.store
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pod, err := r.ports.pods.Pods("x").Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.IngressAnnotation] = "10M"
+	pod.Annotations[bandwidth.EgressAnnotation] = "20M"
+	if err := r.ports.Attach(ctx, attachC()); err != nil {
+		t.Fatal(err)
+	}
+	ofport := r.state.Pods()["veth-c"].OFPort
+	check := func(step string, ingress, egress uint32) {
+		t.Helper()
+		have, _ := meters.DumpMeters(ctx)
+		var want []ovs.Meter
+		if egress != 0 {
+			want = append(want, ovs.Meter{ID: ofport, RateKbps: egress, BurstKbits: max(egress/2, meterBurstMin)})
+		}
+		if ingress != 0 {
+			want = append(want, ovs.Meter{ID: ingressMeterBase + ofport, RateKbps: ingress, BurstKbits: max(ingress/2, meterBurstMin)})
+		}
+		if !slices.Equal(have, want) {
+			t.Errorf("%s: meters %+v, want %+v", step, have, want)
+		}
+		pp := r.state.Pods()["veth-c"]
+		if (pp.EgressMeter != 0) != (egress != 0) || (pp.IngressMeter != 0) != (ingress != 0) {
+			t.Errorf("%s: the pod's flows use meters %d (egress) and %d (ingress)", step, pp.EgressMeter, pp.IngressMeter)
+		}
+		for _, m := range want {
+			if !r.hasFlowWith("meter:" + strconv.FormatUint(uint64(m.ID), 10)) {
+				t.Errorf("%s: no installed flow applies meter %d", step, m.ID)
+			}
+		}
+		if len(want) == 0 && r.hasFlowWith("meter:") {
+			t.Errorf("%s: an installed flow still applies a meter", step)
+		}
+	}
+	check("attach", 10_000, 20_000)
+	pod.Annotations[bandwidth.EgressAnnotation] = "1M"
+	delete(pod.Annotations, bandwidth.IngressAnnotation)
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("changed", 0, 1_000)
+	pod.Annotations[bandwidth.EgressAnnotation] = "1 Mbit"
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("unusable value", 0, 0)
+	if err := meters.SetMeter(ctx, ovs.Meter{ID: 99, RateKbps: 1, BurstKbits: 1}); err != nil { // left by an earlier agent
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.EgressAnnotation] = "3M"
+	pod.Annotations[bandwidth.IngressAnnotation] = "4M"
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("set again, stale meter pruned", 4_000, 3_000)
+	if err := r.ports.Detach(ctx, cni.DetachRequest{ContainerID: "sandbox-c", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if have, _ := meters.DumpMeters(ctx); len(have) != 0 {
+		t.Errorf("after detach: meters %+v", have)
+	}
+	if _, ok := store.(*ovsfake.OVSDB).Port("br-int", "veth-c"); ok {
+		t.Error("after detach: the port is still there")
+	}
+}
+
+func (r *attachRig) hasFlowWith(part string) bool {
+	for _, e := range r.sw.Flows() {
+		if strings.Contains(e.String(), part) {
+			return true
+		}
+	}
+	return false
+}
+
+// A restarted agent restores a limited pod with its meters in the desired state, and the
+// meters in place, before its first flow sync: the pod's flows never lose them.
+func TestRestoreKeepsTheMeters(t *testing.T) {
+	ctx := context.Background()
+	store := ovsfake.NewOVSDB()
+	if err := store.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev}); err != nil {
+		t.Fatal(err)
+	}
+	req := attachC()
+	ofport, err := store.EnsurePort(ctx, "br-int", ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := recordedPods(t, recorded{"c", 12, "uid-c"})
+	pod, err := pods.Pods("x").Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.EgressAnnotation] = "5M"
+	pod.Annotations[bandwidth.IngressAnnotation] = "7M"
+	state := NewNodeState(1, nil)
+	state.SetNode(testNodeConfig())
+	meters := ovsfake.NewOpenFlow()
+	p := &PodPorts{bridge: "br-int", store: store, state: state, pods: pods, meters: meters}
+	if n, _, err := p.restore(ctx); err != nil || n != 1 {
+		t.Fatalf("restore: %d, %v", n, err)
+	}
+	pp := state.Pods()[req.HostIfName]
+	id := uint32(ofport)
+	if pp.EgressMeter != id || pp.IngressMeter != ingressMeterBase+id {
+		t.Errorf("restored pod's meters: egress %d, ingress %d", pp.EgressMeter, pp.IngressMeter)
+	}
+	have, _ := meters.DumpMeters(ctx)
+	want := []ovs.Meter{podMeter(id, 5_000_000), podMeter(ingressMeterBase+id, 7_000_000)}
+	if !slices.Equal(have, want) {
+		t.Errorf("meters after restore: %+v, want %+v", have, want)
+	}
+}

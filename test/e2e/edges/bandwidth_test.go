@@ -1,0 +1,120 @@
+package edges_test
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/bandwidth"
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+const (
+	// bandwidthLimit is L, the limit of the limited pods, unless the machine's unlimited
+	// rate is below bandwidthHeadroom times it (then L is that rate / bandwidthHeadroom).
+	bandwidthLimit    = 50e6
+	bandwidthHeadroom = 5
+	transferTime      = 3 * time.Second
+	transferPort      = 5201
+)
+
+// checkBandwidth: x/egress-limited (kubernetes.io/egress-bandwidth L) and
+// x/ingress-limited (ingress-bandwidth L), both on node1, move bulk TCP data to and from
+// x/c on node2 within 20% of L, while x/a on node1, unlimited, moves data at the same time
+// well above L (at least 2L). The limits are in place from the pods' creation. In
+// dual-stack the egress transfer runs over IPv4 and the ingress one over IPv6.
+func (c *edges) checkBandwidth(t *testing.T) {
+	peer, neighbour := c.s.PodClient(c.pods["c"]), c.s.PodClient(c.pods["a"])
+	far := c.s.PodClient(c.pods["d"])
+	ips := framework.PodIPs(c.pods["c"])
+	egressTo, ingressFam := ips[0], ips[len(ips)-1]
+	unlimited := transfer(t, neighbour, far, pick(framework.PodIPs(c.pods["d"]), egressTo), transferPort)
+	if unlimited.BitsPerSecond() < 2e6*bandwidthHeadroom {
+		t.Fatalf("bandwidth: the unlimited transfer x/a -> x/d reached only %s: too slow to tell a limit", unlimited)
+	}
+	limit := min(bandwidthLimit, unlimited.BitsPerSecond()/bandwidthHeadroom)
+	limitValue := strconv.FormatInt(int64(limit/1e3), 10) + "k"
+	t.Logf("bandwidth: unlimited x/a -> x/d alone: %s; limit L = %s", unlimited, limitValue)
+
+	for name, key := range map[string]string{"egress-limited": bandwidth.EgressAnnotation, "ingress-limited": bandwidth.IngressAnnotation} {
+		c.s.CreatePod(t, framework.PodSpec{Namespace: "x", Name: name, Node: "node1", Annotations: map[string]string{key: limitValue}})
+	}
+	egressPod := c.s.WaitRunning(t, "x", "egress-limited", podTimeout)
+	ingressPod := c.s.WaitRunning(t, "x", "ingress-limited", podTimeout)
+
+	dAddr, aAddr := pick(framework.PodIPs(c.pods["d"]), egressTo), pick(framework.PodIPs(c.pods["a"]), ingressFam)
+	// Egress: the limited pod sends to x/c while x/a sends to x/d.
+	limited, free := concurrently(t,
+		func() (framework.Transfer, error) {
+			return bulk(c.s.PodClient(egressPod), peer, egressTo, transferPort)
+		},
+		func() (framework.Transfer, error) { return bulk(neighbour, far, dAddr, transferPort+1) })
+	c.judgeBandwidth(t, "egress (x/egress-limited -> x/c)", limit, limited, free)
+
+	// Ingress: x/c sends to the limited pod while x/d sends to x/a.
+	to := pick(framework.PodIPs(ingressPod), ingressFam)
+	limited, free = concurrently(t,
+		func() (framework.Transfer, error) { return bulk(peer, c.s.PodClient(ingressPod), to, transferPort) },
+		func() (framework.Transfer, error) { return bulk(far, neighbour, aAddr, transferPort+1) })
+	c.judgeBandwidth(t, "ingress (x/c -> x/ingress-limited)", limit, limited, free)
+}
+
+// judgeBandwidth: the limited transfer is within 20% of limit, the unlimited neighbour's
+// at least twice the limit.
+func (c *edges) judgeBandwidth(t *testing.T, what string, limit float64, limited, free framework.Transfer) {
+	t.Helper()
+	got := limited.BitsPerSecond()
+	t.Logf("bandwidth %s: %s limited to %.1f Mbit/s: %s (%.0f%% of the limit); unlimited neighbour at the same time: %s",
+		c.family, what, limit/1e6, limited, 100*got/limit, free)
+	if got < 0.8*limit || got > 1.2*limit {
+		t.Errorf("%s: %.1f Mbit/s, not within 20%% of the limit %.1f Mbit/s", what, got/1e6, limit/1e6)
+	}
+	if free.BitsPerSecond() < 2*limit {
+		t.Errorf("%s: the unlimited neighbour was held back: %s, want at least twice the limit", what, free)
+	}
+}
+
+// transfer is one bulk transfer alone, failing the test on an error.
+func transfer(t *testing.T, from, at framework.Client, to netip.Addr, port uint16) framework.Transfer {
+	t.Helper()
+	x, err := bulk(from, at, to, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func bulk(from, at framework.Client, to netip.Addr, port uint16) (framework.Transfer, error) {
+	return framework.BulkTransfer(from, at, to, port, transferTime)
+}
+
+// concurrently runs two transfers at the same time, failing the test if either fails.
+func concurrently(t *testing.T, a, b func() (framework.Transfer, error)) (framework.Transfer, framework.Transfer) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var ra, rb framework.Transfer
+	var ea, eb error
+	wg.Add(2)
+	go func() { defer wg.Done(); ra, ea = a() }()
+	go func() { defer wg.Done(); rb, eb = b() }()
+	wg.Wait()
+	for _, err := range []error{ea, eb} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ra, rb
+}
+
+// pick is the address of like's family among ips.
+func pick(ips []netip.Addr, like netip.Addr) netip.Addr {
+	for _, ip := range ips {
+		if ip.Is6() == like.Is6() {
+			return ip
+		}
+	}
+	panic(fmt.Sprintf("no address of the family of %s in %v", like, ips))
+}
