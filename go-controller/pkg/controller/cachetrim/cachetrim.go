@@ -29,10 +29,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/bandwidth"
 )
 
-// AnnotationPrefix is the prefix of the only annotations kept: kovs's own.
+// AnnotationPrefix is the prefix of kovs's own annotations, which are kept.
 const AnnotationPrefix = "kovs.io/"
+
+// KeptAnnotation reports whether an annotation is kept in the cache: kovs's own, and the pod
+// bandwidth annotations kovs-controller checks to report unusable values
+// (controller/addresses.BandwidthWarnings).
+func KeptAnnotation(key string) bool {
+	return strings.HasPrefix(key, AnnotationPrefix) || key == bandwidth.IngressAnnotation || key == bandwidth.EgressAnnotation
+}
 
 // NewSharedInformerFactory returns the controller's shared informer factory, whose
 // informers cache objects trimmed by Transform.
@@ -72,7 +81,7 @@ func Transform(obj any) (any, error) {
 // NodeAddress, NodeCondition, NetworkPolicySpec and all under it) are kept whole.
 func Kept() map[string][]string {
 	meta := []string{"Name", "Namespace", "UID", "ResourceVersion", "Generation", "CreationTimestamp",
-		"DeletionTimestamp", "Labels", "Annotations"} // Annotations: AnnotationPrefix keys only
+		"DeletionTimestamp", "Labels", "Annotations"} // Annotations: the keys KeptAnnotation keeps
 	return map[string][]string{
 		"meta/v1.ObjectMeta":          meta,
 		"core/v1.Pod":                 {"TypeMeta", "ObjectMeta", "Spec", "Status"},
@@ -98,12 +107,12 @@ func trimMeta(m *metav1.ObjectMeta) {
 	}
 }
 
-// kovsAnnotations returns the annotations under AnnotationPrefix: the map itself when it
+// kovsAnnotations returns the annotations KeptAnnotation keeps: the map itself when it
 // holds nothing else, nil when it holds none of them.
 func kovsAnnotations(all map[string]string) map[string]string {
 	n := 0
 	for k := range all {
-		if strings.HasPrefix(k, AnnotationPrefix) {
+		if KeptAnnotation(k) {
 			n++
 		}
 	}
@@ -115,7 +124,7 @@ func kovsAnnotations(all map[string]string) map[string]string {
 	}
 	out := make(map[string]string, n)
 	for k, v := range all {
-		if strings.HasPrefix(k, AnnotationPrefix) {
+		if KeptAnnotation(k) {
 			out[k] = v
 		}
 	}

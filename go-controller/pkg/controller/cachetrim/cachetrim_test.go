@@ -9,8 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/randfill"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/bandwidth"
 )
 
 // typeName is the key of a struct type in Kept: "core/v1.Pod".
@@ -39,6 +42,7 @@ func TestTransformKeepsExactlyKept(t *testing.T) {
 			v := reflect.ValueOf(obj).Elem()
 			ann := v.FieldByName("Annotations")
 			ann.SetMapIndex(reflect.ValueOf(AnnotationPrefix+"x"), reflect.ValueOf("kept"))
+			ann.SetMapIndex(reflect.ValueOf(bandwidth.EgressAnnotation), reflect.ValueOf("10M"))
 			orig := deepCopy(obj)
 			got, err := Transform(obj)
 			if err != nil {
@@ -85,7 +89,7 @@ func checkKept(t *testing.T, kept map[string][]string, path string, orig, got re
 		case name == "Annotations":
 			for k, v := range o.Interface().(map[string]string) {
 				gv, ok := g.Interface().(map[string]string)[k]
-				if want := strings.HasPrefix(k, AnnotationPrefix); ok != want || (ok && gv != v) {
+				if want := KeptAnnotation(k); ok != want || (ok && gv != v) {
 					t.Errorf("%s.Annotations[%s]: kept %v, want %v", path, k, ok, want)
 				}
 			}
@@ -124,5 +128,20 @@ func TestTransformPassesOtherObjects(t *testing.T) {
 	s := &corev1.Secret{Data: map[string][]byte{"k": []byte("v")}}
 	if got, err := Transform(s); err != nil || got != any(s) || string(s.Data["k"]) != "v" {
 		t.Fatalf("Transform(secret) = %v, %v; want it unchanged", got, err)
+	}
+}
+
+// TestBandwidthAnnotationsReachTheWarnings: kovs-controller reports unusable bandwidth
+// annotations from its cache, so the transform keeps them (and drops other tools' ones).
+func TestBandwidthAnnotationsReachTheWarnings(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{
+		bandwidth.IngressAnnotation: "10M", bandwidth.EgressAnnotation: "10Mbit", "example.com/other": "x"}}}
+	got, _ := Transform(pod)
+	ann := got.(*corev1.Pod).Annotations
+	if len(ann) != 2 || ann[bandwidth.IngressAnnotation] != "10M" || ann[bandwidth.EgressAnnotation] != "10Mbit" {
+		t.Fatalf("annotations after the transform: %v, want both bandwidth annotations and nothing else", ann)
+	}
+	if _, err := bandwidth.FromAnnotations(ann); err == nil {
+		t.Fatal("the trimmed pod's unusable egress-bandwidth is no longer seen")
 	}
 }
