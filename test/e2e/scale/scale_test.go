@@ -74,10 +74,27 @@ func TestScaleBenchmark(t *testing.T) {
 	}
 	res := run(t, cfg)
 	if path := os.Getenv("KOVS_SCALE_REPORT"); path != "" {
-		var b bytes.Buffer
-		res.Markdown(&b, "kovs at scale: the last make scale run")
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		if err := writeReport(path, res); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// notesMarker starts the hand-written part of docs/scale.md (what limited the run, the
+// other plugins' figures), which a new report keeps.
+const notesMarker = "<!-- notes: everything below is kept by make scale -->"
+
+func writeReport(path string, res *harness.Result) error {
+	var b bytes.Buffer
+	res.Markdown(&b, "kovs at scale: the last make scale run")
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	notes := notesMarker + "\n"
+	if i := bytes.Index(old, []byte(notesMarker)); i >= 0 {
+		notes = string(old[i:])
+	}
+	b.WriteString("\n" + notes)
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }

@@ -36,6 +36,7 @@ type Agent struct {
 
 	snapshots, deltas, deltaBytes, wireBytes atomic.Int64
 	snapshotAt                               atomic.Int64 // unix ns of the first snapshot
+	lastApplied                              atomic.Int64 // unix ns of the last snapshot or delta
 }
 
 var (
@@ -66,6 +67,7 @@ func (a *Agent) Snapshot(share policy.NodeShare) error {
 	a.mu.Unlock()
 	a.snapshots.Add(1)
 	a.snapshotAt.CompareAndSwap(0, now.UnixNano())
+	a.lastApplied.Store(time.Now().UnixNano())
 	a.notify(flips, now)
 	return nil
 }
@@ -110,6 +112,7 @@ func (a *Agent) Delta(d policy.Delta) error {
 	a.mu.Unlock()
 	a.deltas.Add(1)
 	a.deltaBytes.Add(int64(len(b)))
+	a.lastApplied.Store(time.Now().UnixNano())
 	a.notify(presenceFlips(before, after), now)
 	return nil
 }

@@ -39,7 +39,7 @@ func FullSize() Config {
 func TestSize() Config {
 	c := FullSize()
 	c.Nodes, c.Namespaces = 200, 200
-	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes = 50, 10, 20*time.Second, 5
+	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes = 20, 10, 20*time.Second, 5
 	c.ConvergenceTimeout = 2 * time.Minute
 	return c
 }

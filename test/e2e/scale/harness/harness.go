@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -85,7 +85,9 @@ func (h *Harness) client() (kubernetes.Interface, error) {
 	}
 	cfg.QPS, cfg.Burst = 5000, 10000
 	cfg.UserAgent = "kovs-scale-harness"
-	cfg = rest.CopyConfig(cfg)
+	// A Dial of its own keeps client-go from sharing one cached transport between the
+	// clientsets.
+	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -14,7 +14,9 @@ type Result struct {
 	// write was made, when its last returned, and when every agent first held exactly
 	// its node's from-scratch share.
 	WorkloadStart, WorkloadWritten, FirstConvergence time.Time
-	InitialAllocation                                Durations
+	// ConvergenceSeen is when the polling check saw it.
+	ConvergenceSeen   time.Time
+	InitialAllocation Durations
 
 	ProbeLatency Durations
 	ProbeLost    int

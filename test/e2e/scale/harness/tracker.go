@@ -162,6 +162,7 @@ type allocationTracker struct {
 	latency Durations
 	// deletedFirst counts pods deleted before their address was seen (no sample).
 	deletedFirst int
+	last         time.Time // the last address seen
 }
 
 func newAllocationTracker() *allocationTracker {
@@ -196,6 +197,7 @@ func (t *allocationTracker) allocated(ref podRef, at time.Time) {
 	if start, ok := t.started[ref]; ok {
 		t.latency = append(t.latency, at.Sub(start))
 		delete(t.started, ref)
+		t.last = at
 	}
 }
 
@@ -207,4 +209,11 @@ func (t *allocationTracker) results() (Durations, int, int) {
 	d, waiting, deleted := t.latency, len(t.started), t.deletedFirst
 	t.latency, t.deletedFirst = nil, 0
 	return d, waiting, deleted
+}
+
+// lastAllocation is when the last timed pod's address was seen.
+func (t *allocationTracker) lastAllocation() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last
 }
