@@ -20,15 +20,18 @@ type AuditCounts struct {
 	Total  int
 }
 
-// KindCount is the number of requests of one verb and resource.
+// KindCount is the number of requests of one verb and resource, and how long
+// kube-apiserver took to answer them (received to response complete; watches excluded).
 type KindCount struct {
-	Kind  string
-	Count int
+	Kind    string
+	Count   int
+	Latency Durations
 }
 
 type auditEvent struct {
 	Verb      string    `json:"verb"`
 	Received  time.Time `json:"requestReceivedTimestamp"`
+	Completed time.Time `json:"stageTimestamp"`
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
@@ -43,7 +46,7 @@ func readAudit(path string, phases []PhaseUsage) (AuditCounts, error) {
 		return c, err
 	}
 	defer f.Close()
-	kinds := map[string]int{}
+	kinds := map[string]*KindCount{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -59,7 +62,15 @@ func readAudit(path string, phases []PhaseUsage) (AuditCounts, error) {
 				kind += "/" + e.ObjectRef.Subresource
 			}
 		}
-		kinds[kind]++
+		k := kinds[kind]
+		if k == nil {
+			k = &KindCount{Kind: kind}
+			kinds[kind] = k
+		}
+		k.Count++
+		if e.Verb != "watch" {
+			k.Latency = append(k.Latency, e.Completed.Sub(e.Received))
+		}
 		for _, p := range phases {
 			if !e.Received.Before(p.Start) && e.Received.Before(p.End) {
 				c.PerPhase[p.Name]++
@@ -67,8 +78,8 @@ func readAudit(path string, phases []PhaseUsage) (AuditCounts, error) {
 			}
 		}
 	}
-	for k, n := range kinds {
-		c.ByKind = append(c.ByKind, KindCount{k, n})
+	for _, k := range kinds {
+		c.ByKind = append(c.ByKind, *k)
 	}
 	slices.SortFunc(c.ByKind, func(a, b KindCount) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Kind, b.Kind)) })
 	return c, sc.Err()

@@ -170,12 +170,12 @@ func (r *Result) auditSection(p func(string, ...any)) {
 		p("| %s | %d | %.1f |", ph.Name, n, float64(n)/ph.End.Sub(ph.Start).Seconds())
 	}
 	p("")
-	p("| request | count |")
-	p("|---|---|")
+	p("| request | count | kube-apiserver's answer time |")
+	p("|---|---|---|")
 	for i, k := range r.Audit.ByKind {
 		if i == 12 {
 			break
 		}
-		p("| %s | %d |", k.Kind, k.Count)
+		p("| %s | %d | %s |", k.Kind, k.Count, k.Latency.Summary())
 	}
 }
