@@ -92,6 +92,7 @@ func (h *Harness) churn(ctx context.Context) error {
 		return nil
 	})
 	sweeping()
+	h.result.Churn.PolicySuperseded = h.realization.supersededCount()
 	h.result.Churn.PolicyLatency, h.result.Churn.PolicyLost, h.result.Churn.PolicyNoNode = h.realization.results()
 	h.result.Churn.Allocation, h.result.Churn.AllocationPending, h.result.Churn.DeletedBeforeAllocation = h.alloc.results()
 	h.result.Churn.Traffic = h.agentTraffic(before)

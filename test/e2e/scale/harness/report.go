@@ -47,8 +47,8 @@ func (r *Result) summary(p func(string, ...any)) {
 	p("| **pod creation to address allocated, under churn** | **%s**; %d still pending at the end, %d deleted before |",
 		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
 	p("| policy change to realized on every concerned node, isolated probes | %s; %d lost |", r.ProbeLatency.Summary(), r.ProbeLost)
-	p("| **policy change to realized on every concerned node, under churn** | **%s**; %d not realized within %s, %d concerned no node |",
-		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode)
+	p("| **policy change to realized on every concerned node, under churn** | **%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized |",
+		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
 	p("| churn achieved | %.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed) |",
 		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)

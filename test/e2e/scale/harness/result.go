@@ -44,10 +44,10 @@ type ChurnResult struct {
 	AllocationPending, DeletedBeforeAllocation int
 	// PolicyLatency is a policy change's write to the last concerned agent applying it;
 	// PolicyLost the changes not realized within the deadline, PolicyNoNode those that
-	// concerned no node.
-	PolicyLatency            Durations
-	PolicyLost, PolicyNoNode int
-	Traffic                  []AgentTraffic
+	// concerned no node, PolicySuperseded the creations deleted before they were realized.
+	PolicyLatency                              Durations
+	PolicyLost, PolicyNoNode, PolicySuperseded int
+	Traffic                                    []AgentTraffic
 }
 
 // AgentTraffic is one agent's traffic over a phase and the size of its share at the end.

@@ -20,12 +20,15 @@ type policyChange struct {
 
 // realizationTracker matches what the agents observe to the changes the harness made.
 type realizationTracker struct {
-	mu       sync.Mutex
-	pending  map[policyKey][]*policyChange
-	latency  Durations
-	lost     int // changes some concerned node had not realized by the deadline
-	noNode   int // changes that concerned no node
-	deadline time.Duration
+	mu      sync.Mutex
+	pending map[policyKey][]*policyChange
+	latency Durations
+	lost    int // changes some concerned node had not realized by the deadline
+	noNode  int // changes that concerned no node
+	// superseded counts creations deleted again before every concerned node had them:
+	// the controller may rightly never send them.
+	superseded int
+	deadline   time.Duration
 }
 
 func newRealizationTracker(deadline time.Duration) *realizationTracker {
@@ -38,6 +41,14 @@ func (t *realizationTracker) expect(p policyKey, sel selector, create bool, node
 	c := &policyChange{policy: p, sel: sel, create: create, start: time.Now(), waiting: map[string]bool{}, done: make(chan struct{})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !create {
+		for _, old := range append([]*policyChange(nil), t.pending[p]...) {
+			if old.create {
+				t.superseded++
+				t.remove(old)
+			}
+		}
+	}
 	for _, n := range nodes {
 		if create || holds(n) {
 			c.waiting[n] = true
@@ -150,8 +161,15 @@ func (t *realizationTracker) results() (Durations, int, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d, lost, none := t.latency, t.lost, t.noNode
-	t.latency, t.lost, t.noNode = nil, 0, 0
+	t.latency, t.lost, t.noNode, t.superseded = nil, 0, 0, 0
 	return d, lost, none
+}
+
+// supersededCount is how many creations were deleted before they were realized.
+func (t *realizationTracker) supersededCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.superseded
 }
 
 // allocationTracker times pod creation to the kovs.io/pod-network annotation, as the

@@ -49,6 +49,14 @@ func TestRealizationTracker(t *testing.T) {
 	if tr.pendingCount() != 0 {
 		t.Errorf("%d pending", tr.pendingCount())
 	}
+
+	// A deletion supersedes the creation still pending.
+	g := tr.expect(p, sel, true, []string{"x"}, nil)
+	tr.expect(p, sel, false, []string{"x"}, func(string) bool { return false })
+	<-g.done
+	if n := tr.supersededCount(); n != 1 {
+		t.Errorf("superseded %d, want 1", n)
+	}
 }
 
 func TestPresenceFlips(t *testing.T) {
