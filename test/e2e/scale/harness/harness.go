@@ -20,6 +20,11 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
 
+// kubeletWorkers are the hollow kubelets' pod status and deletion writers, shared by all
+// nodes: each waits on a kube-apiserver round trip, so they bound how fast pods start and
+// graceful deletions complete.
+const kubeletWorkers = 64
+
 // Harness drives one run against a sandbox in scale mode.
 type Harness struct {
 	cfg    Config
@@ -150,7 +155,7 @@ func (h *Harness) startInformers(ctx context.Context) {
 	h.factory.Networking().V1().NetworkPolicies().Informer()
 	h.factory.Start(ctx.Done())
 	h.factory.WaitForCacheSync(ctx.Done())
-	for range 16 {
+	for range kubeletWorkers {
 		h.wg.Go(func() { h.kubelets.work(ctx) })
 	}
 }
