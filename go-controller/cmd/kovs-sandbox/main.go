@@ -26,6 +26,9 @@ commands:
   up [--nodes N] [--ip-family ipv4|ipv6|dual] [--network auto|kovs|none] [--kube-proxy]
      [--runtime emulator|containerd] [--images DIR] [--dist DIR] [--agent-resync-period D]
      [--no-masquerade-cidrs CIDRS] [--node-pod-cidrs]
+  up --control-plane-only --nodes 0 [--cluster-cidrs CIDRS] [--audit-kovs]
+                                    scale mode: control plane and kovs-controller only
+                                    (make scale simulates the nodes and agents)
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -90,6 +93,9 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
 	nodePodCIDRs := fs.Bool("node-pod-cidrs", false, "kube-controller-manager allocates the nodes' spec.podCIDRs (--allocate-node-cidrs) and kovs-controller takes them (--use-node-pod-cidrs)")
 	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs (comma-separated; e.g. the external host's routed addresses 172.30.0.251/32)")
+	cpOnly := fs.Bool("control-plane-only", false, "scale mode: the control plane and kovs-controller only, no node namespaces or agents (use with --nodes 0)")
+	cidrs := fs.String("cluster-cidrs", "", "with --control-plane-only: kovs-controller's pod CIDRs (comma-separated; default the family's, 256 node blocks)")
+	audit := fs.Bool("audit-kovs", false, "kube-apiserver writes an audit log of kovs-controller's requests to audit-kovs.log in the sandbox's directory")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
 	if err != nil {
@@ -101,12 +107,9 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
 		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
-		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, Out: os.Stdout}
-	for _, c := range strings.Split(*noMasq, ",") {
-		if c = strings.TrimSpace(c); c != "" {
-			opts.NoMasqueradeCIDRs = append(opts.NoMasqueradeCIDRs, c)
-		}
-	}
+		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, ControlPlaneOnly: *cpOnly, AuditKovs: *audit, Out: os.Stdout}
+	opts.ClusterCIDRs = splitList(*cidrs)
+	opts.NoMasqueradeCIDRs = splitList(*noMasq)
 	switch *network {
 	case "auto", "kovs":
 		opts.KovsBinDir = filepath.Dir(self)
@@ -275,4 +278,15 @@ func envOr(key, def string) string {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "kovs-sandbox:", err)
 	os.Exit(1)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, c := range strings.Split(v, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }

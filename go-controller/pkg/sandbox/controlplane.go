@@ -48,6 +48,11 @@ func (u *upRun) controlPlane(ctx context.Context) error {
 		}
 		apiserver.Args = append(apiserver.Args, extra...)
 	}
+	audit, err := u.auditArgs()
+	if err != nil {
+		return err
+	}
+	apiserver.Args = append(apiserver.Args, audit...)
 	if _, err := l.start(apiserver); err != nil {
 		return err
 	}
@@ -120,7 +125,7 @@ func (u *upRun) controllerManager() Process {
 	}}
 	if s.NodePodCIDRs {
 		// The node blocks kovs would carve itself: /24 and /64 of the same cluster CIDRs.
-		p.Args = append(p.Args, "--allocate-node-cidrs", "--cluster-cidr", strings.Join(clusterCIDRs[s.Family], ","),
+		p.Args = append(p.Args, "--allocate-node-cidrs", "--cluster-cidr", strings.Join(s.ClusterCIDRs, ","),
 			"--node-cidr-mask-size-ipv4", "24", "--node-cidr-mask-size-ipv6", "64")
 	}
 	return p

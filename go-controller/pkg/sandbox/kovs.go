@@ -87,7 +87,7 @@ func (u *upRun) kovs() error {
 		return err
 	}
 	args := []string{
-		"--kubeconfig", l.ControllerKubeconfig(), "--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
+		"--kubeconfig", l.ControllerKubeconfig(), "--cluster-cidrs", strings.Join(u.state.ClusterCIDRs, ","),
 		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
 		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)),
 	}
@@ -148,7 +148,7 @@ func (u *upRun) agentArgs(n Node) []string {
 		"--vswitchd-ctl", OVSVswitchdCtl(l, n.Name),
 		"--datapath-type", "netdev",
 		"--uplink-bridge", UplinkBridge,
-		"--cluster-cidrs", strings.Join(clusterCIDRs[u.state.Family], ","),
+		"--cluster-cidrs", strings.Join(u.state.ClusterCIDRs, ","),
 		"--cni-conf-dir", l.CNIConfDir(n.Name),
 		"--cni-socket", filepath.Join(l.NodeDir(n.Name), "kovs-cni.sock"),
 		"--controller-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeControllerPort)),

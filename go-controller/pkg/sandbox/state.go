@@ -79,6 +79,8 @@ type State struct {
 	// NodePodCIDRs: kube-controller-manager allocates spec.podCIDRs, kovs-controller
 	// takes its node blocks from them.
 	NodePodCIDRs bool `json:"nodePodCIDRs,omitempty"`
+	// ClusterCIDRs are the pod address plan kovs runs with.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
 }
 
 // APIServerURL is the kube-apiserver address in the root namespace.

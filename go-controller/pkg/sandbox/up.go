@@ -47,7 +47,17 @@ type Options struct {
 	// NodePodCIDRs has kube-controller-manager allocate the nodes' spec.podCIDRs
 	// (--allocate-node-cidrs) and kovs-controller take them (--use-node-pod-cidrs).
 	NodePodCIDRs bool
-	Out          io.Writer
+	// ControlPlaneOnly is the scale mode: the control plane and kovs-controller only, no
+	// node namespaces, OVS or agents (Nodes must be 0). The Nodes, their kubelets and the
+	// agents are simulated by whoever drives the sandbox (test/e2e/scale).
+	ControlPlaneOnly bool
+	// ClusterCIDRs replaces the pod address plan of the family (clusterCIDRs), for
+	// clusters larger than its 256 node blocks.
+	ClusterCIDRs []string
+	// AuditKovs has kube-apiserver write an audit log (Metadata level) of the requests of
+	// kovs-controller's ServiceAccount to Layout.KovsAuditLog(): what kovs costs the API.
+	AuditKovs bool
+	Out       io.Writer
 }
 
 // upRun is one execution of Up.
@@ -81,8 +91,14 @@ func Up(ctx context.Context, l Layout, opts Options) (*State, error) {
 }
 
 func (o *Options) validate() error {
-	if o.Nodes < 1 || o.Nodes > 249 {
+	if o.ControlPlaneOnly {
+		if err := o.validateControlPlaneOnly(); err != nil {
+			return err
+		}
+	} else if o.Nodes < 1 || o.Nodes > 249 {
 		return fmt.Errorf("--nodes %d: use 1 to 249 (node i has the underlay address .i; the external host has .250 and .251)", o.Nodes)
+	} else if len(o.ClusterCIDRs) > 0 {
+		return fmt.Errorf("--cluster-cidrs is for --control-plane-only (emulated nodes use the family's plan)")
 	}
 	for _, f := range []string{filepath.Join(o.K8sBinDir, "kube-apiserver"), filepath.Join(o.K8sBinDir, "kube-controller-manager"),
 		filepath.Join(o.K8sBinDir, "kube-scheduler"), o.EtcdPath, o.SelfPath} {
@@ -147,6 +163,12 @@ func (u *upRun) run() error {
 
 // steps are what Up does, in order, for the sandbox's runtime.
 func (u *upRun) steps() []upStep {
+	if u.opts.ControlPlaneOnly {
+		return []upStep{
+			{"control plane", func() error { return u.controlPlane(u.ctx) }},
+			{"kovs-controller", u.kovs},
+		}
+	}
 	steps := []upStep{
 		{"underlay", u.underlay},
 		{"external host", u.externalHost},
@@ -183,7 +205,10 @@ type upStep struct {
 func (u *upRun) plan() (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
 		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime,
-		NodePodCIDRs: u.opts.NodePodCIDRs}
+		NodePodCIDRs: u.opts.NodePodCIDRs, ClusterCIDRs: u.opts.ClusterCIDRs}
+	if len(s.ClusterCIDRs) == 0 {
+		s.ClusterCIDRs = clusterCIDRs[u.opts.Family]
+	}
 	taken := map[int]bool{}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort(taken)

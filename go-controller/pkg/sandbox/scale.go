@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+)
+
+// The scale mode (Options.ControlPlaneOnly) runs the control plane and kovs-controller
+// alone: the Nodes, their kubelets and the agents are simulated by the scale harness
+// (test/e2e/scale), thousands of them in one process, with no namespaces or OVS.
+
+// ScaleClusterCIDR is a pod address plan with room for 16,384 node blocks of /24, apart
+// from the service CIDR: what `make scale` runs kovs-controller with.
+const ScaleClusterCIDR = "100.64.0.0/10"
+
+func (o *Options) validateControlPlaneOnly() error {
+	switch {
+	case o.Nodes != 0:
+		return fmt.Errorf("--control-plane-only starts no nodes: use --nodes 0 (the scale harness simulates them)")
+	case o.KubeProxy || o.Runtime == RuntimeContainerd:
+		return fmt.Errorf("--control-plane-only runs no node processes: drop --kube-proxy and --runtime containerd")
+	case !kovsPresent(o.KovsBinDir):
+		return fmt.Errorf("--control-plane-only runs kovs-controller: run `make build` (no kovs binaries in %q)", o.KovsBinDir)
+	}
+	return o.validateClusterCIDRs()
+}
+
+func (o *Options) validateClusterCIDRs() error {
+	for _, c := range o.ClusterCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--cluster-cidrs %q: %w", c, err)
+		}
+		if p.Addr().Is4() != o.Family.HasIPv4() && p.Addr().Is6() != o.Family.HasIPv6() {
+			return fmt.Errorf("--cluster-cidrs %q is not of the sandbox's family %s", c, o.Family)
+		}
+	}
+	return nil
+}
+
+// KovsAuditLog is where kube-apiserver logs kovs-controller's requests (Options.AuditKovs):
+// one JSON audit event per line (beside the logs: a failed test does not print it).
+func (l Layout) KovsAuditLog() string { return filepath.Join(l.Dir(), "audit-kovs.log") }
+
+// kovsAuditPolicy logs the requests of kovs-controller's ServiceAccount at Metadata level
+// (who, verb, resource, when; no bodies), once each (ResponseComplete, or Panic), and
+// nothing else.
+func kovsAuditPolicy() string {
+	return `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:` + agentNamespace + `:` + controllerServiceAccount + `"]
+- level: None
+`
+}
+
+// auditArgs are kube-apiserver's flags for Options.AuditKovs (batched writes, so the log
+// costs the requests little).
+func (u *upRun) auditArgs() ([]string, error) {
+	if !u.opts.AuditKovs {
+		return nil, nil
+	}
+	policy := filepath.Join(u.layout.Dir(), "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(kovsAuditPolicy()), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"--audit-policy-file", policy, "--audit-log-path", u.layout.KovsAuditLog(),
+		"--audit-log-format", "json", "--audit-log-mode", "batch", "--audit-log-batch-max-wait", "1s", "--audit-log-maxsize", "0"}, nil
+}

@@ -1,0 +1,168 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
+)
+
+// maxInFlight bounds the churn's concurrent writes: if kube-apiserver cannot keep up,
+// the achieved rate (reported) falls below the asked one instead of piling up requests.
+const maxInFlight = 256
+
+// livePolicies is how many churn policies exist at once: after the first ones, every
+// policy change alternates a deletion of the oldest and a creation.
+const livePolicies = 20
+
+// churnCounts are the writes the churn made.
+type churnCounts struct {
+	PodsCreated, PodsDeleted, PolicyChanges, Failed atomic.Int64
+}
+
+// churn creates and deletes pods at PodChurnPerSecond each and changes policies at
+// PolicyChurnPerSec for ChurnDuration, then waits for the last changes to be realized.
+func (h *Harness) churn(ctx context.Context) error {
+	h.alloc.results() // the churn's allocation sample starts empty
+	before := h.trafficByNode()
+	start := time.Now()
+	stop := start.Add(h.cfg.ChurnDuration)
+	slots := make(chan struct{}, maxInFlight)
+	var writes sync.WaitGroup
+	var counts churnCounts
+	spawn := func(f func() error, ok *atomic.Int64) {
+		slots <- struct{}{}
+		writes.Go(func() {
+			defer func() { <-slots }()
+			if err := f(); err != nil {
+				counts.Failed.Add(1)
+				log.WithError(err).Warn("churn write failed")
+				return
+			}
+			ok.Add(1)
+		})
+	}
+	var loops sync.WaitGroup
+	every := func(perSecond int, op func(n int)) {
+		if perSecond == 0 {
+			return
+		}
+		loops.Go(func() {
+			lim := rate.NewLimiter(rate.Limit(perSecond), 1)
+			for n := 0; time.Now().Before(stop); n++ {
+				if lim.Wait(ctx) != nil {
+					return
+				}
+				op(n)
+			}
+		})
+	}
+	every(h.cfg.PodChurnPerSecond, func(n int) {
+		sel := h.model.randomSelector()
+		ref := podRef{sel.Namespace, fmt.Sprintf("churn-%d", n)}
+		spawn(func() error { return h.createPod(ctx, ref, sel.App) }, &counts.PodsCreated)
+	})
+	every(h.cfg.PodChurnPerSecond, func(int) {
+		if ref, ok := h.model.randomPod(); ok {
+			spawn(func() error { return h.deletePod(ctx, ref) }, &counts.PodsDeleted)
+		}
+	})
+	queue := &policyQueue{}
+	every(h.cfg.PolicyChurnPerSec, func(n int) {
+		name, sel, create := queue.next(n, h.model.randomSelector)
+		spawn(func() error {
+			_, err := h.changePolicy(ctx, name, sel, create, h.model.spans(sel))
+			return err
+		}, &counts.PolicyChanges)
+	})
+	sweeping := h.sweepRealization(ctx)
+	loops.Wait()
+	writes.Wait()
+	h.result.Churn = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
+		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}
+	h.realization.sweep(time.Now(), h.model.hosts)
+	err := waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {
+		if n := h.realization.pendingCount(); n > 0 {
+			return fmt.Errorf("%d changes pending", n)
+		}
+		return nil
+	})
+	sweeping()
+	h.result.Churn.PolicySuperseded = h.realization.supersededCount()
+	h.result.Churn.PolicyLatency, h.result.Churn.PolicyLost, h.result.Churn.PolicyNoNode = h.realization.results()
+	h.result.Churn.Allocation, h.result.Churn.AllocationPending, h.result.Churn.DeletedBeforeAllocation = h.alloc.results()
+	h.result.Churn.Traffic = h.agentTraffic(before)
+	return err
+}
+
+// sweepRealization sweeps the tracker every second until the returned stop is called.
+func (h *Harness) sweepRealization(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				h.realization.sweep(now, h.model.hosts)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// policyQueue keeps the churn's live policies, oldest first.
+type policyQueue struct {
+	mu   sync.Mutex
+	live []churnPolicy
+}
+
+type churnPolicy struct {
+	name string
+	sel  selector
+}
+
+// next is the n-th policy change: a creation while fewer than livePolicies exist, else
+// the deletion of the oldest.
+func (q *policyQueue) next(n int, pick func() selector) (string, selector, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.live) >= livePolicies {
+		p := q.live[0]
+		q.live = q.live[1:]
+		return p.name, p.sel, false
+	}
+	p := churnPolicy{name: fmt.Sprintf("churn-%d", n), sel: pick()}
+	q.live = append(q.live, p)
+	return p.name, p.sel, true
+}
+
+// trafficByNode reads every agent's counters.
+func (h *Harness) trafficByNode() map[string]AgentTraffic {
+	out := map[string]AgentTraffic{}
+	for _, a := range h.sortedAgents() {
+		out[a.node] = AgentTraffic{Node: a.node, Traffic: a.traffic(), WireBytes: a.wireBytes.Load()}
+	}
+	return out
+}
+
+// agentTraffic is every agent's traffic since before, with its share's size: the span
+// the traffic is set against.
+func (h *Harness) agentTraffic(before map[string]AgentTraffic) []AgentTraffic {
+	var out []AgentTraffic
+	for _, a := range h.sortedAgents() {
+		share, _ := a.Share()
+		b := before[a.node]
+		out = append(out, AgentTraffic{Node: a.node, Traffic: a.traffic().Sub(b.Traffic), WireBytes: a.wireBytes.Load() - b.WireBytes,
+			Pods: len(share.Pods), Rules: len(share.Rules)})
+	}
+	return out
+}

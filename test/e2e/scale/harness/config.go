@@ -1,0 +1,102 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config sizes a run. The full size is issue 17's: 5,000 nodes, 10 pods per node, one
+// namespace per node (50,000 pods in 5,000 namespaces), 2 policies per namespace (10,000),
+// then 5 minutes of churn at 100 pod creations and 100 deletions and 10 policy changes per
+// second.
+type Config struct {
+	Nodes               int
+	PodsPerNode         int
+	Namespaces          int
+	PoliciesPerNS       int
+	PodChurnPerSecond   int
+	PolicyChurnPerSec   int
+	ChurnDuration       time.Duration
+	SpanProbes          int           // isolated policy changes measured one at a time
+	LeaseRenewInterval  time.Duration // kubelet's default: 10 s
+	Seed                uint64
+	CreateConcurrency   int           // writers of the initial workload
+	ConvergenceTimeout  time.Duration // for each wait for every agent to converge
+	RealizationDeadline time.Duration // a policy change not realized by then counts as lost
+}
+
+// FullSize is `make scale`'s default.
+func FullSize() Config {
+	return Config{Nodes: 5000, PodsPerNode: 10, Namespaces: 5000, PoliciesPerNS: 2,
+		PodChurnPerSecond: 100, PolicyChurnPerSec: 10, ChurnDuration: 5 * time.Minute, SpanProbes: 20,
+		LeaseRenewInterval: 10 * time.Second, Seed: 17, CreateConcurrency: 32,
+		ConvergenceTimeout: 30 * time.Minute, RealizationDeadline: 60 * time.Second}
+}
+
+// TestSize is the correctness run of `make test`: 200 nodes, a short churn.
+func TestSize() Config {
+	c := FullSize()
+	c.Nodes, c.Namespaces = 200, 200
+	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes = 20, 10, 20*time.Second, 5
+	c.ConvergenceTimeout = 2 * time.Minute
+	return c
+}
+
+// FromEnv overrides c with the KOVS_SCALE_* variables that are set: NODES, PODS_PER_NODE,
+// NAMESPACES, POLICIES_PER_NS, POD_CHURN, POLICY_CHURN (per second), CHURN_DURATION (a
+// Go duration), SPAN_PROBES, SEED.
+func (c Config) FromEnv() (Config, error) {
+	ints := map[string]*int{"NODES": &c.Nodes, "PODS_PER_NODE": &c.PodsPerNode, "NAMESPACES": &c.Namespaces,
+		"POLICIES_PER_NS": &c.PoliciesPerNS, "POD_CHURN": &c.PodChurnPerSecond, "POLICY_CHURN": &c.PolicyChurnPerSec,
+		"SPAN_PROBES": &c.SpanProbes}
+	for name, p := range ints {
+		v, ok := os.LookupEnv("KOVS_SCALE_" + name)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("KOVS_SCALE_%s=%q: want an integer: %w", name, v, err)
+		}
+		*p = n
+	}
+	if v, ok := os.LookupEnv("KOVS_SCALE_CHURN_DURATION"); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("KOVS_SCALE_CHURN_DURATION=%q: want a duration like 5m: %w", v, err)
+		}
+		c.ChurnDuration = d
+	}
+	if v, ok := os.LookupEnv("KOVS_SCALE_SEED"); ok {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("KOVS_SCALE_SEED=%q: %w", v, err)
+		}
+		c.Seed = s
+	}
+	return c, c.Validate()
+}
+
+// Validate refuses sizes the harness cannot run.
+func (c Config) Validate() error {
+	switch {
+	case c.Nodes < 1 || c.Nodes > 16384:
+		return fmt.Errorf("nodes %d: use 1 to 16384 (the scale cluster CIDR has 16,384 node blocks)", c.Nodes)
+	case c.PodsPerNode < 0 || c.PodsPerNode > 200:
+		return fmt.Errorf("pods per node %d: use 0 to 200 (a node block is a /24)", c.PodsPerNode)
+	case c.Namespaces < 1:
+		return fmt.Errorf("namespaces %d: use at least 1", c.Namespaces)
+	case c.PoliciesPerNS < 0 || c.PoliciesPerNS > 2:
+		return fmt.Errorf("policies per namespace %d: use 0, 1 or 2 (np-1 and np-2 of bench shape (a))", c.PoliciesPerNS)
+	case c.PodChurnPerSecond < 0 || c.PolicyChurnPerSec < 0 || c.ChurnDuration < 0:
+		return fmt.Errorf("churn rates and duration must not be negative")
+	case c.LeaseRenewInterval <= 0 || c.CreateConcurrency < 1:
+		return fmt.Errorf("lease renew interval and create concurrency must be positive")
+	}
+	return nil
+}
+
+// Pods is the size of the initial workload.
+func (c Config) Pods() int { return c.Nodes * c.PodsPerNode }

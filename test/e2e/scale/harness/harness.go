@@ -1,0 +1,193 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
+)
+
+// kubeletWorkers are the hollow kubelets' pod status and deletion writers, shared by all
+// nodes: each waits on a kube-apiserver round trip, so they bound how fast pods start and
+// graceful deletions complete.
+const kubeletWorkers = 64
+
+// Harness drives one run against a sandbox in scale mode.
+type Harness struct {
+	cfg    Config
+	layout sandbox.Layout
+	state  *sandbox.State
+	logf   func(format string, args ...any)
+
+	// Separate clients (separate connections and rate limits) for the workload's writes,
+	// the hollow kubelets and the simulated agents.
+	workload, kubelet, agent kubernetes.Interface
+	factory                  informers.SharedInformerFactory
+
+	model       *model
+	kubelets    *hollowKubelets
+	realization *realizationTracker
+	alloc       *allocationTracker
+	procs       *procSampler
+
+	nodes    []string
+	nodeUIDs map[string]types.UID
+	agents   map[string]*Agent
+	wg       sync.WaitGroup
+
+	result Result
+}
+
+// New prepares a run of cfg against the scale-mode sandbox of layout; logf receives
+// progress lines.
+func New(cfg Config, layout sandbox.Layout, logf func(string, ...any)) (*Harness, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	state, err := layout.LoadState()
+	if err != nil {
+		return nil, err
+	}
+	h := &Harness{cfg: cfg, layout: layout, state: state, logf: logf, nodeUIDs: map[string]types.UID{},
+		agents: map[string]*Agent{}, realization: newRealizationTracker(cfg.RealizationDeadline), alloc: newAllocationTracker()}
+	for _, c := range []*kubernetes.Interface{&h.workload, &h.kubelet, &h.agent} {
+		if *c, err = h.client(); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cfg.Nodes {
+		h.nodes = append(h.nodes, nodeName(i))
+	}
+	spaces := make([]string, cfg.Namespaces)
+	for i := range spaces {
+		spaces[i] = namespaceName(i)
+	}
+	h.model = newModel(h.nodes, spaces, cfg.Seed)
+	h.procs = newProcSampler(layout)
+	h.result.Config = cfg
+	return h, nil
+}
+
+// client is a clientset of the admin kubeconfig on a connection of its own, with rate
+// limits that do not throttle the harness below what it must write.
+func (h *Harness) client() (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.layout.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 5000, 10000
+	cfg.UserAgent = "kovs-scale-harness"
+	// A Dial of its own keeps client-go from sharing one cached transport between the
+	// clientsets.
+	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Run runs every phase and returns the measurements. The simulated nodes and agents stop
+// when ctx ends.
+func (h *Harness) Run(ctx context.Context) (*Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); h.kubelets.queue.ShutDown(); h.wg.Wait() }()
+	log.SetLevel(log.ErrorLevel) // thousands of stream clients log every reconnect
+	h.startInformers(ctx)
+	phases := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"nodes", h.registerNodes},
+		{"agents", h.startAgents},
+		{"workload", h.createWorkload},
+		{"first convergence", h.waitFirstConvergence},
+		{"span probes", h.probeSpans},
+		{"churn", h.churn},
+		{"final convergence", h.verifyFinal},
+	}
+	for _, p := range phases {
+		h.logf("phase %s", p.name)
+		mark := h.procs.mark(p.name)
+		err := p.run(ctx)
+		h.result.Phases = append(h.result.Phases, h.procs.since(mark))
+		if err != nil {
+			return &h.result, fmt.Errorf("phase %s: %w", p.name, err)
+		}
+	}
+	h.result.Processes = h.procs.totals()
+	audit, err := readAudit(h.layout.KovsAuditLog(), h.result.Phases)
+	if err != nil {
+		h.logf("audit log: %v", err)
+	}
+	h.result.Audit = audit
+	return &h.result, nil
+}
+
+func (h *Harness) startInformers(ctx context.Context) {
+	h.factory = informers.NewSharedInformerFactory(h.kubelet, 0)
+	pods := h.factory.Core().V1().Pods()
+	h.kubelets = newHollowKubelets(h.kubelet, pods.Lister())
+	onPod := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		if _, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]; ok {
+			h.alloc.allocated(podRef{pod.Namespace, pod.Name}, time.Now())
+		}
+		h.kubelets.enqueue(pod)
+	}
+	_, _ = pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod,
+		UpdateFunc: func(_, obj any) { onPod(obj) }})
+	// Registered before Start: the listers compare() reads.
+	h.factory.Core().V1().Nodes().Informer()
+	h.factory.Core().V1().Namespaces().Informer()
+	h.factory.Networking().V1().NetworkPolicies().Informer()
+	h.factory.Start(ctx.Done())
+	h.factory.WaitForCacheSync(ctx.Done())
+	for range kubeletWorkers {
+		h.wg.Go(func() { h.kubelets.work(ctx) })
+	}
+}
+
+// sortedAgents returns the agents in node order.
+func (h *Harness) sortedAgents() []*Agent {
+	out := make([]*Agent, 0, len(h.agents))
+	for _, n := range h.nodes {
+		if a, ok := h.agents[n]; ok {
+			out = append(out, a)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].node < out[j].node })
+	return out
+}
+
+// waitUntil polls check every interval until it returns nil, the timeout passes or ctx
+// ends.
+func waitUntil(ctx context.Context, timeout, interval time.Duration, what string, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s: %w", timeout, what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}

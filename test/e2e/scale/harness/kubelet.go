@@ -1,0 +1,230 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+)
+
+// hollowKubelets do for every simulated node what kubemark's hollow kubelet does: register
+// the Node with its address, capacity and Ready condition, renew its Lease in
+// kube-node-lease, and report its pods Running with the addresses kovs-controller
+// allocated (the kovs.io/pod-network annotation, as the CNI hands them to the runtime).
+// Graceful deletions are completed (delete with grace 0) as kubelet does once the
+// containers stopped. One shared pod informer serves every node (a real kubelet watches
+// its own node's pods).
+type hollowKubelets struct {
+	client kubernetes.Interface
+	pods   corelisters.PodLister
+	queue  workqueue.TypedRateLimitingInterface[podRef]
+
+	mu     sync.Mutex
+	nodeIP map[string]string
+	leases map[string]*coordinationv1.Lease
+}
+
+func newHollowKubelets(client kubernetes.Interface, pods corelisters.PodLister) *hollowKubelets {
+	return &hollowKubelets{client: client, pods: pods, nodeIP: map[string]string{}, leases: map[string]*coordinationv1.Lease{},
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[podRef]())}
+}
+
+// nodeAddress is node i's InternalIP: 172.16.0.0/12 has room for every node of a run.
+func nodeAddress(i int) string {
+	return netip.AddrFrom4([4]byte{172, byte(16 + i>>16), byte(i >> 8), byte(i)}).String()
+}
+
+// register creates the Node, posts its status and its first Lease, each write retried
+// while kube-apiserver is overloaded.
+func (k *hollowKubelets) register(ctx context.Context, i int) error {
+	name, ip := nodeName(i), nodeAddress(i)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64", labelWorkload: "true"}}}
+	err := retryWrite(ctx, func() error {
+		_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", name, err)
+	}
+	if err := retryWrite(ctx, func() error { return k.postNodeStatus(ctx, name, ip) }); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.nodeIP[name] = ip
+	k.mu.Unlock()
+	return retryWrite(ctx, func() error { return k.renewLease(ctx, name) })
+}
+
+// postNodeStatus patches the node's status as kubelet does (a strategic merge: the
+// conditions other components own, NetworkUnavailable, stay).
+func (k *hollowKubelets) postNodeStatus(ctx context.Context, name, ip string) error {
+	now := metav1.Now()
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"),
+		corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	status := corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalIP, Address: ip}},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64",
+			ContainerRuntimeVersion: "kovs-scale://v1.37.2"},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now}}}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	if _, err := k.client.CoreV1().Nodes().PatchStatus(ctx, name, patch); err != nil {
+		return fmt.Errorf("status of node %s: %w", name, err)
+	}
+	return nil
+}
+
+// renewLease keeps the node's Lease fresh, as kubelet's heartbeat does: one Update of the
+// Lease it last wrote.
+func (k *hollowKubelets) renewLease(ctx context.Context, node string) error {
+	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	k.mu.Lock()
+	lease := k.leases[node]
+	k.mu.Unlock()
+	var err error
+	if lease == nil {
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To(int32(40)), RenewTime: &now}},
+			metav1.CreateOptions{})
+	} else {
+		lease = lease.DeepCopy()
+		lease.Spec.RenewTime = &now
+		lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		k.mu.Lock()
+		delete(k.leases, node) // read it again next time
+		k.mu.Unlock()
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			lease, err = leases.Get(ctx, node, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("lease of node %s: %w", node, err)
+		}
+	}
+	k.mu.Lock()
+	k.leases[node] = lease
+	k.mu.Unlock()
+	return nil
+}
+
+// heartbeat renews every node's Lease once per interval, spread evenly over it.
+func (k *hollowKubelets) heartbeat(ctx context.Context, nodes []string, interval time.Duration) {
+	tick := time.NewTicker(interval / time.Duration(len(nodes)))
+	defer tick.Stop()
+	for i := 0; ; i = (i + 1) % len(nodes) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		go func(node string) {
+			if err := k.renewLease(ctx, node); err != nil && ctx.Err() == nil {
+				log.WithError(err).WithField("node", node).Warn("hollow kubelet: lease renewal failed")
+			}
+		}(nodes[i])
+	}
+}
+
+// enqueue is the pod informer's handler.
+func (k *hollowKubelets) enqueue(pod *corev1.Pod) {
+	k.queue.Add(podRef{pod.Namespace, pod.Name})
+}
+
+// work runs pod syncs until the queue shuts down.
+func (k *hollowKubelets) work(ctx context.Context) {
+	for {
+		ref, quit := k.queue.Get()
+		if quit {
+			return
+		}
+		if err := k.syncPod(ctx, ref); err != nil && ctx.Err() == nil {
+			log.WithError(err).WithField("pod", ref).Debug("hollow kubelet: pod sync failed, retrying")
+			k.queue.AddRateLimited(ref)
+		} else {
+			k.queue.Forget(ref)
+		}
+		k.queue.Done(ref)
+	}
+}
+
+func (k *hollowKubelets) syncPod(ctx context.Context, ref podRef) error {
+	pod, err := k.pods.Pods(ref.Namespace).Get(ref.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	hostIP, ours := k.nodeIP[pod.Spec.NodeName]
+	k.mu.Unlock()
+	if !ours {
+		return nil
+	}
+	if pod.DeletionTimestamp != nil {
+		err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To(int64(0)), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
+	}
+	value, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]
+	if !ok {
+		return nil // the runtime waits for the CNI, which waits for the address
+	}
+	network, err := ipam.ParsePodNetwork(value)
+	if err != nil || network.UID != string(pod.UID) {
+		return nil // not this pod's (yet): the agent refuses it too
+	}
+	return k.reportRunning(ctx, pod, hostIP, network.IPs())
+}
+
+// reportRunning writes phase Running, the pod's IPs and Ready, unless the status says so.
+func (k *hollowKubelets) reportRunning(ctx context.Context, pod *corev1.Pod, hostIP string, ips []netip.Addr) error {
+	if pod.Status.Phase == corev1.PodRunning && len(pod.Status.PodIPs) == len(ips) && pod.Status.PodIP == ips[0].String() {
+		return nil
+	}
+	now := metav1.Now()
+	updated := pod.DeepCopy()
+	st := &updated.Status
+	st.Phase, st.HostIP, st.HostIPs = corev1.PodRunning, hostIP, []corev1.HostIP{{IP: hostIP}}
+	st.PodIP, st.PodIPs = ips[0].String(), nil
+	for _, ip := range ips {
+		st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip.String()})
+	}
+	st.StartTime = &now
+	st.Conditions = nil
+	for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodReadyToStartContainers,
+		corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	}
+	st.ContainerStatuses = []corev1.ContainerStatus{{Name: "pause", Image: pauseImage, ImageID: pauseImage, Ready: true,
+		Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	_, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

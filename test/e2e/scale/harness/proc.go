@@ -1,0 +1,143 @@
+package harness
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
+)
+
+// measuredProcesses are the sandbox processes whose CPU and memory a run reports, and the
+// harness itself (the simulated nodes and agents).
+var measuredProcesses = []string{"kovs-controller", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"}
+
+const harnessProcess = "harness (simulated nodes and agents)"
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
+const clockTicks = 100
+
+// ProcessUsage is a process's CPU time and memory.
+type ProcessUsage struct {
+	Name       string
+	CPUSeconds float64
+	// PeakRSS is VmHWM (the peak resident set), RSS the current VmRSS, in bytes.
+	PeakRSS, RSS int64
+}
+
+// PhaseUsage is one phase's wall time and each process's CPU in it.
+type PhaseUsage struct {
+	Name       string
+	Start, End time.Time
+	CPUSeconds map[string]float64
+}
+
+// procSampler reads /proc for the sandbox's processes and the harness.
+type procSampler struct {
+	pids map[string]int
+}
+
+func newProcSampler(l sandbox.Layout) *procSampler {
+	s := &procSampler{pids: map[string]int{harnessProcess: os.Getpid()}}
+	for _, name := range measuredProcesses {
+		if pid := l.PID(name); pid != 0 {
+			s.pids[name] = pid
+		}
+	}
+	return s
+}
+
+type procMark struct {
+	name  string
+	start time.Time
+	cpu   map[string]float64
+}
+
+func (s *procSampler) mark(phase string) procMark {
+	m := procMark{name: phase, start: time.Now(), cpu: map[string]float64{}}
+	for name, pid := range s.pids {
+		m.cpu[name], _ = cpuSeconds(pid)
+	}
+	return m
+}
+
+func (s *procSampler) since(m procMark) PhaseUsage {
+	u := PhaseUsage{Name: m.name, Start: m.start, End: time.Now(), CPUSeconds: map[string]float64{}}
+	for name, pid := range s.pids {
+		now, _ := cpuSeconds(pid)
+		u.CPUSeconds[name] = now - m.cpu[name]
+	}
+	return u
+}
+
+// totals are every process's CPU since it started and its memory now.
+func (s *procSampler) totals() []ProcessUsage {
+	var out []ProcessUsage
+	for _, name := range append(append([]string(nil), measuredProcesses...), harnessProcess) {
+		pid, ok := s.pids[name]
+		if !ok {
+			continue
+		}
+		u := ProcessUsage{Name: name}
+		u.CPUSeconds, _ = cpuSeconds(pid)
+		u.PeakRSS, u.RSS, _ = memory(pid)
+		out = append(out, u)
+	}
+	return out
+}
+
+// cpuSeconds is utime+stime of /proc/<pid>/stat.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count fields after its ")".
+	rest := string(b)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return (utime + stime) / clockTicks, nil
+}
+
+// memory is VmHWM and VmRSS of /proc/<pid>/status, in bytes.
+func memory(pid int) (peak, rss int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		switch key {
+		case "VmHWM":
+			peak = kb * 1024
+		case "VmRSS":
+			rss = kb * 1024
+		}
+	}
+	return peak, rss, sc.Err()
+}
+
+// cpuCount says how many CPUs the machine has.
+func cpuCount() string {
+	return fmt.Sprintf("%d CPUs", runtime.NumCPU())
+}

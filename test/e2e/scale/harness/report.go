@@ -1,0 +1,181 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Markdown writes the run's report: the table docs/scale.md holds.
+func (r *Result) Markdown(w io.Writer, title string) {
+	c := r.Config
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("# %s", title)
+	p("")
+	p("Run of %s. Sizes: %d nodes, %d pods (%d per node), %d namespaces, %d NetworkPolicies; churn %s at %d pod creations and %d deletions and %d policy changes per second; %d isolated probe changes (x2: creation and deletion).",
+		r.WorkloadStart.UTC().Format("2006-01-02 15:04 MST"), c.Nodes, c.Pods(), c.PodsPerNode, c.Namespaces, c.Namespaces*c.PoliciesPerNS,
+		c.ChurnDuration, c.PodChurnPerSecond, c.PodChurnPerSecond, c.PolicyChurnPerSec, c.SpanProbes)
+	p("")
+	r.summary(p)
+	p("")
+	r.spanSection(p)
+	p("")
+	r.churnTrafficSection(p)
+	p("")
+	r.cpuSection(p)
+	p("")
+	r.auditSection(p)
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+func (r *Result) summary(p func(string, ...any)) {
+	ch := r.Churn
+	written := r.WorkloadWritten.Sub(r.WorkloadStart)
+	p("| measure | value |")
+	p("|---|---|")
+	p("| nodes registered to every node's block allocated | %s |", secs(r.NodeBlocks))
+	p("| agents: tokens minted, connected, first snapshot on all | %s |", secs(r.AgentsConnected))
+	p("| workload written (namespaces, pods, policies) | %s (%.0f objects/s) |", secs(written),
+		float64(r.Config.Namespaces*(1+r.Config.PoliciesPerNS)+r.Config.Pods())/written.Seconds())
+	p("| **first convergence of all agents** (every share = from-scratch compile), from the first write | **%s** (%s after the last write; the polling check saw it %s later) |",
+		secs(r.FirstConvergence.Sub(r.WorkloadStart)), secs(r.FirstConvergence.Sub(r.WorkloadWritten)), secs(r.ConvergenceSeen.Sub(r.FirstConvergence)))
+	p("| pod creation to address allocated, initial load | %s |", r.InitialAllocation.Summary())
+	p("| **pod creation to address allocated, under churn** | **%s**; %d still pending at the end, %d deleted before |",
+		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
+	p("| policy change to realized on every concerned node, isolated probes | %s; %d lost |", r.ProbeLatency.Summary(), r.ProbeLost)
+	p("| **policy change to realized on every concerned node, under churn** | **%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized |",
+		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
+	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
+	p("| churn achieved | %.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed) |",
+		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)
+	for _, u := range r.Processes {
+		if u.Name == "kovs-controller" {
+			p("| **kovs-controller CPU** (whole run) | **%.1f s** |", u.CPUSeconds)
+			p("| **kovs-controller peak RSS** (VmHWM) | **%s** |", mib(u.PeakRSS))
+		}
+	}
+	if ph, ok := r.phase("churn"); ok && r.Audit.Total > 0 {
+		p("| **kube-apiserver requests/s by kovs-controller**, churn (audit log) | **%.1f** |", float64(r.Audit.PerPhase["churn"])/ph.End.Sub(ph.Start).Seconds())
+	}
+	p("| final check: agents whose share equals a from-scratch compile of the API's objects | %d of %d (waited %s after the churn) |",
+		r.Verified, r.Config.Nodes, secs(r.FinalConvergence))
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func (r *Result) spanSection(p func(string, ...any)) {
+	p("## Traffic per agent per change against its span (isolated probes)")
+	p("")
+	p("Each probe creates or deletes one shape-(a) policy with nothing else changing; every agent is charged the delta messages and their encoded JSON bytes it received until the change was realized everywhere plus %s. Span: how many of the node's pods the policy selects.", settle)
+	p("")
+	p("| span (selected pods on the node) | agent-changes | messages per agent-change | bytes per agent-change | bytes per selected pod | max bytes |")
+	p("|---|---|---|---|---|---|")
+	for _, row := range SpanTable(r.SpanSamples) {
+		p("| %d | %d | %.2f | %.0f | %.0f | %d |", row.Span, row.Samples, row.Messages, row.Bytes, row.BytesPerSpan, row.MaxBytes)
+	}
+	with, total := Unconcerned(r.SpanSamples)
+	p("")
+	p("Agents with no pod selected by the change: **%d of %d** agent-changes received something for it.", with, total)
+}
+
+func (r *Result) churnTrafficSection(p func(string, ...any)) {
+	t := r.Churn.Traffic
+	if len(t) == 0 {
+		return
+	}
+	d := r.Churn.Duration.Seconds()
+	msgs := func(a AgentTraffic) float64 { return float64(a.Traffic.Messages) / d }
+	bytes := func(a AgentTraffic) float64 { return float64(a.Traffic.Bytes) / d }
+	wire := func(a AgentTraffic) float64 { return float64(a.WireBytes) / d }
+	p("## Traffic per agent under churn")
+	p("")
+	p("Per agent over the churn phase (%s): delta messages, their JSON bytes, and the bytes read off its TLS connection (TLS, HTTP/2, keepalives, report answers). Share size at the end: pods %s, rules %s.",
+		secs(r.Churn.Duration), dist(t, func(a AgentTraffic) float64 { return float64(a.Pods) }, "%.0f"),
+		dist(t, func(a AgentTraffic) float64 { return float64(a.Rules) }, "%.0f"))
+	p("")
+	p("| per agent | p50 | p99 | max |")
+	p("|---|---|---|---|")
+	for _, row := range []struct {
+		name string
+		f    func(AgentTraffic) float64
+	}{{"delta messages/s", msgs}, {"delta bytes/s", bytes}, {"wire bytes/s", wire}} {
+		v := values(t, row.f)
+		p("| %s | %.1f | %.1f | %.1f |", row.name, quantile(v, 50), quantile(v, 99), slices.Max(v))
+	}
+}
+
+func values(t []AgentTraffic, f func(AgentTraffic) float64) []float64 {
+	v := make([]float64, len(t))
+	for i, a := range t {
+		v[i] = f(a)
+	}
+	slices.Sort(v)
+	return v
+}
+
+// quantile is the nearest-rank percentile of sorted values.
+func quantile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+func dist(t []AgentTraffic, f func(AgentTraffic) float64, format string) string {
+	v := values(t, f)
+	return fmt.Sprintf("p50 "+format+", p99 "+format+", max "+format, quantile(v, 50), quantile(v, 99), slices.Max(v))
+}
+
+func (r *Result) cpuSection(p func(string, ...any)) {
+	names := append(append([]string(nil), measuredProcesses...), harnessProcess)
+	p("## CPU seconds per phase and process (the machine has %s)", cpuCount())
+	p("")
+	p("| phase | wall | %s |", strings.Join(names, " | "))
+	p("|---|---|%s", strings.Repeat("---|", len(names)))
+	for _, ph := range r.Phases {
+		wall := ph.End.Sub(ph.Start).Seconds()
+		cells := make([]string, len(names))
+		for i, n := range names {
+			cells[i] = fmt.Sprintf("%.1f (%.0f %%)", ph.CPUSeconds[n], 100*ph.CPUSeconds[n]/math.Max(wall, 1e-9))
+		}
+		p("| %s | %.1f s | %s |", ph.Name, wall, strings.Join(cells, " | "))
+	}
+	p("")
+	p("Whole run, from each process's start: ")
+	p("")
+	p("| process | CPU s | peak RSS | RSS at the end |")
+	p("|---|---|---|---|")
+	for _, u := range r.Processes {
+		p("| %s | %.1f | %s | %s |", u.Name, u.CPUSeconds, mib(u.PeakRSS), mib(u.RSS))
+	}
+}
+
+func (r *Result) auditSection(p func(string, ...any)) {
+	if r.Audit.Total == 0 {
+		return
+	}
+	p("## kube-apiserver requests by kovs-controller")
+	p("")
+	p("Counted by kube-apiserver's audit log (every request of the ServiceAccount kube-system/kovs-controller, Metadata level): %d in all.", r.Audit.Total)
+	p("")
+	p("| phase | requests | per second |")
+	p("|---|---|---|")
+	for _, ph := range r.Phases {
+		n := r.Audit.PerPhase[ph.Name]
+		p("| %s | %d | %.1f |", ph.Name, n, float64(n)/ph.End.Sub(ph.Start).Seconds())
+	}
+	p("")
+	p("| request | count | kube-apiserver's answer time |")
+	p("|---|---|---|")
+	for i, k := range r.Audit.ByKind {
+		if i == 12 {
+			break
+		}
+		p("| %s | %d | %s |", k.Kind, k.Count, k.Latency.Summary())
+	}
+}

@@ -1,0 +1,69 @@
+package harness
+
+import (
+	"time"
+)
+
+// Result is what a run measured.
+type Result struct {
+	Config Config
+	// NodeBlocks is registration to every node having its blocks; AgentsConnected from
+	// the first token to every agent having its snapshot.
+	NodeBlocks, AgentsConnected time.Duration
+	// WorkloadStart, WorkloadWritten and FirstConvergence are when the workload's first
+	// write was made, when its last returned, and when every agent first held exactly
+	// its node's from-scratch share.
+	WorkloadStart, WorkloadWritten, FirstConvergence time.Time
+	// ConvergenceSeen is when the polling check saw it.
+	ConvergenceSeen   time.Time
+	InitialAllocation Durations
+
+	ProbeLatency Durations
+	ProbeLost    int
+	SpanSamples  []SpanSample
+
+	Churn ChurnResult
+	// FinalConvergence is the wait, after the churn, for every agent's share to equal the
+	// compile of the objects listed from kube-apiserver; Verified counts those agents.
+	FinalConvergence time.Duration
+	Verified         int
+
+	Phases    []PhaseUsage
+	Processes []ProcessUsage
+	Audit     AuditCounts
+}
+
+// ChurnResult is the churn phase's measurements.
+type ChurnResult struct {
+	Duration                                        time.Duration
+	PodsCreated, PodsDeleted, PolicyChanges, Failed int64
+	// Allocation is pod creation to its kovs.io/pod-network annotation seen by the
+	// harness's informer; AllocationPending the pods still without one at the end,
+	// DeletedBeforeAllocation those the churn deleted before (no sample).
+	Allocation                                 Durations
+	AllocationPending, DeletedBeforeAllocation int
+	// PolicyLatency is a policy change's write to the last concerned agent applying it;
+	// PolicyLost the changes not realized within the deadline, PolicyNoNode those that
+	// concerned no node, PolicySuperseded the creations deleted before they were realized.
+	PolicyLatency                              Durations
+	PolicyLost, PolicyNoNode, PolicySuperseded int
+	Traffic                                    []AgentTraffic
+}
+
+// AgentTraffic is one agent's traffic over a phase and the size of its share at the end.
+type AgentTraffic struct {
+	Node        string
+	Traffic     Traffic
+	WireBytes   int64
+	Pods, Rules int
+}
+
+// phase returns the named phase's usage.
+func (r *Result) phase(name string) (PhaseUsage, bool) {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return PhaseUsage{}, false
+}

@@ -1,0 +1,237 @@
+package harness
+
+import (
+	"sync"
+	"time"
+)
+
+// policyChange is one NetworkPolicy creation or deletion being realized: it is done when
+// every node it concerns holds the policy's rules (creation) or none of them (deletion).
+type policyChange struct {
+	policy   policyKey
+	sel      selector
+	create   bool
+	start    time.Time
+	waiting  map[string]bool
+	realized time.Time // the last concerned node's
+	done     chan struct{}
+	lost     []string // nodes that had not realized it by the deadline
+}
+
+// realizationTracker matches what the agents observe to the changes the harness made.
+type realizationTracker struct {
+	mu      sync.Mutex
+	pending map[policyKey][]*policyChange
+	latency Durations
+	lost    int // changes some concerned node had not realized by the deadline
+	noNode  int // changes that concerned no node
+	// superseded counts creations deleted again before every concerned node had them:
+	// the controller may rightly never send them.
+	superseded int
+	deadline   time.Duration
+}
+
+func newRealizationTracker(deadline time.Duration) *realizationTracker {
+	return &realizationTracker{pending: map[policyKey][]*policyChange{}, deadline: deadline}
+}
+
+// expect registers a change before it is written: nodes are those it concerns. A
+// deletion waits only on nodes that hold the policy now (holds).
+func (t *realizationTracker) expect(p policyKey, sel selector, create bool, nodes []string, holds func(node string) bool) *policyChange {
+	c := &policyChange{policy: p, sel: sel, create: create, start: time.Now(), waiting: map[string]bool{}, done: make(chan struct{})}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !create {
+		for _, old := range append([]*policyChange(nil), t.pending[p]...) {
+			if old.create {
+				t.superseded++
+				t.remove(old)
+			}
+		}
+	}
+	for _, n := range nodes {
+		if create || holds(n) {
+			c.waiting[n] = true
+		}
+	}
+	if len(c.waiting) == 0 {
+		t.noNode++
+		close(c.done)
+		return c
+	}
+	t.pending[p] = append(t.pending[p], c)
+	return c
+}
+
+// cancel forgets a change whose write failed.
+func (t *realizationTracker) cancel(c *policyChange) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.remove(c)
+}
+
+func (t *realizationTracker) remove(c *policyChange) {
+	list := t.pending[c.policy]
+	for i, o := range list {
+		if o == c {
+			t.pending[c.policy] = append(list[:i:i], list[i+1:]...)
+			select {
+			case <-c.done:
+			default:
+				close(c.done)
+			}
+			break
+		}
+	}
+	if len(t.pending[c.policy]) == 0 {
+		delete(t.pending, c.policy)
+	}
+}
+
+func (t *realizationTracker) observe(node string, p policyKey, present bool, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.pending[p] {
+		if c.create != present || !c.waiting[node] || at.Before(c.start) {
+			continue
+		}
+		delete(c.waiting, node)
+		if at.After(c.realized) {
+			c.realized = at
+		}
+		t.finishIfDone(c)
+		return
+	}
+}
+
+func (t *realizationTracker) finishIfDone(c *policyChange) {
+	if len(c.waiting) > 0 {
+		return
+	}
+	if !c.realized.IsZero() {
+		t.latency = append(t.latency, c.realized.Sub(c.start))
+	} else {
+		t.noNode++
+	}
+	t.remove(c)
+}
+
+// sweep drops, from creations, the nodes that no longer host a pod the policy selects
+// (the churn deleted them: they will never hold its rules), and gives up on changes older
+// than the deadline.
+func (t *realizationTracker) sweep(now time.Time, hosts func(node string, sel selector) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, list := range t.pending {
+		for _, c := range append([]*policyChange(nil), list...) {
+			if c.create {
+				for n := range c.waiting {
+					if !hosts(n, c.sel) {
+						delete(c.waiting, n)
+					}
+				}
+			}
+			if len(c.waiting) > 0 && now.Sub(c.start) > t.deadline {
+				for n := range c.waiting {
+					c.lost = append(c.lost, n)
+				}
+				t.lost++
+				t.remove(c)
+				continue
+			}
+			t.finishIfDone(c)
+		}
+	}
+}
+
+// pendingCount is how many changes wait.
+func (t *realizationTracker) pendingCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, list := range t.pending {
+		n += len(list)
+	}
+	return n
+}
+
+// results returns the latencies of the realized changes and the counts of lost changes
+// and changes concerning no node, and starts a new sample.
+func (t *realizationTracker) results() (Durations, int, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, lost, none := t.latency, t.lost, t.noNode
+	t.latency, t.lost, t.noNode, t.superseded = nil, 0, 0, 0
+	return d, lost, none
+}
+
+// supersededCount is how many creations were deleted before they were realized.
+func (t *realizationTracker) supersededCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.superseded
+}
+
+// allocationTracker times pod creation to the kovs.io/pod-network annotation, as the
+// harness's pod informer sees it.
+type allocationTracker struct {
+	mu      sync.Mutex
+	started map[podRef]time.Time
+	latency Durations
+	// deletedFirst counts pods deleted before their address was seen (no sample).
+	deletedFirst int
+	last         time.Time // the last address seen
+}
+
+func newAllocationTracker() *allocationTracker {
+	return &allocationTracker{started: map[podRef]time.Time{}}
+}
+
+func (t *allocationTracker) creating(ref podRef) {
+	t.mu.Lock()
+	t.started[ref] = time.Now()
+	t.mu.Unlock()
+}
+
+func (t *allocationTracker) failed(ref podRef) {
+	t.mu.Lock()
+	delete(t.started, ref)
+	t.mu.Unlock()
+}
+
+// deleted forgets a pod deleted before its address was seen.
+func (t *allocationTracker) deleted(ref podRef) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.started[ref]; ok {
+		delete(t.started, ref)
+		t.deletedFirst++
+	}
+}
+
+func (t *allocationTracker) allocated(ref podRef, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if start, ok := t.started[ref]; ok {
+		t.latency = append(t.latency, at.Sub(start))
+		delete(t.started, ref)
+		t.last = at
+	}
+}
+
+// results returns the latencies so far, how many pods still wait and how many were
+// deleted before their address was seen, and starts anew.
+func (t *allocationTracker) results() (Durations, int, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, waiting, deleted := t.latency, len(t.started), t.deletedFirst
+	t.latency, t.deletedFirst = nil, 0
+	return d, waiting, deleted
+}
+
+// lastAllocation is when the last timed pod's address was seen.
+func (t *allocationTracker) lastAllocation() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last
+}

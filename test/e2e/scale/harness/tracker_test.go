@@ -1,0 +1,93 @@
+package harness
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRealizationTracker(t *testing.T) {
+	tr := newRealizationTracker(time.Minute)
+	p := policyKey{"ns", "np"}
+	sel := selector{"ns", 1}
+	c := tr.expect(p, sel, true, []string{"a", "b"}, nil)
+	start := c.start
+	tr.observe("a", p, true, start.Add(10*time.Millisecond))
+	tr.observe("a", p, false, start.Add(20*time.Millisecond)) // not what the creation waits for
+	tr.observe("c", p, true, start.Add(30*time.Millisecond))  // not concerned
+	select {
+	case <-c.done:
+		t.Fatal("done before b realized it")
+	default:
+	}
+	tr.observe("b", p, true, start.Add(40*time.Millisecond))
+	<-c.done
+	lat, lost, none := tr.results()
+	if len(lat) != 1 || lat[0] != 40*time.Millisecond || lost != 0 || none != 0 {
+		t.Fatalf("results %v %d %d, want [40ms] 0 0", lat, lost, none)
+	}
+
+	// A deletion waits only on the nodes that hold the policy.
+	d := tr.expect(p, sel, false, []string{"a", "b"}, func(n string) bool { return n == "a" })
+	tr.observe("a", p, false, d.start.Add(5*time.Millisecond))
+	<-d.done
+
+	// A creation whose only concerned node lost its pods is dropped by the sweep; one not
+	// realized by the deadline is lost.
+	e := tr.expect(p, sel, true, []string{"gone"}, nil)
+	f := tr.expect(policyKey{"ns", "other"}, sel, true, []string{"slow"}, nil)
+	tr.sweep(time.Now(), func(node string, _ selector) bool { return node != "gone" })
+	<-e.done
+	tr.sweep(time.Now().Add(2*time.Minute), func(string, selector) bool { return true })
+	<-f.done
+	if len(f.lost) != 1 || f.lost[0] != "slow" {
+		t.Errorf("lost nodes %v, want [slow]", f.lost)
+	}
+	lat, lost, none = tr.results()
+	if len(lat) != 1 || lost != 1 || none != 1 {
+		t.Errorf("results %v lost %d none %d, want one latency, 1 lost, 1 with no node", lat, lost, none)
+	}
+	if tr.pendingCount() != 0 {
+		t.Errorf("%d pending", tr.pendingCount())
+	}
+
+	// A deletion supersedes the creation still pending.
+	g := tr.expect(p, sel, true, []string{"x"}, nil)
+	tr.expect(p, sel, false, []string{"x"}, func(string) bool { return false })
+	<-g.done
+	if n := tr.supersededCount(); n != 1 {
+		t.Errorf("superseded %d, want 1", n)
+	}
+}
+
+func TestPresenceFlips(t *testing.T) {
+	a, b := policyKey{"n", "a"}, policyKey{"n", "b"}
+	flips := presenceFlips(map[policyKey]int{a: 2, b: 0}, map[policyKey]int{a: 0, b: 1})
+	if len(flips) != 2 {
+		t.Fatalf("flips %v", flips)
+	}
+	for _, f := range flips {
+		if (f.Policy == a) == f.Present {
+			t.Errorf("flip %v", f)
+		}
+	}
+	if f := presenceFlips(map[policyKey]int{a: 1}, map[policyKey]int{a: 3}); len(f) != 0 {
+		t.Errorf("more rules of a present policy is no flip: %v", f)
+	}
+}
+
+func TestPolicyQueue(t *testing.T) {
+	q := &policyQueue{}
+	pick := func() selector { return selector{"ns", 1} }
+	for n := range livePolicies {
+		if _, _, create := q.next(n, pick); !create {
+			t.Fatalf("change %d deletes before %d policies live", n, livePolicies)
+		}
+	}
+	name, _, create := q.next(livePolicies, pick)
+	if create || name != "churn-0" {
+		t.Errorf("after the fill: %s create=%v, want the deletion of churn-0", name, create)
+	}
+	if _, _, create := q.next(livePolicies+1, pick); !create {
+		t.Error("a deletion is followed by a creation")
+	}
+}
