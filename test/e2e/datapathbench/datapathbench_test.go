@@ -8,7 +8,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +126,21 @@ func BenchmarkDatapathThroughput(b *testing.B) {
 	for _, p := range []string{"kovs", "bare"} {
 		b.Logf("after the last %s bulk transfer:\n%s", p, results[p][len(results[p])-1].flows)
 	}
+	logTrace(b, env, s)
+}
+
+// logTrace logs the OpenFlow path of an established bulk packet from the client to the
+// server on both nodes, as kovsctl traces it.
+func logTrace(b *testing.B, env framework.Env, s *framework.Sandbox) {
+	ovsDir := strings.ReplaceAll(s.Layout.OVSDir("NODE"), "NODE", "{node}")
+	cmd := exec.Command(filepath.Join(env.BinDir, "kovsctl"), "--kubeconfig", s.Layout.Kubeconfig(), "--ovs-dir", ovsDir,
+		"trace", benchNamespace+"/client", benchNamespace+"/server", "--port", strconv.Itoa(bulkPort), "--ct-state", "trk,est")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Errorf("kovsctl trace: %v\n%s", err, out)
+		return
+	}
+	b.Logf("an established bulk packet, client to server (kovsctl trace --ct-state trk,est):\n%s", out)
 }
 
 // round measures one bulk transfer of d and rr round trips on the path, with the datapath
