@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,7 @@ type path struct {
 	clientNS string
 	srv      *server
 	addr     netip.Addr
+	rounds   int // bulk transfers so far, the warm-up's included
 }
 
 // sample is one round of one path.
@@ -71,8 +73,10 @@ type sample struct {
 // nodes' datapath counters (dpif-netdev/pmd-stats-show, cleared before each measurement)
 // and ovs-vswitchd processes (/proc), the datapath passes and the ovs-vswitchd CPU time
 // per packet of each path during the bulk transfers. The log has every round and the
-// busiest datapath flows of each node after each path's last transfer. Run with
-// -benchtime 1x (make bench does): one iteration is all the rounds.
+// busiest datapath flows of each node after each path's last transfer, and kovsctl's trace
+// of an established packet. With KOVS_BENCH_DATAPATH_PERF=<dir>, perf record profiles
+// both ovs-vswitchd during every bulk transfer into <dir>/<path>-<n>.data (n 1 is the
+// warm-up). Run with -benchtime 1x (make bench does): one iteration is all the rounds.
 func BenchmarkDatapathThroughput(b *testing.B) {
 	env := framework.Require(b)
 	s := framework.Up(b, env, "--nodes", "2", "--ip-family", "ipv4")
@@ -151,7 +155,16 @@ func (p *path) round(ctx context.Context, s *framework.Sandbox, nodes []string, 
 	if err != nil {
 		return sm, err
 	}
+	p.rounds++
+	stopPerf, err := startPerf(s, nodes, fmt.Sprintf("%s-%d", p.name, p.rounds))
+	if err != nil {
+		return sm, err
+	}
 	r, err := bulk(ctx, p.srv, p.clientNS, p.addr, d)
+	if perr := stopPerf(); perr != nil {
+		// A profile is an investigation aid: losing one does not void the measurement.
+		fmt.Fprintf(os.Stderr, "%s: %v\n", p.name, perr)
+	}
 	if err != nil {
 		return sm, fmt.Errorf("bulk: %w", err)
 	}

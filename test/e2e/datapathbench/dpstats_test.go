@@ -142,18 +142,70 @@ func (c *dpCounter) read() (dpStats, error) {
 	return sum, nil
 }
 
+// vswitchdPID is the pid of the node's ovs-vswitchd, from its pid file in the sandbox.
+func vswitchdPID(s *framework.Sandbox, node string) (pidFile, pid string, err error) {
+	pidFile = filepath.Join(s.Layout.PidDir(), node+"-ovs-vswitchd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return "", "", fmt.Errorf("ovs-vswitchd of %s: %w", node, err)
+	}
+	return pidFile, strings.TrimSpace(string(b)), nil
+}
+
+// perfEnv names a directory: when set, each bulk transfer is profiled with perf record
+// on both nodes' ovs-vswitchd, into <dir>/<path>-<n>.data (investigation only).
+const perfEnv = "KOVS_BENCH_DATAPATH_PERF"
+
+// startPerf starts perf record on both nodes' ovs-vswitchd into dir/name.data; stop ends
+// it and waits for the file. Without perfEnv it does nothing.
+func startPerf(s *framework.Sandbox, nodes []string, name string) (stop func() error, err error) {
+	dir := os.Getenv(perfEnv)
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	var pids []string
+	for _, n := range nodes {
+		_, pid, err := vswitchdPID(s, n)
+		if err != nil {
+			return nil, err
+		}
+		pids = append(pids, pid)
+	}
+	cmd := exec.Command("perf", "record", "-q", "-F", "1999", "-p", strings.Join(pids, ","), "-o", filepath.Join(dir, name+".data"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s set: perf record: %w", perfEnv, err)
+	}
+	out := filepath.Join(dir, name+".data")
+	return func() error {
+		_ = cmd.Process.Signal(os.Interrupt)
+		err := cmd.Wait()
+		// perf record ends on SIGINT (exit status 130, or the signal itself), its file
+		// written.
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && (exit.ExitCode() == 130 || exit.String() == "signal: interrupt") {
+			err = nil
+		}
+		if err == nil {
+			_, err = os.Stat(out)
+		}
+		if err != nil {
+			return fmt.Errorf("perf record into %s: %w", out, err)
+		}
+		return nil
+	}, nil
+}
+
 // clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
 // vswitchdCPU is the CPU time (user and system, all threads) the node's ovs-vswitchd has
 // used, from its pid file in the sandbox.
 func vswitchdCPU(s *framework.Sandbox, node string) (time.Duration, error) {
-	pidFile := filepath.Join(s.Layout.PidDir(), node+"-ovs-vswitchd.pid")
-	b, err := os.ReadFile(pidFile)
+	pidFile, pid, err := vswitchdPID(s, node)
 	if err != nil {
-		return 0, fmt.Errorf("ovs-vswitchd of %s: %w", node, err)
+		return 0, err
 	}
-	pid := strings.TrimSpace(string(b))
 	stat, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return 0, fmt.Errorf("ovs-vswitchd of %s: %w", node, err)
