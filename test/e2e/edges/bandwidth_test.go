@@ -19,12 +19,17 @@ const (
 	bandwidthHeadroom = 5
 	transferTime      = 3 * time.Second
 	transferPort      = 5201
+	// neighbourFloor times L is what the unlimited neighbour must exceed: clear of the
+	// band a meter at L lets through (the limited transfers reach at most 1.2 L), so a
+	// neighbour held to the limit fails, while one slowed only by the machine's load (it
+	// shares the 2 cores with every transfer and test) passes.
+	neighbourFloor = 1.3
 )
 
 // checkBandwidth: x/egress-limited (kubernetes.io/egress-bandwidth L) and
 // x/ingress-limited (ingress-bandwidth L), both on node1, move bulk TCP data to and from
 // x/c on node2 within 20% of L, while x/a on node1, unlimited, moves data at the same time
-// well above L (at least 2L). The limits are in place from the pods' creation. In
+// clearly above the band a meter at L allows (neighbourFloor). The limits are in place from the pods' creation. In
 // dual-stack the egress transfer runs over IPv4 and the ingress one over IPv6.
 func (c *edges) checkBandwidth(t *testing.T) {
 	peer, neighbour := c.s.PodClient(c.pods["c"]), c.s.PodClient(c.pods["a"])
@@ -63,7 +68,7 @@ func (c *edges) checkBandwidth(t *testing.T) {
 }
 
 // judgeBandwidth: the limited transfer is within 20% of limit, the unlimited neighbour's
-// at least twice the limit.
+// above neighbourFloor times the limit.
 func (c *edges) judgeBandwidth(t *testing.T, what string, limit float64, limited, free framework.Transfer) {
 	t.Helper()
 	got := limited.BitsPerSecond()
@@ -72,8 +77,8 @@ func (c *edges) judgeBandwidth(t *testing.T, what string, limit float64, limited
 	if got < 0.8*limit || got > 1.2*limit {
 		t.Errorf("%s: %.1f Mbit/s, not within 20%% of the limit %.1f Mbit/s", what, got/1e6, limit/1e6)
 	}
-	if free.BitsPerSecond() < 2*limit {
-		t.Errorf("%s: the unlimited neighbour was held back: %s, want at least twice the limit", what, free)
+	if free.BitsPerSecond() < neighbourFloor*limit {
+		t.Errorf("%s: the unlimited neighbour was held back: %s, want more than %.1f times the limit", what, free, neighbourFloor)
 	}
 }
 
