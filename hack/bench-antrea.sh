@@ -136,6 +136,8 @@ main() {
 	(cd "$ROOT" && $GO test -c -o "$CACHE/kovs-np.test" ./go-controller/pkg/controller/networkpolicy)
 	results=$CACHE/results
 	: >"$results"
+	: >"$CACHE/kovs.log"
+	: >"$CACHE/antrea.log"
 	for run in $(seq "$RUNS"); do
 		echo "bench-antrea: run $run of $RUNS" >&2
 		record kovs a run_kovs a-many-small-namespaces
