@@ -49,14 +49,20 @@ source_tree() {
 		mkdir -p "$CACHE/$name"
 		cp -a "$dir/." "$CACHE/$name/"
 	elif [[ ! -d $CACHE/$name ]]; then
-		git clone --quiet "$url" "$CACHE/$name.git" || die "clone $url failed: set the ${name^^} source directory (see the header)"
-		git -C "$CACHE/$name.git" archive "$ref" | (mkdir -p "$CACHE/$name" && tar -x -C "$CACHE/$name")
+		# A clone or an extraction cut short is finished by the next run, never taken for
+		# a tree: the tree appears (mv) only once it is whole.
+		[[ -d $CACHE/$name.git ]] || git clone --quiet "$url" "$CACHE/$name.git" ||
+			die "clone $url failed: set the ${name^^} source directory (see the header)"
+		rm -rf "$CACHE/$name.tmp"
+		mkdir -p "$CACHE/$name.tmp"
+		git -C "$CACHE/$name.git" archive "$ref" | tar -x -C "$CACHE/$name.tmp" || die "extracting $name $ref failed"
+		mv "$CACHE/$name.tmp" "$CACHE/$name"
 	fi
 }
 
 build_antrea() {
 	mkdir -p "$CACHE"
-	if [[ -x $CACHE/antrea-np.test && -z ${ANTREA_SRC:-} ]]; then
+	if [[ -x $CACHE/antrea-np.test && -z ${ANTREA_SRC:-}${OFNET_SRC:-}${LIBOPENFLOW_SRC:-} ]]; then
 		return
 	fi
 	source_tree antrea "${ANTREA_SRC:-}" https://github.com/antrea-io/antrea "$ANTREA_COMMIT"
@@ -130,6 +136,8 @@ main() {
 	(cd "$ROOT" && $GO test -c -o "$CACHE/kovs-np.test" ./go-controller/pkg/controller/networkpolicy)
 	results=$CACHE/results
 	: >"$results"
+	: >"$CACHE/kovs.log"
+	: >"$CACHE/antrea.log"
 	for run in $(seq "$RUNS"); do
 		echo "bench-antrea: run $run of $RUNS" >&2
 		record kovs a run_kovs a-many-small-namespaces

@@ -17,12 +17,16 @@ import (
 )
 
 // typeName is the key of a struct type in Kept: "core/v1.Pod".
-func typeName(t reflect.Type) string {
-	parts := strings.Split(t.PkgPath(), "/")
+func typeName(t reflect.Type) string { return keptKey(t.PkgPath(), t.Name()) }
+
+// keptKey is Kept's key for type name of package pkgPath: the package path's last two
+// elements and the name ("k8s.io/api/core/v1", "Pod" -> "core/v1.Pod").
+func keptKey(pkgPath, name string) string {
+	parts := strings.Split(pkgPath, "/")
 	if len(parts) < 2 {
-		return t.Name()
+		return name
 	}
-	return parts[len(parts)-2] + "/" + parts[len(parts)-1] + "." + t.Name()
+	return parts[len(parts)-2] + "/" + parts[len(parts)-1] + "." + name
 }
 
 // TestTransformKeepsExactlyKept fills every field of each kind, transforms it and checks

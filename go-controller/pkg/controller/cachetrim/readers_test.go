@@ -90,11 +90,7 @@ func declaringStruct(sel *types.Selection) string {
 	if !ok || named.Obj().Pkg() == nil {
 		return ""
 	}
-	parts := strings.Split(named.Obj().Pkg().Path(), "/")
-	if len(parts) < 2 {
-		return named.Obj().Name()
-	}
-	return parts[len(parts)-2] + "/" + parts[len(parts)-1] + "." + named.Obj().Name()
+	return keptKey(named.Obj().Pkg().Path(), named.Obj().Name())
 }
 
 func deref(t types.Type) types.Type {

@@ -130,29 +130,24 @@ func rulesOf(n *node) map[string]policy.Rule {
 			big = g
 		}
 	}
+	var rules map[string]policy.Rule
 	switch {
 	case big != nil && total == len(big.rules):
 		return big.rulesByID()
 	case big != nil:
-		rules := maps.Clone(big.rulesByID())
-		for g := range n.groups {
-			if g != big {
-				addRules(rules, g)
-			}
-		}
-		return rules
+		rules = maps.Clone(big.rulesByID())
+	default:
+		rules = make(map[string]policy.Rule, total)
 	}
-	rules := make(map[string]policy.Rule, total)
 	for g := range n.groups {
-		addRules(rules, g)
+		if g == big {
+			continue
+		}
+		for _, r := range g.rules {
+			rules[r.api.ID] = r.api
+		}
 	}
 	return rules
-}
-
-func addRules(rules map[string]policy.Rule, g *group) {
-	for _, r := range g.rules {
-		rules[r.api.ID] = r.api
-	}
 }
 
 // rulesByID returns g's rules by ID, cached until its rules change. The map is shared:
