@@ -178,7 +178,7 @@ func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipelin
 	// The limits are in place before the pod's flows: it never runs unlimited first.
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
-	if err := p.applyLimits(ctx, &port, p.limitsOf(req.Pod.Namespace, req.Pod.Name, req.Pod.UID)); err != nil {
+	if err := p.applyLimits(ctx, &port, p.limitsOf(req.Pod.Namespace, req.Pod.Name, req.Pod.UID), nil); err != nil {
 		return 0, 0, err
 	}
 	return p.state.SetPod(req.HostIfName, port), port.OFPort, nil
@@ -319,6 +319,12 @@ func (p *PodPorts) restore(ctx context.Context) (int, []ovs.PortInfo, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	// One listing of the meters for every restored port's limits; without it (it failed),
+	// each port's meters are set, and SetMeter reports the failure.
+	var meters map[uint32]ovs.Meter
+	if len(ports) > 0 {
+		meters, _ = p.dumpMeters(ctx)
+	}
 	n := 0
 	var stale []ovs.PortInfo
 	for _, port := range ports {
@@ -335,7 +341,7 @@ func (p *PodPorts) restore(ctx context.Context) (int, []ovs.PortInfo, error) {
 			log.WithField("port", port.Name).WithError(err).Warn("pod port not restored")
 			continue
 		}
-		p.restoreLimits(ctx, port.Name, &pp)
+		p.restoreLimits(ctx, port.Name, &pp, meters)
 		p.state.SetPod(port.Name, pp)
 		n++
 	}

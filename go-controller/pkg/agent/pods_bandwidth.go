@@ -74,8 +74,10 @@ func (p *PodPorts) limitsOf(namespace, name, uid string) bandwidth.Limits {
 
 // applyLimits puts the pod's meters in place, before pp's flows refer to them, and sets
 // pp's meter IDs; a meter no longer wanted is deleted (pruneMeters) once the flows without
-// it are installed. Called with bandwidthMu held.
-func (p *PodPorts) applyLimits(ctx context.Context, pp *pipeline.PodPort, l bandwidth.Limits) error {
+// it are installed. have are the bridge's meters by ID if the caller listed them: one
+// already as wanted is not set again (nil: every meter is set). Called with bandwidthMu
+// held.
+func (p *PodPorts) applyLimits(ctx context.Context, pp *pipeline.PodPort, l bandwidth.Limits, have map[uint32]ovs.Meter) error {
 	for _, d := range []struct {
 		annotation string
 		rate       uint64
@@ -92,8 +94,10 @@ func (p *PodPorts) applyLimits(ctx context.Context, pp *pipeline.PodPort, l band
 		if p.meters == nil {
 			return fmt.Errorf("apply %s of pod %s: no OpenFlow meter client", d.annotation, pp)
 		}
-		if err := p.meters.SetMeter(ctx, podMeter(d.id, d.rate)); err != nil {
-			return fmt.Errorf("apply %s of pod %s: %w", d.annotation, pp, err)
+		if m := podMeter(d.id, d.rate); have[m.ID] != m {
+			if err := p.meters.SetMeter(ctx, m); err != nil {
+				return fmt.Errorf("apply %s of pod %s: %w", d.annotation, pp, err)
+			}
 		}
 		*d.meter = d.id
 	}
@@ -102,25 +106,30 @@ func (p *PodPorts) applyLimits(ctx context.Context, pp *pipeline.PodPort, l band
 
 // restoreLimits applies a restored port's limits before its first flow sync, so the
 // restarted agent's flows keep its meter; a failure is logged, and syncBandwidth retries.
-func (p *PodPorts) restoreLimits(ctx context.Context, name string, pp *pipeline.PodPort) {
+// have are the bridge's meters, as applyLimits takes them.
+func (p *PodPorts) restoreLimits(ctx context.Context, name string, pp *pipeline.PodPort, have map[uint32]ovs.Meter) {
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
-	if err := p.applyLimits(ctx, pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID)); err != nil {
+	if err := p.applyLimits(ctx, pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID), have); err != nil {
 		log.WithField("port", name).WithField("pod", pp.String()).WithError(err).Warn("bandwidth limits of a restored pod not applied yet")
 	}
 }
 
 // syncBandwidth brings every pod port to its pod's current annotations, then deletes the
 // meters no port uses: level-driven, so a restart, an annotation change and
-// a hand-made change all converge to the same state.
+// a hand-made change all converge to the same state. One listing of the meters serves the
+// round: the meters already as wanted are not set again (each SetMeter lists the meters
+// itself), and the pruning deletes those it shows that no port uses (nothing else adds a
+// meter while bandwidthMu is held).
 func (p *PodPorts) syncBandwidth(ctx context.Context) error {
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
+	have, dumpErr := p.dumpMeters(ctx)
 	var errs []error
 	var gen uint64
 	for name, pp := range p.state.Pods() {
 		before := pp
-		if err := p.applyLimits(ctx, &pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID)); err != nil {
+		if err := p.applyLimits(ctx, &pp, p.limitsOf(pp.Namespace, pp.Name, pp.UID), have); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -133,28 +142,40 @@ func (p *PodPorts) syncBandwidth(ctx context.Context) error {
 			return errors.Join(append(errs, err)...)
 		}
 	}
-	errs = append(errs, p.pruneMeters(ctx))
+	if dumpErr != nil {
+		return errors.Join(append(errs, dumpErr)...)
+	}
+	errs = append(errs, p.pruneMeters(ctx, have))
 	return errors.Join(errs...)
 }
 
-// pruneMeters deletes the meters no pod in the desired state uses (br-int's meters are
-// all kovs's: pod egress limits). Called with bandwidthMu held.
-func (p *PodPorts) pruneMeters(ctx context.Context) error {
+// dumpMeters lists the bridge's meters by ID (none without a meter client).
+func (p *PodPorts) dumpMeters(ctx context.Context) (map[uint32]ovs.Meter, error) {
 	if p.meters == nil {
-		return nil
+		return nil, nil
 	}
+	list, err := p.meters.DumpMeters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[uint32]ovs.Meter, len(list))
+	for _, m := range list {
+		have[m.ID] = m
+	}
+	return have, nil
+}
+
+// pruneMeters deletes the meters of have that no pod in the desired state uses (br-int's
+// meters are all kovs's: pod bandwidth limits). Called with bandwidthMu held.
+func (p *PodPorts) pruneMeters(ctx context.Context, have map[uint32]ovs.Meter) error {
 	used := map[uint32]bool{}
 	for _, pp := range p.state.Pods() {
 		used[pp.EgressMeter], used[pp.IngressMeter] = true, true
 	}
-	have, err := p.meters.DumpMeters(ctx)
-	if err != nil {
-		return err
-	}
 	var errs []error
-	for _, m := range have {
-		if !used[m.ID] {
-			errs = append(errs, p.meters.DeleteMeter(ctx, m.ID))
+	for id := range have {
+		if !used[id] {
+			errs = append(errs, p.meters.DeleteMeter(ctx, id))
 		}
 	}
 	return errors.Join(errs...)

@@ -142,3 +142,52 @@ func TestRestoreKeepsTheMeters(t *testing.T) {
 		t.Errorf("meters after restore: %+v, want %+v", have, want)
 	}
 }
+
+// countingMeters counts the calls to a MeterClient.
+type countingMeters struct {
+	ovs.MeterClient
+	sets, dumps int
+}
+
+func (c *countingMeters) SetMeter(ctx context.Context, m ovs.Meter) error {
+	c.sets++
+	return c.MeterClient.SetMeter(ctx, m)
+}
+
+func (c *countingMeters) DumpMeters(ctx context.Context) ([]ovs.Meter, error) {
+	c.dumps++
+	return c.MeterClient.DumpMeters(ctx)
+}
+
+// A periodic resync of limits that have not changed lists the meters once and sets none:
+// it runs every bandwidthResync for every limited pod, and each SetMeter lists the meters
+// itself (ovs-ofctl dump-meters).
+func TestBandwidthResyncSetsNothingUnchanged(t *testing.T) {
+	r := newAttachRig(t, time.Hour)
+	r.state.mu.Lock()
+	r.state.policy = nil
+	r.state.mu.Unlock()
+	meters := &countingMeters{MeterClient: ovsfake.NewOpenFlow()}
+	r.ports.meters = meters
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pod, err := r.ports.pods.Pods("x").Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[bandwidth.IngressAnnotation] = "10M"
+	pod.Annotations[bandwidth.EgressAnnotation] = "20M"
+	if err := r.ports.Attach(ctx, attachC()); err != nil {
+		t.Fatal(err)
+	}
+	meters.sets, meters.dumps = 0, 0
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if meters.sets != 0 || meters.dumps != 1 {
+		t.Errorf("a resync of unchanged limits: %d SetMeter, %d DumpMeters; want 0 and 1", meters.sets, meters.dumps)
+	}
+	if have, _ := meters.DumpMeters(ctx); len(have) != 2 {
+		t.Errorf("after the resync: meters %+v", have)
+	}
+}

@@ -117,3 +117,23 @@ func TestMatchFieldsAndConjunctions(t *testing.T) {
 		t.Errorf("ConjunctionIDs of no conjunction = %v", got)
 	}
 }
+
+// A learn action renders as dump-flows prints it: the learned flow's head in OVS's order,
+// no cookie when 0, then the specs.
+func TestLearnRendersAsDumpFlows(t *testing.T) {
+	for _, tc := range []struct {
+		l    Learn
+		want string
+	}{
+		{Learn{Table: 32, IdleTimeout: 60, Priority: 100, Cookie: 0x1010000000000, EthType: 0x0800, IPProto: 132,
+			Specs: []string{"NXM_OF_IP_SRC[]=NXM_OF_IP_DST[]", "load:0x1->NXM_NX_REG0[8..9]"}},
+			"learn(table=32,idle_timeout=60,priority=100,cookie=0x1010000000000,eth_type=0x800,nw_proto=132," +
+				"NXM_OF_IP_SRC[]=NXM_OF_IP_DST[],load:0x1->NXM_NX_REG0[8..9])"},
+		{Learn{Table: 45, IdleTimeout: 10800, Priority: 200, EthType: 0x86dd, IPProto: 6},
+			"learn(table=45,idle_timeout=10800,priority=200,eth_type=0x86dd,nw_proto=6)"},
+	} {
+		if got := tc.l.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}

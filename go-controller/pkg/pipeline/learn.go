@@ -1,25 +1,21 @@
 package pipeline
 
 import (
-	"fmt"
 	"net/netip"
-	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
-// learnAction renders a learn action as ovs-ofctl prints it: the learned flow's table,
-// idle timeout, priority and cookie (none when 0), the eth_type and IP protocol it
-// matches, then specs (its other match fields and its actions).
+// learnAction is a learn action (ovs.Learn, which renders it) of a flow in table with the
+// idle timeout, priority and cookie (none when 0), matching the family's eth_type and
+// ipProto, then specs (its other match fields and its actions).
 func learnAction(table Table, idle, priority uint16, cookie Cookie, ipv6 bool, ipProto uint8, specs ...string) string {
-	ethType := "0x800"
+	ethType := EthTypeIPv4
 	if ipv6 {
-		ethType = "0x86dd"
+		ethType = EthTypeIPv6
 	}
-	parts := []string{fmt.Sprintf("table=%d", table.ID), fmt.Sprintf("idle_timeout=%d", idle), fmt.Sprintf("priority=%d", priority)}
-	if cookie != 0 {
-		parts = append(parts, "cookie="+cookie.String())
-	}
-	parts = append(parts, "eth_type="+ethType, fmt.Sprintf("nw_proto=%d", ipProto))
-	return "learn(" + strings.Join(append(parts, specs...), ",") + ")"
+	return ovs.Learn{Table: table.ID, IdleTimeout: idle, Priority: priority, Cookie: uint64(cookie),
+		EthType: ethType, IPProto: ipProto, Specs: specs}.String()
 }
 
 // learnAddrFields names a family's source and destination address fields as learn specs
