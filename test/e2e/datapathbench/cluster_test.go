@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,27 +95,7 @@ func ignoreExists(err error) error {
 // createAll runs create(0..n-1) on a few workers and fails the benchmark on the first error.
 func createAll(b *testing.B, n int, create func(int) error) {
 	b.Helper()
-	work := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range createWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := create(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := framework.ForEach(0, n, createWorkers, create); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -110,30 +110,15 @@ func (c *cluster) ensureBackground(b *testing.B, n int) {
 		return
 	}
 	start := time.Now()
-	next := make(chan int)
-	errs := make(chan error, createWorkers)
-	var wg sync.WaitGroup
-	for range createWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				np := backgroundPolicy(i)
-				_, err := c.s.Client.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- fmt.Errorf("create %s/%s: %w", np.Namespace, np.Name, err)
-					return
-				}
-			}
-		}()
-	}
-	for i := c.background; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	err := framework.ForEach(c.background, n, createWorkers, func(i int) error {
+		np := backgroundPolicy(i)
+		_, err := c.s.Client.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s/%s: %w", np.Namespace, np.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
 	created := time.Since(start)

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,12 +41,12 @@ func TestPolicyStream(t *testing.T) {
 
 	t.Run("an agent streams its own node's share", func(t *testing.T) {
 		sink := newSink()
-		c.follow(t, "node1", c.agentToken(t, "node1"), sink)
+		c.follow(t, "node1", c.s.AgentToken(t, "node1"), sink)
 		sink.wait(t, "a snapshot of node1", func(share policy.NodeShare) bool { return share.Node == "node1" })
 	})
 
 	t.Run("an agent cannot stream another node's share", func(t *testing.T) {
-		token := c.agentToken(t, "node1")
+		token := c.s.AgentToken(t, "node1")
 		if code := c.get(t, "node2", token); code != http.StatusForbidden {
 			t.Errorf("node1's agent asking for node2's share: %d, want 403", code)
 		}
@@ -96,7 +95,7 @@ func TestPolicyStream(t *testing.T) {
 		// Stand-ins for the agents: they realize what they receive at once. They stream
 		// next to the real agents (two streams per node are allowed).
 		for _, node := range []string{"node1", "node2"} {
-			c.follow(t, node, c.agentToken(t, node), newSink())
+			c.follow(t, node, c.s.AgentToken(t, node), newSink())
 		}
 		c.checkRealization(t, "stand-ins")
 	})
@@ -132,11 +131,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, s *framework.Sandbox) *cluster {
 	c := &cluster{s: s}
-	framework.Eventually(t, 30*time.Second, "the controller's CA in kube-system/kovs-ca", func() error {
-		var err error
-		c.ca, err = stream.CAFromConfigMap(s.Client, "kube-system", "kovs-ca")(context.Background())
-		return err
-	})
+	c.ca = s.ControllerCA(t)
 	return c
 }
 
@@ -152,9 +147,9 @@ func (c *cluster) dial(ctx context.Context, network, addr string) (net.Conn, err
 	return conn, err
 }
 
-var address = net.JoinHostPort("127.0.0.1", strconv.Itoa(sandbox.NodeControllerPort))
-
-func (c *cluster) url(node string) string { return "https://" + address + stream.PolicyPath(node) }
+func (c *cluster) url(node string) string {
+	return "https://" + framework.NodeStreamAddress() + stream.PolicyPath(node)
+}
 
 func (c *cluster) client(roots *x509.CertPool, serverName string) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: c.dial, ForceAttemptHTTP2: true,
@@ -182,17 +177,7 @@ func (c *cluster) get(t *testing.T, node, token string) int {
 }
 
 func (c *cluster) report(t *testing.T, node, token string) int {
-	return c.do(t, http.MethodPost, "https://"+address+stream.RealizedPath(node), token, `{"generation":0}`)
-}
-
-// agentToken is the token the sandbox gave node's agent.
-func (c *cluster) agentToken(t *testing.T, node string) string {
-	t.Helper()
-	b, err := os.ReadFile(c.s.Layout.ControllerTokenFile(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
+	return c.do(t, http.MethodPost, "https://"+framework.NodeStreamAddress()+stream.RealizedPath(node), token, `{"generation":0}`)
 }
 
 // token requests a token of a ServiceAccount, bound to node unless node is empty.
@@ -225,7 +210,7 @@ func (c *cluster) token(t *testing.T, namespace, sa, node string, audiences []st
 // ends.
 func (c *cluster) follow(t *testing.T, node, token string, sink policy.Sink) {
 	t.Helper()
-	client, err := stream.NewClient(stream.ClientConfig{Node: node, Address: address,
+	client, err := stream.NewClient(stream.ClientConfig{Node: node, Address: framework.NodeStreamAddress(),
 		Token:   func() (string, error) { return token, nil },
 		RootCAs: stream.CAFromConfigMap(c.s.Client, "kube-system", "kovs-ca"),
 		Dial:    c.dial, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, ReportPoll: 50 * time.Millisecond})

@@ -66,19 +66,7 @@ func controllerNode(t *testing.T, s *framework.Sandbox) string {
 // reach; node1's own condition, which the agent owns, does not (issue 14).
 func checkAgentTokenIsNodeBound(t *testing.T, s *framework.Sandbox) {
 	ctx := context.Background()
-	agents, err := s.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app=kovs-agent"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var agentPod string
-	for _, p := range agents.Items {
-		if p.Spec.NodeName == "node1" {
-			agentPod = p.Name
-		}
-	}
-	if agentPod == "" {
-		t.Fatal("no kovs-agent pod on node1")
-	}
+	agentPod := agentPodOn(t, s, "node1")
 	token, err := s.Kubectl("exec", "-n", "kube-system", agentPod, "-c", "kovs-agent", "--",
 		"cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
 	if err != nil {

@@ -93,27 +93,7 @@ func (c *bench) ensureBackground(b *testing.B, n int) {
 		return
 	}
 	start := time.Now()
-	work := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := c.createBackground(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := c.background; i < n; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := framework.ForEach(c.background, n, 8, c.createBackground); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("created %d background Services with %d endpoints each in %s", n-c.background, endpointsPerService, time.Since(start).Round(time.Millisecond))

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
+	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
 // junkKind is what a junk request presents.
@@ -161,7 +161,7 @@ func prepareFlood(tb testing.TB, c *cluster, reqs []junkRequest) *flood {
 	err := ns.WithNetNSPath(sandbox.NetNSPath(c.s.Layout.NodeNetNS("node1")), func(ns.NetNS) error {
 		for i := range conns {
 			var err error
-			if conns[i], err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", streamAddress); err != nil {
+			if conns[i], err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", framework.NodeStreamAddress()); err != nil {
 				return fmt.Errorf("connection %d of %d: %w", i+1, len(conns), err)
 			}
 		}
@@ -211,7 +211,7 @@ func (f *flood) send(conn net.Conn, tlsConfig *tls.Config, r junkRequest) junkAn
 		a.shaken, a.at = shaken, time.Since(f.released)
 		return a
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+streamAddress+stream.PolicyPath(r.node), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+framework.NodeStreamAddress()+stream.PolicyPath(r.node), nil)
 	if err != nil {
 		return answer(junkAnswer{err: err})
 	}
@@ -273,16 +273,3 @@ func (r floodResult) String() string {
 	fmt.Fprintf(&b, "%d errors; the last TLS handshake done after %s", len(r.errs), ms(r.shaken))
 	return b.String()
 }
-
-// agentToken is the token the sandbox gave node's agent.
-func agentToken(tb testing.TB, c *cluster, node string) string {
-	tb.Helper()
-	b, err := os.ReadFile(c.s.Layout.ControllerTokenFile(node))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// streamAddress is where a node reaches the controller's policy stream.
-var streamAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(sandbox.NodeControllerPort))

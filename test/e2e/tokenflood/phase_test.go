@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
-	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -43,14 +42,10 @@ type cluster struct {
 func newCluster(tb testing.TB, s *framework.Sandbox) *cluster {
 	tb.Helper()
 	c := &cluster{s: s}
-	framework.Eventually(tb, 30*time.Second, "the controller's CA in kube-system/kovs-ca", func() error {
-		var err error
-		c.ca, err = stream.CAFromConfigMap(s.Client, "kube-system", "kovs-ca")(context.Background())
-		return err
-	})
+	c.ca = s.ControllerCA(tb)
 	c.lease = watchLease(tb, s.Client)
 	c.allocs = watchAllocations(tb, s.Client)
-	c.token = agentToken(tb, c, "node1")
+	c.token = s.AgentToken(tb, "node1")
 	s.WaitNodesReady(tb)
 	return c
 }

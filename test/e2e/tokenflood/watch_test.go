@@ -65,13 +65,7 @@ func watchLease(tb testing.TB, client kubernetes.Interface) *leaseWatch {
 			w.renewals = append(w.renewals, r)
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    record,
-		UpdateFunc: func(_, obj any) { record(obj) },
-	}); err != nil {
-		tb.Fatal(err)
-	}
-	startInformers(tb, factory)
+	watchAddsAndUpdates(tb, factory, informer, record)
 	return w
 }
 
@@ -140,13 +134,7 @@ func watchAllocations(tb testing.TB, client kubernetes.Interface) *allocWatch {
 			w.allocated[key] = now
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    record,
-		UpdateFunc: func(_, obj any) { record(obj) },
-	}); err != nil {
-		tb.Fatal(err)
-	}
-	startInformers(tb, factory)
+	watchAddsAndUpdates(tb, factory, informer, record)
 	return w
 }
 
@@ -167,8 +155,16 @@ func (w *allocWatch) latencies(created map[string]time.Time) (lat []time.Duratio
 	return lat, missing
 }
 
-func startInformers(tb testing.TB, factory informers.SharedInformerFactory) {
+// watchAddsAndUpdates calls record with every object informer adds or updates, and
+// starts factory (stopped when the test ends) and waits until its caches have synced.
+func watchAddsAndUpdates(tb testing.TB, factory informers.SharedInformerFactory, informer cache.SharedIndexInformer, record func(obj any)) {
 	tb.Helper()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(func() { cancel(); factory.Shutdown() })
 	factory.Start(ctx.Done())

@@ -1,13 +1,12 @@
 package harness
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
@@ -17,9 +16,6 @@ import (
 var measuredProcesses = []string{"kovs-controller", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"}
 
 const harnessProcess = "harness (simulated nodes and agents)"
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
-const clockTicks = 100
 
 // ProcessUsage is a process's CPU time and memory.
 type ProcessUsage struct {
@@ -92,49 +88,28 @@ func (s *procSampler) totals() []ProcessUsage {
 
 // cpuSeconds is utime+stime of /proc/<pid>/stat.
 func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces: count fields after its ")".
-	rest := string(b)
-	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-		rest = rest[i+1:]
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return (utime + stime) / clockTicks, nil
+	return st.CPUTime(), nil
 }
 
 // memory is VmHWM and VmRSS of /proc/<pid>/status, in bytes.
 func memory(pid int) (peak, rss int64, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
-		switch key {
-		case "VmHWM":
-			peak = kb * 1024
-		case "VmRSS":
-			rss = kb * 1024
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0, err
 	}
-	return peak, rss, sc.Err()
+	return int64(st.VmHWM), int64(st.VmRSS), nil
 }
 
 // cpuCount says how many CPUs the machine has.

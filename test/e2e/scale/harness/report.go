@@ -104,7 +104,7 @@ func (r *Result) churnTrafficSection(p func(string, ...any)) {
 		f    func(AgentTraffic) float64
 	}{{"delta messages/s", msgs}, {"delta bytes/s", bytes}, {"wire bytes/s", wire}} {
 		v := values(t, row.f)
-		p("| %s | %.1f | %.1f | %.1f |", row.name, quantile(v, 50), quantile(v, 99), slices.Max(v))
+		p("| %s | %.1f | %.1f | %.1f |", row.name, nearestRank(v, 50), nearestRank(v, 99), slices.Max(v))
 	}
 }
 
@@ -117,18 +117,9 @@ func values(t []AgentTraffic, f func(AgentTraffic) float64) []float64 {
 	return v
 }
 
-// quantile is the nearest-rank percentile of sorted values.
-func quantile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
 func dist(t []AgentTraffic, f func(AgentTraffic) float64, format string) string {
 	v := values(t, f)
-	return fmt.Sprintf("p50 "+format+", p99 "+format+", max "+format, quantile(v, 50), quantile(v, 99), slices.Max(v))
+	return fmt.Sprintf("p50 "+format+", p99 "+format+", max "+format, nearestRank(v, 50), nearestRank(v, 99), slices.Max(v))
 }
 
 func (r *Result) cpuSection(p func(string, ...any)) {

@@ -25,8 +25,18 @@ func (d Durations) Percentile(p float64) time.Duration {
 	}
 	s := slices.Clone(d)
 	slices.Sort(s)
-	rank := int(math.Ceil(p / 100 * float64(len(s))))
-	return s[min(max(rank, 1), len(s))-1]
+	return nearestRank(s, p)
+}
+
+// nearestRank is the p-th percentile (0 < p <= 100) of sorted by the nearest-rank
+// method; 0 for no samples.
+func nearestRank[T cmp.Ordered](sorted []T, p float64) T {
+	if len(sorted) == 0 {
+		var zero T
+		return zero
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
 // Max is the largest sample (0 for none).
