@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kovs-net/kovs/go-controller/pkg/bandwidth"
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
@@ -18,24 +20,11 @@ import (
 // changed, removed and made unusable while the pod runs; gone with the port; and a resync
 // deletes a meter nothing uses.
 func TestBandwidthFollowsAnnotations(t *testing.T) {
-	r := newAttachRig(t, time.Hour)
-	r.state.mu.Lock()
-	r.state.policy = nil
-	r.state.mu.Unlock()
 	meters := ovsfake.NewOpenFlow()
-	r.ports.meters = meters
+	r, pod := attachLimitedC(t, meters)
 	store := r.ports.store
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pod, err := r.ports.pods.Pods("x").Get("c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Annotations[bandwidth.IngressAnnotation] = "10M"
-	pod.Annotations[bandwidth.EgressAnnotation] = "20M"
-	if err := r.ports.Attach(ctx, attachC()); err != nil {
-		t.Fatal(err)
-	}
 	ofport := r.state.Pods()["veth-c"].OFPort
 	check := func(step string, ingress, egress uint32) {
 		t.Helper()
@@ -163,11 +152,30 @@ func (c *countingMeters) DumpMeters(ctx context.Context) ([]ovs.Meter, error) {
 // it runs every bandwidthResync for every limited pod, and each SetMeter lists the meters
 // itself (ovs-ofctl dump-meters).
 func TestBandwidthResyncSetsNothingUnchanged(t *testing.T) {
+	meters := &countingMeters{MeterClient: ovsfake.NewOpenFlow()}
+	r, _ := attachLimitedC(t, meters)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	meters.sets, meters.dumps = 0, 0
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if meters.sets != 0 || meters.dumps != 1 {
+		t.Errorf("a resync of unchanged limits: %d SetMeter, %d DumpMeters; want 0 and 1", meters.sets, meters.dumps)
+	}
+	if have, _ := meters.DumpMeters(ctx); len(have) != 2 {
+		t.Errorf("after the resync: meters %+v", have)
+	}
+}
+
+// attachLimitedC attaches pod x/c, annotated ingress 10M and egress 20M, in a rig without
+// policy whose meters are kept by meters; it returns the rig and the pod.
+func attachLimitedC(t *testing.T, meters ovs.MeterClient) (*attachRig, *corev1.Pod) {
+	t.Helper()
 	r := newAttachRig(t, time.Hour)
 	r.state.mu.Lock()
 	r.state.policy = nil
 	r.state.mu.Unlock()
-	meters := &countingMeters{MeterClient: ovsfake.NewOpenFlow()}
 	r.ports.meters = meters
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -180,14 +188,5 @@ func TestBandwidthResyncSetsNothingUnchanged(t *testing.T) {
 	if err := r.ports.Attach(ctx, attachC()); err != nil {
 		t.Fatal(err)
 	}
-	meters.sets, meters.dumps = 0, 0
-	if err := r.ports.syncBandwidth(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if meters.sets != 0 || meters.dumps != 1 {
-		t.Errorf("a resync of unchanged limits: %d SetMeter, %d DumpMeters; want 0 and 1", meters.sets, meters.dumps)
-	}
-	if have, _ := meters.DumpMeters(ctx); len(have) != 2 {
-		t.Errorf("after the resync: meters %+v", have)
-	}
+	return r, pod
 }
