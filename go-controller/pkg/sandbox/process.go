@@ -64,7 +64,15 @@ func (l Layout) start(p Process) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	pid := cmd.Process.Pid
-	if err := os.WriteFile(l.pidFile(p.Name), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+	// The start time first: pidOf trusts a pid file only together with it.
+	started, err := startTime(pid)
+	if err == nil {
+		err = os.WriteFile(l.startFile(p.Name), []byte(started+"\n"), 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(l.pidFile(p.Name), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	}
+	if err != nil {
 		_ = cmd.Process.Kill()
 		return 0, fmt.Errorf("record pid of %s: %w", p.Name, err)
 	}
@@ -126,7 +134,7 @@ func (l Layout) Kill(name string) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return os.Remove(l.pidFile(name))
+	return l.forget(name)
 }
 
 // Start starts a stopped process again with its recorded command line.
@@ -147,26 +155,69 @@ func (l Layout) Start(name string) (int, error) {
 
 func (l Layout) pidFile(name string) string { return filepath.Join(l.PidDir(), name+".pid") }
 
+// startFile holds the start time of the process the pid file names (field 22 of
+// /proc/<pid>/stat, clock ticks since boot): a pid and its start time name one process
+// for as long as the machine runs, whatever it has exec'd since.
+func (l Layout) startFile(name string) string { return filepath.Join(l.PidDir(), name+".start") }
+
+// forget removes the records of a process that no longer runs.
+func (l Layout) forget(name string) error {
+	_ = os.Remove(l.startFile(name))
+	return os.Remove(l.pidFile(name))
+}
+
 // pidOf returns the live pid recorded for name, or 0 when there is none or it is not ours.
+//
+// It matches the pid with the start time recorded beside it, not with the marker in the
+// process's environment: while a process is inside execve, and `ip netns exec` or
+// nsenter run one more after the one Start waited for, /proc/<pid>/environ reads empty,
+// and under load for longer than any wait we could afford. make test once failed because
+// up took the kube-proxy it had just started for exited. The marker remains the check for
+// pid files written without a start time.
 func (l Layout) pidOf(name string) int {
 	b, err := os.ReadFile(l.pidFile(name))
 	if err != nil {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 || !l.owns(pid) {
+	if err != nil || pid <= 1 {
+		return 0
+	}
+	if want, err := os.ReadFile(l.startFile(name)); err == nil {
+		if got, err := startTime(pid); err != nil || got != strings.TrimSpace(string(want)) || !alive(pid) {
+			return 0
+		}
+		return pid
+	}
+	if !l.owns(pid) {
 		return 0
 	}
 	return pid
+}
+
+// startTime is the start time of pid, as /proc/<pid>/stat gives it (field 22).
+func startTime(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	// The fields after the command name in parentheses start with field 3, the state.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 22-2 {
+		return "", fmt.Errorf("/proc/%d/stat: %d fields after the command name, want at least 20", pid, len(fields))
+	}
+	return fields[22-3], nil
 }
 
 // owns reports whether pid runs with this sandbox's marker in its environment, so a pid
 // file that outlived its process never makes us signal someone else's process.
 func (l Layout) owns(pid int) bool {
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	// Right after start the environment may read empty: execve wakes the parent (it closes
-	// the close-on-exec pipe exec.Cmd.Start waits on) before it sets the new environment
-	// up. up once took a kovs-controller it had just started for dead this way.
+	// A process inside execve reads empty: read again for up to 100 ms.
 	for try := 0; err == nil && len(env) == 0 && try < 20; try++ {
 		time.Sleep(5 * time.Millisecond)
 		env, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
@@ -192,8 +243,8 @@ func (l Layout) Running(name string) bool { return l.pidOf(name) != 0 }
 // stop terminates the named process (SIGTERM, then SIGKILL after the grace period) and
 // removes its pid file.
 func (l Layout) stop(name string, grace time.Duration) error {
-	defer os.Remove(l.pidFile(name))
 	pid := l.pidOf(name)
+	defer l.forget(name)
 	if pid == 0 {
 		return nil
 	}
