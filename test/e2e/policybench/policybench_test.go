@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +24,32 @@ import (
 )
 
 const (
-	// samplesPerSize new policies are measured per background size, about 1 s each (the
+	// defaultSamples new policies are measured per background size, about 1.2 s each (the
 	// probes settling, the policy's deletion, the probes connecting again): with 100, p99
 	// (nearest rank) is the second slowest. The whole benchmark takes about 6 minutes on a
 	// 2-core machine, almost all of it the 300 samples.
-	samplesPerSize = 100
-	// maxDiscarded samples per size may be unmeasurable (see errUnmeasurable) and measured
-	// again; more fail the benchmark. None has been so far.
-	maxDiscarded = samplesPerSize / 5
+	defaultSamples = 100
+	// samplesEnv sets another number of samples per size: make bench-once, which runs
+	// every benchmark once to keep it from rotting, measures 20 (p99 is then the slowest).
+	samplesEnv = "KOVS_BENCH_POLICY_SAMPLES"
 	// sampleTimeout bounds one sample's wait for enforcement, and for its undoing.
 	sampleTimeout = 60 * time.Second
 )
+
+// samplesPerSize is the number of samples per background size; a fifth more may be
+// unmeasurable (see errUnmeasurable) and measured again, and more than that fail the
+// benchmark (none has been so far).
+func samplesPerSize(b *testing.B) (samples, maxDiscarded int) {
+	samples = defaultSamples
+	if v := os.Getenv(samplesEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 5 {
+			b.Fatalf("%s=%q: want a number of samples per background size, at least 5", samplesEnv, v)
+		}
+		samples = n
+	}
+	return samples, samples / 5
+}
 
 // backgroundSizes are the numbers of policies in place while the samples are measured.
 var backgroundSizes = []int{1, 100, 1000}
@@ -67,6 +84,7 @@ func BenchmarkPolicyRealization(b *testing.B) {
 	env := framework.Require(b)
 	s := framework.Up(b, env, "--nodes", "3", "--ip-family", "ipv4")
 	c := newCluster(b, s)
+	samplesWanted, maxDiscarded := samplesPerSize(b)
 	for _, size := range backgroundSizes {
 		b.Run(fmt.Sprintf("bg=%d", size), func(b *testing.B) {
 			c.ensureBackground(b, size)
@@ -75,7 +93,7 @@ func BenchmarkPolicyRealization(b *testing.B) {
 			var discarded []error
 			logs := c.agentLogSizes()
 			for b.Loop() {
-				for len(samples) < samplesPerSize {
+				for len(samples) < samplesWanted {
 					sm, err := c.measure(b, size)
 					switch {
 					case errors.Is(err, errUnmeasurable) && len(discarded) < maxDiscarded:
