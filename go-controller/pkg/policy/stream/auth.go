@@ -32,6 +32,15 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (Identity, error)
 }
 
+// A Reauthenticator is an Authenticator that can also check a token again without the
+// answers it has cached. The server uses it for the periodic check of an open stream, so
+// a token kube-apiserver no longer accepts ends the stream within ReauthInterval,
+// whatever the cache keeps.
+type Reauthenticator interface {
+	Authenticator
+	Reauthenticate(ctx context.Context, token string) (Identity, error)
+}
+
 // Authorizer decides whether an identity may read, and report for, a node's share. Its
 // refusals wrap ErrForbidden.
 type Authorizer interface {

@@ -62,7 +62,7 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.MaxStreamsPerNode = 2
 	}
 	if cfg.ReauthInterval <= 0 {
-		cfg.ReauthInterval = 5 * time.Minute
+		cfg.ReauthInterval = DefaultReviewTTL
 	}
 	return &Server{cfg: cfg, streams: map[string][]*openStream{}, sent: map[string]uint64{}}
 }
@@ -113,7 +113,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, tlsConfig *tls.Conf
 
 // check authenticates token and authorizes its identity for node.
 func (s *Server) check(ctx context.Context, token, node string) (Identity, error) {
-	id, err := s.cfg.Authenticator.Authenticate(ctx, token)
+	return s.checkWith(ctx, s.cfg.Authenticator.Authenticate, token, node)
+}
+
+// recheck is check for an open stream: without cached answers, when the Authenticator can.
+func (s *Server) recheck(ctx context.Context, token, node string) (Identity, error) {
+	if re, ok := s.cfg.Authenticator.(Reauthenticator); ok {
+		return s.checkWith(ctx, re.Reauthenticate, token, node)
+	}
+	return s.check(ctx, token, node)
+}
+
+func (s *Server) checkWith(ctx context.Context, authenticate func(context.Context, string) (Identity, error), token, node string) (Identity, error) {
+	id, err := authenticate(ctx, token)
 	if err != nil {
 		return id, err
 	}
@@ -184,7 +196,7 @@ func (s *Server) servePolicy(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-reauth.C:
-			if _, aerr := s.check(ctx, token, node); aerr != nil && (errors.Is(aerr, ErrUnauthenticated) || errors.Is(aerr, ErrForbidden)) {
+			if _, aerr := s.recheck(ctx, token, node); aerr != nil && (errors.Is(aerr, ErrUnauthenticated) || errors.Is(aerr, ErrForbidden)) {
 				err = fmt.Errorf("credential no longer valid: %w", aerr)
 			}
 		case d, ok := <-deltas:

@@ -15,6 +15,16 @@ import (
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 )
 
+// DefaultReviewTTL is how long a TokenReview that accepted a token is trusted: the
+// interval at which an open stream's token is checked again (ServerConfig.ReauthInterval).
+const DefaultReviewTTL = 5 * time.Minute
+
+// The bounds of the two answer caches (TokenReviewer.MaxEntries).
+const (
+	defaultValidEntries   = 16384
+	defaultRefusedEntries = 4096
+)
+
 // ErrBusy is returned (wrapped) when every TokenReview slot stayed taken for BusyWait:
 // the server answers 503, and the client retries.
 var ErrBusy = errors.New("too many token reviews in flight")
@@ -35,14 +45,21 @@ var ErrBusy = errors.New("too many token reviews in flight")
 //     FailureTTL, in two bounded caches (so junk never pushes out an agent's entry); a
 //     full cache evicts its oldest entry, never everything.
 //
-// So an agent's reconnects and reports cost about one review a minute (kube-apiserver
-// caches its webhook token reviews for two).
+// So an agent costs one review per TTL, whatever it sends. With the default 5 minutes a
+// token kube-apiserver stops accepting (its Node or Pod deleted) is refused on a new
+// request within 5 minutes, as an open stream is (the server's periodic check,
+// Reauthenticate, skips the cache and refreshes it), and 5,000 agents need about 17
+// reviews a second, under the default --token-review-qps of 20 (at a 1-minute TTL they
+// needed 83). The valid cache holds 16,384 tokens, two per agent (the old and the new
+// while the kubelet rotates them) for 8,192 nodes; only tokens kube-apiserver accepted
+// enter it, so a flood of junk cannot fill it.
 type TokenReviewer struct {
 	Reviews   authnclient.TokenReviewInterface
 	Audiences []string
-	// TTL and FailureTTL default to 1 min and 10 s.
+	// TTL and FailureTTL default to DefaultReviewTTL and 10 s.
 	TTL, FailureTTL time.Duration
-	// MaxEntries bounds each cache, of valid tokens and of refusals (default 4096).
+	// MaxEntries, if set, bounds each cache, of valid tokens and of refusals (defaults
+	// 16,384 and 4,096).
 	MaxEntries int
 	// MaxInFlight bounds the reviews in flight (default 4); BusyWait is how long a
 	// request waits for a slot (default 2 s).
@@ -78,14 +95,25 @@ func NewTokenReviewer(reviews authnclient.TokenReviewInterface) *TokenReviewer {
 func (r *TokenReviewer) init() {
 	r.once.Do(func() {
 		r.slots = make(chan struct{}, orDefaultInt(r.MaxInFlight, 4))
-		r.valid.max = orDefaultInt(r.MaxEntries, 4096)
-		r.refused.max = r.valid.max
+		r.valid.max = orDefaultInt(r.MaxEntries, defaultValidEntries)
+		r.refused.max = orDefaultInt(r.MaxEntries, defaultRefusedEntries)
 		r.inflight = map[[sha256.Size]byte]*review{}
 	})
 }
 
 // Authenticate implements Authenticator.
 func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Identity, error) {
+	return r.authenticate(ctx, token, true)
+}
+
+// Reauthenticate implements Reauthenticator: it asks kube-apiserver again whatever is
+// cached (a review already in flight for the token is fresh enough), and its answer
+// replaces the cached one, so a refusal also ends the token's cached acceptance.
+func (r *TokenReviewer) Reauthenticate(ctx context.Context, token string) (Identity, error) {
+	return r.authenticate(ctx, token, false)
+}
+
+func (r *TokenReviewer) authenticate(ctx context.Context, token string, cached bool) (Identity, error) {
 	r.init()
 	now := r.clock()
 	if err := checkTokenShape(token, r.Audiences, now); err != nil {
@@ -93,11 +121,11 @@ func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Identit
 	}
 	key := sha256.Sum256([]byte(token))
 	r.mu.Lock()
-	if e, ok := r.valid.get(key, now); ok {
+	if e, ok := r.valid.get(key, now); ok && cached {
 		r.mu.Unlock()
 		return e.id, e.err
 	}
-	if e, ok := r.refused.get(key, now); ok {
+	if e, ok := r.refused.get(key, now); ok && cached {
 		r.mu.Unlock()
 		return e.id, e.err
 	}
@@ -114,8 +142,10 @@ func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Identit
 	delete(r.inflight, key)
 	if cache {
 		if e.err == nil {
+			r.refused.remove(key)
 			r.valid.put(key, e, r.clock())
 		} else {
+			r.valid.remove(key)
 			r.refused.put(key, e, r.clock())
 		}
 	}
@@ -153,7 +183,7 @@ func (r *TokenReviewer) review(ctx context.Context, token string) (e reviewEntry
 		return reviewEntry{err: fmt.Errorf("token review: %w", err)}, false
 	}
 	id, err := identityOf(res.Status, r.Audiences)
-	ttl := orDefault(r.TTL, time.Minute)
+	ttl := orDefault(r.TTL, DefaultReviewTTL)
 	if err != nil {
 		ttl = orDefault(r.FailureTTL, 10*time.Second)
 	}
@@ -219,6 +249,13 @@ func (c *reviewCache) put(key [sha256.Size]byte, e reviewEntry, now time.Time) {
 	}
 	c.byKey[key] = c.order.PushBack(key)
 	c.entry[key] = e
+}
+
+// remove drops key's entry, if any.
+func (c *reviewCache) remove(key [sha256.Size]byte) {
+	if el, ok := c.byKey[key]; ok {
+		c.drop(el)
+	}
 }
 
 func (c *reviewCache) drop(el *list.Element) {

@@ -108,7 +108,7 @@ func TestTokenReviewerIdentifiesNodeBoundTokens(t *testing.T) {
 	if _, err := r.Authenticate(ctx, good); err != nil || calls.Load() != 1 {
 		t.Errorf("second use within the TTL: %v after %d reviews, want one review", err, calls.Load())
 	}
-	now = now.Add(61 * time.Second)
+	now = now.Add(DefaultReviewTTL + time.Second)
 	if _, err := r.Authenticate(ctx, good); err != nil || calls.Load() != 2 {
 		t.Errorf("use after the TTL: %v after %d reviews, want a new review", err, calls.Load())
 	}
@@ -231,4 +231,96 @@ func TestTokenReviewsInFlightAreBounded(t *testing.T) {
 	if calls.Load() > 3+1 {
 		t.Errorf("%d reviews for 50 requests with the slots held, want at most the 3 slots and one shared retry", calls.Load())
 	}
+}
+
+// TestReviewsScaleWithNodesNotRequests (issue 17): in a 5,000-node cluster every agent's
+// token stays cached for the TTL, so the agents' reports cost one review per agent per
+// TTL. At a 1-minute TTL and 4,096 entries, 5,000 agents needed 83 reviews a second,
+// against the 20 the reviewer's client may make.
+func TestReviewsScaleWithNodesNotRequests(t *testing.T) {
+	var calls atomic.Int64
+	r := newTestReviewer(t, &calls)
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	ctx := context.Background()
+	tokens := make([]string, 5000)
+	for i := range tokens {
+		tokens[i] = testToken("good", []string{TokenAudience}, now.Add(time.Hour))
+		if _, err := r.Authenticate(ctx, tokens[i]); err != nil {
+			t.Fatalf("agent %d: %v", i, err)
+		}
+	}
+	now = now.Add(4 * time.Minute)
+	before := calls.Load()
+	for i, token := range tokens {
+		if _, err := r.Authenticate(ctx, token); err != nil {
+			t.Fatalf("agent %d, 4 minutes later: %v", i, err)
+		}
+	}
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("5,000 agents reporting again 4 minutes later cost %d new reviews, want 0", n)
+	}
+}
+
+// revocableReviews answers like fakeReviews, and refuses every token once revoked is set.
+func revocableReviews(t *testing.T, calls *atomic.Int64, revoked *atomic.Bool) *TokenReviewer {
+	c := fakeReviews(t, calls)
+	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if !revoked.Load() {
+			return false, nil, nil
+		}
+		calls.Add(1)
+		out := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		out.Status = authnv1.TokenReviewStatus{Error: "the Node this token is bound to was deleted"}
+		return true, out, nil
+	})
+	return NewTokenReviewer(c.AuthenticationV1().TokenReviews())
+}
+
+// Reauthenticate asks again whatever is cached, and a refusal ends the cached acceptance.
+func TestReauthenticateSkipsTheCache(t *testing.T) {
+	var calls atomic.Int64
+	var revoked atomic.Bool
+	r := revocableReviews(t, &calls, &revoked)
+	ctx := context.Background()
+	token := testToken("good", []string{TokenAudience}, inAnHour)
+	if _, err := r.Authenticate(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reauthenticate(ctx, token); err != nil || calls.Load() != 2 {
+		t.Errorf("Reauthenticate: %v after %d reviews, want a second review", err, calls.Load())
+	}
+	revoked.Store(true)
+	if _, err := r.Authenticate(ctx, token); err != nil {
+		t.Errorf("within the TTL the cached acceptance stands: %v", err)
+	}
+	if _, err := r.Reauthenticate(ctx, token); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("Reauthenticate after the revocation: %v, want ErrUnauthenticated", err)
+	}
+	before := calls.Load()
+	if _, err := r.Authenticate(ctx, token); !errors.Is(err, ErrUnauthenticated) || calls.Load() != before {
+		t.Errorf("after the refusal: %v with %d new reviews, want the cached refusal", err, calls.Load()-before)
+	}
+}
+
+// An open stream ends within ReauthInterval when kube-apiserver stops accepting its
+// token, although the reviewer would trust its cached answer for minutes more.
+func TestStreamEndsWhenKubeAPIServerRevokesItsToken(t *testing.T) {
+	var calls atomic.Int64
+	var revoked atomic.Bool
+	src := newFakeSource()
+	ts := startServer(t, ServerConfig{Source: src, Authenticator: revocableReviews(t, &calls, &revoked),
+		Authorizer: AgentAuthorizer{User: agentUser}, ReauthInterval: 20 * time.Millisecond}, newTestPKI(t))
+	sink := newRecordingSink()
+	runClient(t, ts, "node1", testToken("good", []string{TokenAudience}, inAnHour), sink)
+	sink.waitShare(t, src.share("node1"))
+	revoked.Store(true)
+	eventually(t, "the stream to close", func() error {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		if n := len(src.subs["node1"]); n > 0 {
+			return fmt.Errorf("%d subscriptions open", n)
+		}
+		return nil
+	})
 }
