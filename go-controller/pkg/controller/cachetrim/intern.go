@@ -10,10 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DefaultInternedSets bounds the label sets a Trimmer remembers: 65,536 sets of a few
-// labels each take a few MiB; a cluster with more distinct sets than that still gets
-// every one right, only shared less (see labelSets).
-const DefaultInternedSets = 1 << 16
+// DefaultInternedSets bounds the label sets a Trimmer remembers: 16,384 sets, with their
+// keys and the maps they keep alive (those of deleted objects too, until the table is
+// cleared), take at most about 7 MiB for sets of a few labels. A cluster with more
+// distinct sets than that still gets every one right, only shared less (see labelSets).
+const DefaultInternedSets = 1 << 14
 
 // Trimmer is the transform of the controller's shared informer factory: Transform's trim,
 // and then one map shared by every cached Pod with the same labels and every
