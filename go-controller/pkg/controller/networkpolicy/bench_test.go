@@ -54,8 +54,8 @@ func benchShapeScale(b *testing.B) float64 {
 // peak is the floor under what this harness can measure, and the difference of the live
 // heaps after both runs is the compiler's own memory; the control's live heap after the
 // sync less the fake clientset's is the informers' caches ("MiB-informers-live": unlike
-// the peaks, which move with where the collector's cycles fall, it is the same from run
-// to run). Run it with -benchtime 1x;
+// the peaks, which move by 100 MiB and more with where the collector's cycles fall, it
+// moves by a few percent from run to run). Run it with -benchtime 1x;
 // -policy.scale 0.1 runs a tenth of each shape.
 //
 //	go test -run '^$' -bench BenchmarkPolicyShapes -benchtime 1x ./go-controller/pkg/controller/networkpolicy
