@@ -5,7 +5,10 @@
 // controller's heap (a Pod in a real cluster carries managedFields, volumes, env,
 // tolerations, probes and a long status, and kovs reads a dozen fields of it). As
 // kube-scheduler does, the factory's informers get a transform (Transform) that trims
-// each object, before it is cached, to what some reader needs.
+// each object, before it is cached, to what some reader needs; and (Trimmer) the cached
+// Pods with the same labels, and the NetworkPolicy selectors with the same matchLabels,
+// share one map, as the replicas of a workload and the policies of a namespace template
+// repeat the same few label sets.
 //
 // The readers of the shared factory are the pod address allocator and its restore
 // (controller/addresses), the node subnet allocator and the address plan check, the
@@ -44,9 +47,10 @@ func KeptAnnotation(key string) bool {
 }
 
 // NewSharedInformerFactory returns the controller's shared informer factory, whose
-// informers cache objects trimmed by Transform.
+// informers cache objects trimmed by Transform, with equal label sets shared (Trimmer).
 func NewSharedInformerFactory(client kubernetes.Interface, resync time.Duration) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(Transform))
+	return informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTransform(NewTrimmer(DefaultInternedSets).Transform))
 }
 
 // Transform trims, in place, the objects of the kinds kovs-controller reads to the fields

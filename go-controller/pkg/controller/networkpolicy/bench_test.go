@@ -49,9 +49,13 @@ func benchShapeScale(b *testing.B) float64 {
 // included; it includes the fake clientset's copy of the objects and the informers'
 // caches, as the published figures do) and the process's peak RSS (VmHWM, reset before
 // the run). The informers are the controller's (cachetrim.NewSharedInformerFactory:
-// objects trimmed to the fields kovs reads before they are cached). A control run then syncs the informers alone over the same objects: its
+// objects trimmed to the fields kovs reads before they are cached, equal label sets
+// shared). A control run then syncs the informers alone over the same objects: its
 // peak is the floor under what this harness can measure, and the difference of the live
-// heaps after both runs is the compiler's own memory. Run it with -benchtime 1x;
+// heaps after both runs is the compiler's own memory; the control's live heap after the
+// sync less the fake clientset's is the informers' caches ("MiB-informers-live": unlike
+// the peaks, which move by 100 MiB and more with where the collector's cycles fall, it
+// moves by a few percent from run to run). Run it with -benchtime 1x;
 // -policy.scale 0.1 runs a tenth of each shape.
 //
 //	go test -run '^$' -bench BenchmarkPolicyShapes -benchtime 1x ./go-controller/pkg/controller/networkpolicy
@@ -82,6 +86,7 @@ type shapeResult struct {
 // controlResult measures the harness alone: the fake clientset and the three informers.
 type controlResult struct {
 	synced              time.Duration
+	heapBase            uint64 // the fake clientset's objects, before the informers start
 	heapPeak, liveAfter uint64
 	rssPeak             uint64
 }
@@ -97,6 +102,7 @@ func runShape(b *testing.B, s shape, scale float64, seed uint64) {
 	b.ReportMetric(mib(res.rssPeak), "MiB-rss-peak")
 	b.ReportMetric(mib(res.control.heapPeak), "MiB-heap-peak-informers-only")
 	b.ReportMetric(mib(res.liveAfter-res.control.liveAfter), "MiB-compiler-live")
+	b.ReportMetric(mib(res.control.liveAfter-res.control.heapBase), "MiB-informers-live")
 	b.ReportMetric((res.total - res.ready).Seconds(), "s-all-snapshots")
 	b.ReportMetric(0, "ns/op")
 	report(s, scale, res)
@@ -158,6 +164,7 @@ func newShapeClient(s shape, scale float64, seed uint64) *fake.Clientset {
 // compiler: the floor under what the benchmark can measure.
 func measureInformersOnly(b *testing.B, s shape, scale float64, seed uint64) controlResult {
 	client := newShapeClient(s, scale, seed)
+	heapBase := heapAlloc()
 	resetPeakRSS()
 	sampler := startHeapSampler(10 * time.Millisecond)
 	start := time.Now()
@@ -176,7 +183,7 @@ func measureInformersOnly(b *testing.B, s shape, scale float64, seed uint64) con
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		b.Fatal("informers did not sync")
 	}
-	res := controlResult{synced: time.Since(start), heapPeak: sampler.stop(), rssPeak: peakRSS()}
+	res := controlResult{synced: time.Since(start), heapBase: heapBase, heapPeak: sampler.stop(), rssPeak: peakRSS()}
 	runtime.GC()
 	res.liveAfter = heapAlloc()
 	return res
@@ -205,8 +212,8 @@ func report(s shape, scale float64, r shapeResult) {
 		r.stats.Rules, r.nodes, r.rulesOnNodes)
 	fmt.Printf("  kovs:            %.2f s to every node's snapshot built (%.2f s to every share ready, %d snapshots in %.2f s more), peak heap %.0f MiB, peak RSS %s; compiler's own live heap %.0f MiB\n",
 		r.total.Seconds(), r.ready.Seconds(), r.nodes, (r.total - r.ready).Seconds(), mib(r.heapPeak), rss, mib(r.liveAfter-r.control.liveAfter))
-	fmt.Printf("  informers alone: %.2f s to sync, peak heap %.0f MiB, peak RSS %.0f MiB (the fake clientset holds %.0f MiB before start)\n",
-		r.control.synced.Seconds(), mib(r.control.heapPeak), mib(r.control.rssPeak), mib(r.heapBase))
+	fmt.Printf("  informers alone: %.2f s to sync, peak heap %.0f MiB, peak RSS %.0f MiB, caches' live heap %.0f MiB (the fake clientset holds %.0f MiB before start)\n",
+		r.control.synced.Seconds(), mib(r.control.heapPeak), mib(r.control.rssPeak), mib(r.control.liveAfter-r.control.heapBase), mib(r.heapBase))
 	if scale != 1 {
 		fmt.Printf("  (published figures are for scale 1 only)\n")
 		return
