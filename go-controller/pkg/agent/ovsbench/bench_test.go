@@ -282,6 +282,9 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 	a.compile = &compileTimer{desire: a.state.Desired}
 	a.inval = &invalidation{vswitchd: sw.of.Vswitchd()}
 	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired, time.Hour)
+	if err := a.syncer.CheapResync(time.Hour, a.state.Generation); err != nil { // as kovs-agent runs it
+		b.Fatal(err)
+	}
 	a.syncer.OnApplied(a.inval.after)
 	a.syncer.OnSynced(func(uint64) {
 		select {
@@ -425,6 +428,13 @@ func (s *recordingSwitch) Groups(ctx context.Context) ([]ovs.Group, error) {
 	groups, err := agent.OpenFlowSwitch(s.of).Groups(ctx)
 	s.read(start, 0)
 	return groups, err
+}
+
+func (s *recordingSwitch) CountFlows(ctx context.Context, filter pipeline.CookieFilter) (int, error) {
+	start := time.Now()
+	n, err := agent.OpenFlowSwitch(s.of).CountFlows(ctx, filter)
+	s.read(start, 0)
+	return n, err
 }
 
 // read notes a read of the switch that started at start and returned flows flows.
