@@ -40,7 +40,8 @@ func main() {
 	flag.StringVar(&cfg.PodNamespace, "pod-namespace", "", "the agent's own Pod namespace (with --pod-name: clean the node up when its DaemonSet is deleted)")
 	flag.StringVar(&cfg.PodName, "pod-name", "", "the agent's own Pod name (with --pod-namespace: clean the node up when its DaemonSet is deleted)")
 	flag.StringVar(&cfg.ServiceProxy, "service-proxy", "kovs", "kovs: load-balance Services in br-int; none: leave them to kube-proxy (docs/services.md)")
-	flag.DurationVar(&cfg.ResyncPeriod, "resync-period", 10*time.Second, "full flow resync period (repairs drift)")
+	flag.DurationVar(&cfg.ResyncPeriod, "resync-period", 10*time.Second, "flow resync period: the switch's count of kovs's flows is checked against the agent's (a difference, e.g. after a del-flows, is repaired by a full resync at once)")
+	flag.DurationVar(&cfg.FullResyncPeriod, "full-resync-period", agent.DefaultFullResyncPeriod, "full flow resync period: a diff against the switch's dump, which also repairs flows and groups changed in place (at least --resync-period; equal to it: every resync is full)")
 	flag.IntVar(&cfg.LearnedFlowLimit, "learned-flow-limit", agent.DefaultLearnedFlowLimit, "most flows in each table the switch learns (SCTP replies and translations, Service affinity); a full table evicts the flows that expire soonest, of whoever holds the most")
 	var pf policyFlags
 	flag.StringVar(&pf.address, "controller-address", "", "kovs-controller's policy stream: host:port, or service:NAMESPACE/NAME to dial the ready endpoints of that Service's port \"policy-stream\" read from the API (no DNS or Service proxy needed); empty: NetworkPolicy is not enforced")

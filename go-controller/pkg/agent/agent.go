@@ -104,6 +104,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.state = NewNodeState(round, func() { a.syncer.Trigger() })
 	a.syncer = NewFlowSyncer(OpenFlowSwitch(a.of), a.state.Desired, cfg.ResyncPeriod)
+	if err := a.syncer.CheapResync(cfg.FullResyncPeriod, a.state.Generation); err != nil {
+		return err
+	}
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
 	a.syncer.metrics = a.metrics

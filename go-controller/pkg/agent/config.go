@@ -33,10 +33,14 @@ type Config struct {
 	TunnelName   string
 	ClusterCIDRs []netip.Prefix
 	// MTU of pod interfaces; 0: the uplink's MTU minus the tunnel overhead.
-	MTU          int
-	CNIConfDir   string
-	CNISocket    string
-	ResyncPeriod time.Duration
+	MTU        int
+	CNIConfDir string
+	CNISocket  string
+	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
+	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
+	// the switch's dump.
+	ResyncPeriod     time.Duration
+	FullResyncPeriod time.Duration
 	// LearnedFlowLimit bounds each table of flows the switch learns (SCTP replies and
 	// translations, Service affinity; pipeline.LearnedTables): when one is full, its
 	// flows that expire soonest are evicted, first from whoever holds the most.
@@ -97,6 +101,9 @@ func (c *Config) Defaults() {
 	if c.ResyncPeriod == 0 {
 		c.ResyncPeriod = 10 * time.Second
 	}
+	if c.FullResyncPeriod == 0 {
+		c.FullResyncPeriod = DefaultFullResyncPeriod
+	}
 	if c.PodNetworkWait == 0 {
 		c.PodNetworkWait = 30 * time.Second
 	}
@@ -124,6 +131,14 @@ func (c *Config) Defaults() {
 // associations (or Service affinity clients) per learned table on one node.
 const DefaultLearnedFlowLimit = 32768
 
+// DefaultFullResyncPeriod is --full-resync-period's default. The resyncs in between (every
+// --resync-period) count kovs's flows on the switch, which finds deleted flows (a
+// del-flows, a restarted ovs-vswitchd) within a resync period; a full resync dumps and
+// diffs every flow and group, and is what finds one changed in place (mod-flows,
+// mod-group). At 1,000 pods and 1,000 policies an idle full resync costs about 6 times
+// a count in CPU, 165 ms against 28 (BenchmarkAgentResync, docs/architecture.md).
+const DefaultFullResyncPeriod = 5 * time.Minute
+
 // Validate says what is wrong with the configuration.
 func (c *Config) Validate() error {
 	switch {
@@ -138,7 +153,10 @@ func (c *Config) Validate() error {
 	case c.EgressHeartbeatInterval < 100*time.Millisecond:
 		return fmt.Errorf("--egress-heartbeat-interval %s: use at least 100ms (1s is the default)", c.EgressHeartbeatInterval)
 	case c.ResyncPeriod < minSyncGap:
-		return fmt.Errorf("--resync-period %s: use at least %s (the full resync repairs drift; 10s is the default)", c.ResyncPeriod, minSyncGap)
+		return fmt.Errorf("--resync-period %s: use at least %s (the resync repairs drift; 10s is the default)", c.ResyncPeriod, minSyncGap)
+	case c.FullResyncPeriod < c.ResyncPeriod:
+		return fmt.Errorf("--full-resync-period %s: use at least --resync-period (%s); %s is the default, --resync-period's value makes every resync a full one",
+			c.FullResyncPeriod, c.ResyncPeriod, DefaultFullResyncPeriod)
 	case c.LearnedFlowLimit < 16:
 		return fmt.Errorf("--learned-flow-limit %d: use at least 16 (flows per learned table; %d is the default)", c.LearnedFlowLimit, DefaultLearnedFlowLimit)
 	}

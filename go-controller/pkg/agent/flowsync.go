@@ -28,6 +28,9 @@ type FlowSwitch interface {
 	Flows(ctx context.Context) ([]ovs.Flow, error)
 	// Groups returns every installed group.
 	Groups(ctx context.Context) ([]ovs.Group, error)
+	// CountFlows returns how many flows the filter selects, as the switch counts them
+	// (without reading the flows).
+	CountFlows(ctx context.Context, filter pipeline.CookieFilter) (int, error)
 }
 
 // SwitchPlan is one bundle: groups are added and modified first (so that the flows that
@@ -51,20 +54,27 @@ func (p SwitchPlan) Empty() bool {
 // sync touches only what changed; a full sync diffs against the switch's own dumps, which
 // repairs drift (a restarted ovs-vswitchd, someone's del-flows) and removes the flows of
 // older rounds after an agent restart without ever leaving the switch without its flows.
+// Every resync period it resyncs: fully, unless CheapResync made the resyncs between full
+// ones a count of the switch's flows (flowcheck.go).
 type FlowSyncer struct {
 	sw FlowSwitch
 	// desired returns the wanted flows and groups (NodeState.Desired).
 	desired func() (pipeline.Desired, uint64, error)
 	// ownsGroup tells kovs's groups from anyone else's on the switch (the stages').
 	ownsGroup func(id uint32) bool
-	// resync is how often a full sync diffs against the switch's own dump.
-	resync time.Duration
-	runner *runner.BoundedFrequencyRunner
-	// fullWanted asks the next sync to be a full one; lastFull is when the last full
-	// sync started (read and written only by the runner's function).
-	fullWanted atomic.Bool
-	lastFull   time.Time
-	ctx        atomic.Pointer[context.Context]
+	// resync is how often the syncer resyncs; fullPeriod how often a resync is a full
+	// sync, diffing against the switch's own dump (resync unless CheapResync).
+	resync, fullPeriod time.Duration
+	// generation is the desired state's generation now (nil unless CheapResync): with it,
+	// a resync between full ones skips compiling while nothing changed.
+	generation func() uint64
+	runner     *runner.BoundedFrequencyRunner
+	// fullWanted asks the next sync to be a full one, resyncWanted a resync; lastFull and
+	// lastResync are when the last of each started (read and written only by the
+	// runner's function).
+	fullWanted, resyncWanted atomic.Bool
+	lastFull, lastResync     time.Time
+	ctx                      atomic.Pointer[context.Context]
 
 	mu sync.Mutex
 	// installed is what the last successful sync left on the switch; a sync replaces
@@ -96,7 +106,7 @@ func NewFlowSyncer(sw FlowSwitch, desired func() (pipeline.Desired, uint64, erro
 // NewFlowSyncerOf is NewFlowSyncer for the pipeline of stages (whose groups it owns).
 func NewFlowSyncerOf(stages pipeline.Registry, sw FlowSwitch, desired func() (pipeline.Desired, uint64, error),
 	resync time.Duration) *FlowSyncer {
-	s := &FlowSyncer{sw: sw, desired: desired, ownsGroup: stages.OwnsGroup, resync: resync,
+	s := &FlowSyncer{sw: sw, desired: desired, ownsGroup: stages.OwnsGroup, resync: resync, fullPeriod: resync,
 		installed: map[ovs.FlowKey]ovs.Flow{}, installedGroups: map[uint32]ovs.Group{}}
 	s.runner = runner.MustNewBoundedFrequencyRunner("flow sync", s.syncNow,
 		runner.Bounds{MinInterval: minSyncGap, MaxInterval: resync, Burst: 1})
@@ -121,13 +131,21 @@ func (s *FlowSyncer) Run(ctx context.Context) {
 	s.runner.Loop(ctx)
 }
 
-// syncNow is the runner's function: a full sync when one was asked for or is due.
+// syncNow is the runner's function: a full sync when one was asked for or is due, else a
+// resync (check) when one was asked for or is due, else an incremental sync.
 func (s *FlowSyncer) syncNow() {
-	full := s.fullWanted.Swap(false) || time.Since(s.lastFull) >= s.resync
-	if full {
-		s.lastFull = time.Now()
+	ctx, now := *s.ctx.Load(), time.Now()
+	resync := s.resyncWanted.Swap(false) || now.Sub(s.lastResync) >= s.resync
+	switch {
+	case s.fullWanted.Swap(false) || now.Sub(s.lastFull) >= s.fullPeriod || (resync && s.generation == nil):
+		s.lastFull, s.lastResync = now, now
+		s.sync(ctx, true)
+	case resync:
+		s.lastResync = now
+		s.check(ctx)
+	default:
+		s.sync(ctx, false)
 	}
-	s.sync(*s.ctx.Load(), full)
 }
 
 // WaitFor blocks until a sync at or after generation succeeded.

@@ -16,6 +16,7 @@ type Metrics struct {
 	policyRealize prometheus.Histogram
 	fullResyncs   *prometheus.CounterVec
 	fullResyncDur prometheus.Histogram
+	resyncChecks  *prometheus.CounterVec
 	state         *stateCollector
 }
 
@@ -42,10 +43,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Full flow resyncs (diff against the switch's own dump), by result."}, []string{"result"}),
 		fullResyncDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kovs_agent_flow_full_resync_seconds",
 			Help: "Duration of a full flow resync (dump, diff and bundle).", Buckets: latencyBuckets}),
+		resyncChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kovs_agent_flow_resync_checks_total",
+			Help: "Flow resyncs between full ones (a count of the switch's flows against what the agent installed), by result: clean, drift (a full resync followed) or error."},
+			[]string{"result"}),
 		state: &stateCollector{},
 	}
 	for _, c := range []prometheus.Collector{m.podSetup, m.cniRequests, m.bundles, m.bundleErrors, m.policyRealize,
-		m.fullResyncs, m.fullResyncDur, m.state} {
+		m.fullResyncs, m.fullResyncDur, m.resyncChecks, m.state} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -99,4 +103,19 @@ func (m *Metrics) policyRealized(took time.Duration) {
 		return
 	}
 	m.policyRealize.Observe(took.Seconds())
+}
+
+// Results of a resync check (kovs_agent_flow_resync_checks_total).
+const (
+	checkClean = "clean"
+	checkDrift = "drift"
+	checkError = "error"
+)
+
+// checked records one resync check's result.
+func (m *Metrics) checked(result string) {
+	if m == nil {
+		return
+	}
+	m.resyncChecks.WithLabelValues(result).Inc()
 }

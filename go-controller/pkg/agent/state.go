@@ -216,6 +216,10 @@ func (s *NodeState) generationNow() uint64 {
 	return s.generation
 }
 
+// Generation is the current generation: the flow syncer's resync compiles nothing while
+// it is the one installed (FlowSyncer.CheapResync).
+func (s *NodeState) Generation() uint64 { return s.generationNow() }
+
 // ValidatePod checks that the pod's flows compile for this node, so one bad pod can never
 // keep the node's other flows from being installed.
 func (s *NodeState) ValidatePod(p pipeline.PodPort) error {

@@ -53,6 +53,11 @@ func (s ofSwitch) Flows(ctx context.Context) ([]ovs.Flow, error) {
 	return out, nil
 }
 
+// CountFlows implements FlowSwitch: one dump-aggregate, which reads a number.
+func (s ofSwitch) CountFlows(ctx context.Context, filter pipeline.CookieFilter) (int, error) {
+	return s.of.CountFlows(ctx, uint64(filter.Value), uint64(filter.Mask))
+}
+
 // Groups implements FlowSwitch. A group whose dump does not parse is kept by ID and type
 // only, so that it differs from any wanted group and is replaced.
 func (s ofSwitch) Groups(ctx context.Context) ([]ovs.Group, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ type FlowClient interface {
 	DeleteFlows(ctx context.Context, cookie, mask uint64) error
 	// DumpGroups lists the groups.
 	DumpGroups(ctx context.Context) ([]GroupEntry, error)
+	// CountFlows counts the flows whose cookie matches cookie under mask (all flows
+	// for mask 0), without listing them.
+	CountFlows(ctx context.Context, cookie, mask uint64) (int, error)
 }
 
 // OpenFlowConfig says how to reach one bridge.
@@ -137,6 +141,41 @@ func (c *OpenFlow) DumpFlows(ctx context.Context, cookie, mask uint64) ([]FlowEn
 		return nil, fmt.Errorf("dump flows of bridge %s: %w", c.bridge, err)
 	}
 	return flows, nil
+}
+
+// CountFlows counts the flows whose cookie matches cookie under mask (mask 0: every
+// flow) with dump-aggregate: ovs-vswitchd counts them and sends one number, so however
+// many flows there are, nothing is formatted, sent or parsed per flow.
+func (c *OpenFlow) CountFlows(ctx context.Context, cookie, mask uint64) (int, error) {
+	args := []string{"dump-aggregate", c.target}
+	if mask != 0 {
+		args = append(args, fmt.Sprintf("cookie=%#x/%#x", cookie, mask))
+	}
+	out, err := c.run(ctx, nil, args...)
+	if err != nil {
+		return 0, fmt.Errorf("count flows of bridge %s: %w", c.bridge, err)
+	}
+	n, err := ParseAggregateFlowCount(out)
+	if err != nil {
+		return 0, fmt.Errorf("count flows of bridge %s: %w", c.bridge, err)
+	}
+	return n, nil
+}
+
+// ParseAggregateFlowCount reads the flow count of an aggregate stats reply as ovs-ofctl
+// dump-aggregate prints it ("OFPST_AGGREGATE reply (OF1.5) (xid=0x2): packet_count=0
+// byte_count=0 flow_count=12").
+func ParseAggregateFlowCount(out string) (int, error) {
+	for _, field := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(field, "flow_count="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return 0, fmt.Errorf("aggregate reply %q: flow_count %q is no count", strings.TrimSpace(out), v)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("aggregate reply %q has no flow_count", strings.TrimSpace(out))
 }
 
 // DeleteFlows deletes, in one bundle, the flows whose cookie matches cookie

@@ -159,7 +159,10 @@ func (u *upRun) agentArgs(n Node) []string {
 		args = append(args, "--service-proxy", "none")
 	}
 	if u.opts.AgentResyncPeriod > 0 {
-		args = append(args, "--resync-period", u.opts.AgentResyncPeriod.String())
+		// Every resync a full one: tests wait for full resyncs to check that none brings
+		// back what a change removed.
+		args = append(args, "--resync-period", u.opts.AgentResyncPeriod.String(),
+			"--full-resync-period", u.opts.AgentResyncPeriod.String())
 	}
 	if len(u.opts.NoMasqueradeCIDRs) > 0 {
 		args = append(args, "--no-masquerade-cidrs", strings.Join(u.opts.NoMasqueradeCIDRs, ","))

@@ -1,6 +1,7 @@
 // End-to-end tests of operating kovs in a real 2-node sandbox: the agents' and the
 // controller's /metrics, /healthz and /readyz, and `kovsctl status`, against what the
-// sandbox really holds (pods per node, flows on each br-int); then a node's ovs-vswitchd
+// sandbox really holds (pods per node, flows on each br-int); flows deleted by hand must be
+// put back by the agent's periodic resync; then a node's ovs-vswitchd
 // is stopped and readiness and status must say so. Needs root; runs under `make e2e`.
 package operate_test
 
@@ -68,6 +69,7 @@ func TestOperate(t *testing.T) {
 	t.Run("controller metrics", c.checkControllerMetrics)
 	t.Run("health endpoints", c.checkHealth)
 	t.Run("kovsctl status", c.checkStatus)
+	t.Run("a del-flows is repaired by the resync", c.checkResyncRepairsDelFlows)
 	t.Run("stopped ovs-vswitchd is reported", c.checkVswitchdDown)
 	t.Run("stopped kovs-agent is reported", c.checkAgentDown)
 }

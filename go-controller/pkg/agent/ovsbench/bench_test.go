@@ -282,6 +282,9 @@ func startAgent(b *testing.B, sw *recordingSwitch, pods []pipeline.PodPort, peer
 	a.compile = &compileTimer{desire: a.state.Desired}
 	a.inval = &invalidation{vswitchd: sw.of.Vswitchd()}
 	a.syncer = agent.NewFlowSyncer(sw, a.compile.desired, time.Hour)
+	if err := a.syncer.CheapResync(time.Hour, a.state.Generation); err != nil { // as kovs-agent runs it
+		b.Fatal(err)
+	}
 	a.syncer.OnApplied(a.inval.after)
 	a.syncer.OnSynced(func(uint64) {
 		select {
@@ -414,18 +417,43 @@ func (s *recordingSwitch) Apply(ctx context.Context, p agent.SwitchPlan) error {
 }
 
 func (s *recordingSwitch) Flows(ctx context.Context) ([]ovs.Flow, error) {
-	return agent.OpenFlowSwitch(s.of).Flows(ctx)
+	start := time.Now()
+	flows, err := agent.OpenFlowSwitch(s.of).Flows(ctx)
+	s.read(start, len(flows))
+	return flows, err
 }
 
 func (s *recordingSwitch) Groups(ctx context.Context) ([]ovs.Group, error) {
-	return agent.OpenFlowSwitch(s.of).Groups(ctx)
+	start := time.Now()
+	groups, err := agent.OpenFlowSwitch(s.of).Groups(ctx)
+	s.read(start, 0)
+	return groups, err
 }
 
-// bundles is what the switch applied since the last reset, and its last bundle.
+func (s *recordingSwitch) CountFlows(ctx context.Context, filter pipeline.CookieFilter) (int, error) {
+	start := time.Now()
+	n, err := agent.OpenFlowSwitch(s.of).CountFlows(ctx, filter)
+	s.read(start, 0)
+	return n, err
+}
+
+// read notes a read of the switch that started at start and returned flows flows.
+func (s *recordingSwitch) read(start time.Time, flows int) {
+	took := time.Since(start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dumped += flows
+	s.bundles.read += took
+}
+
+// bundles is what the switch applied since the last reset, and its last bundle; dumped
+// and read are the flows the syncer read from it and the time its reads took.
 type bundles struct {
 	applies, deletes, adds int
 	took, last             time.Duration
 	lastAdds               int
+	dumped                 int
+	read                   time.Duration
 }
 
 func (s *recordingSwitch) stats() bundles {
@@ -438,6 +466,7 @@ func (s *recordingSwitch) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applies, s.deletes, s.adds, s.took = 0, 0, 0, 0
+	s.dumped, s.bundles.read = 0, 0
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

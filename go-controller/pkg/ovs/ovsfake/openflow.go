@@ -101,6 +101,15 @@ func (f *OpenFlow) DumpFlows(ctx context.Context, cookie, mask uint64) ([]ovs.Fl
 	return sortedFlows(f.flows, func(e ovs.FlowEntry) bool { return e.Cookie&mask == cookie&mask }), nil
 }
 
+// CountFlows implements FlowClient.
+func (f *OpenFlow) CountFlows(ctx context.Context, cookie, mask uint64) (int, error) {
+	flows, err := f.DumpFlows(ctx, cookie, mask)
+	if err != nil {
+		return 0, fmt.Errorf("count flows of fake bridge: %w", err)
+	}
+	return len(flows), nil
+}
+
 // DeleteFlows implements FlowClient.
 func (f *OpenFlow) DeleteFlows(ctx context.Context, cookie, mask uint64) error {
 	if mask == 0 {
