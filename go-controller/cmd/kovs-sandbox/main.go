@@ -90,7 +90,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "--runtime containerd: the image archives (make images) imported into every node")
 	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "dist/ of the repository: --runtime containerd installs kovs from its kustomization; emulated nodes run kovs under its RBAC and admission policies")
-	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period (0: the agent's default, 10s)")
+	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period and --full-resync-period, so every resync is a full one (0: the agent's defaults, 10s and 5m)")
 	nodePodCIDRs := fs.Bool("node-pod-cidrs", false, "kube-controller-manager allocates the nodes' spec.podCIDRs (--allocate-node-cidrs) and kovs-controller takes them (--use-node-pod-cidrs)")
 	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs (comma-separated; e.g. the external host's routed addresses 172.30.0.251/32)")
 	cpOnly := fs.Bool("control-plane-only", false, "scale mode: the control plane and kovs-controller only, no node namespaces or agents (use with --nodes 0)")
