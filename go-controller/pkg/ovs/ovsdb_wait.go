@@ -51,18 +51,24 @@ func newCacheChanges() *cacheChanges { return &cacheChanges{ch: make(chan struct
 
 // next returns the channel the next change of current closes (current may be nil: not
 // connected; the channel then closes on a change of a later cache a waiter asks about).
+// The handler is registered outside mu: libovsdb calls handlers holding its own lock,
+// which AddEventHandler takes too.
 func (w *cacheChanges) next(current *cache.TableCache) <-chan struct{} {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if current != nil && current != w.watched {
+	register := current != nil && current != w.watched
+	if register {
 		w.watched = current
+	}
+	ch := w.ch
+	w.mu.Unlock()
+	if register {
 		current.AddEventHandler(&cache.EventHandlerFuncs{
 			AddFunc:    func(string, model.Model) { w.notify() },
 			UpdateFunc: func(string, model.Model, model.Model) { w.notify() },
 			DeleteFunc: func(string, model.Model) { w.notify() },
 		})
 	}
-	return w.ch
+	return ch
 }
 
 // notify wakes the waiters (a replaced cache's late events too: that costs them one look
