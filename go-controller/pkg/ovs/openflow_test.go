@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,6 +34,11 @@ func TestBundleSendsAllModsInOneRun(t *testing.T) {
 	runs := fx.ran("bundle")
 	if len(runs) != 1 {
 		t.Fatalf("%d ovs-ofctl bundle runs, want one", len(runs))
+	}
+	// Without --no-names ovs-ofctl first fetches every port's and table's name from
+	// the switch, which costs more than the bundle itself.
+	if !slices.Contains(runs[0].Args, "--no-names") {
+		t.Errorf("ovs-ofctl %s: want --no-names (kovs's mods name no ports or tables)", strings.Join(runs[0].Args, " "))
 	}
 	got := strings.Split(strings.TrimSpace(string(runs[0].Stdin)), "\n")
 	want := []string{

@@ -26,6 +26,8 @@ type OVSDB struct {
 	endpoint string
 	log      *logrus.Entry
 	poll     time.Duration
+	// changes wakes waitFor when the cache changes.
+	changes *cacheChanges
 }
 
 var _ Store = (*OVSDB)(nil)
@@ -49,7 +51,8 @@ func WithLogger(log *logrus.Entry) OVSDBOption {
 }
 
 // WithPollInterval sets how often the client looks at its cache while it waits
-// for ovs-vswitchd to apply a change (default 20ms).
+// for ovs-vswitchd to apply a change, besides every time the cache changes: a
+// bound for a cache update it was not told of (default 20ms).
 func WithPollInterval(d time.Duration) OVSDBOption {
 	return func(o *ovsdbOptions) { o.poll = d }
 }
@@ -73,7 +76,7 @@ func NewOVSDB(ctx context.Context, endpoint string, opts ...OVSDBOption) (*OVSDB
 	if err != nil {
 		return nil, err
 	}
-	db := &OVSDB{client: c, endpoint: endpoint, log: log, poll: o.poll}
+	db := &OVSDB{client: c, endpoint: endpoint, log: log, poll: o.poll, changes: newCacheChanges()}
 	if err := db.connect(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -209,24 +212,4 @@ func (c *OVSDB) retryOnConflict(ctx context.Context, write func() error) error {
 		}
 	}
 	return err
-}
-
-// waitFor polls cond on the cache until it is true or ctx is done.
-func (c *OVSDB) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
-	ticker := time.NewTicker(c.poll)
-	defer ticker.Stop()
-	for {
-		done, err := cond()
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
-		case <-ticker.C:
-		}
-	}
 }
