@@ -38,7 +38,9 @@ func main() {
 	quarantine := flag.Duration("address-quarantine", 30*time.Second, "a freed pod address is not reused before this long")
 	leaderElect := flag.Bool("leader-elect", true, "run leader election so several replicas can run safely")
 	leaseNS := flag.String("lease-namespace", "kube-system", "namespace of the leader election Lease")
-	workers := flag.Int("workers", 4, "pod address workers")
+	workers := flag.Int("workers", 16, "pod address workers (each waits on its pod's patch round trip)")
+	apiQPS := flag.Float64("kube-api-qps", 300, "requests per second to kube-apiserver (address allocation, realization annotations, leader election; TokenReviews have their own)")
+	apiBurst := flag.Int("kube-api-burst", 600, "burst of --kube-api-qps")
 	policyListen := flag.String("policy-listen", fmt.Sprintf(":%d", stream.DefaultPort), "where agents stream their NetworkPolicy from (HTTPS); empty: no stream")
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
@@ -62,7 +64,13 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	cfg.QPS, cfg.Burst = 100, 200
+	if *apiQPS <= 0 || *apiBurst < 1 {
+		fatal(fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: both must be positive", *apiQPS, *apiBurst))
+	}
+	if *workers < 1 {
+		fatal(fmt.Errorf("--workers %d: use at least 1", *workers))
+	}
+	cfg.QPS, cfg.Burst = float32(*apiQPS), *apiBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		fatal(err)

@@ -2,7 +2,8 @@
 // mode: the real kube-apiserver, etcd and kovs-controller, with simulated nodes and agents.
 // TestScaleCorrectness (make e2e, 200 nodes) asserts only that every agent ends with
 // exactly its node's from-scratch share; TestScaleBenchmark (make scale) is the benchmark
-// and writes docs/scale.md. Needs root.
+// and writes docs/scale.md; BenchmarkPodAllocation (make bench) measures pod address
+// allocation alone. Needs root.
 package scale_test
 
 import (
@@ -19,7 +20,7 @@ import (
 
 // upScale starts a scale-mode sandbox: no node namespaces, kovs-controller with room for
 // 16,384 node blocks, and an audit log of its requests.
-func upScale(t *testing.T) *framework.Sandbox {
+func upScale(t testing.TB) *framework.Sandbox {
 	env := framework.Require(t)
 	return framework.Up(t, env, "--control-plane-only", "--nodes", "0", "--cluster-cidrs", sandbox.ScaleClusterCIDR, "--audit-kovs")
 }

@@ -33,9 +33,9 @@ type Allocator struct {
 	// owners maps a pod key (namespace/name) to the UID its addresses belong to.
 	owners map[string]podOwner
 	// highWater is what each Node records of its blocks' high water (highwater.go);
-	// highWaterMu serializes the writes of it.
+	// recordLocks serialize the writes of it, per node.
 	highWater   map[string]ipam.HighWater
-	highWaterMu sync.Mutex
+	recordLocks map[string]*sync.Mutex
 }
 
 type podOwner struct {
@@ -50,7 +50,7 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	return &Allocator{cfg: cfg, subnets: subnets, pools: map[string]*ipam.PodAddressPools{}, owners: map[string]podOwner{},
-		highWater: map[string]ipam.HighWater{}}, nil
+		highWater: map[string]ipam.HighWater{}, recordLocks: map[string]*sync.Mutex{}}, nil
 }
 
 // setNodeBlocks makes the node's pod pools match its blocks. Pools are only created, or
@@ -90,6 +90,7 @@ func (a *Allocator) dropNode(node string) {
 	defer a.mu.Unlock()
 	delete(a.pools, node)
 	delete(a.highWater, node)
+	delete(a.recordLocks, node)
 	if !a.cfg.UseNodePodCIDRs {
 		a.subnets.Release(node)
 	}

@@ -142,7 +142,9 @@ func (r *NodeReconciler) clusterPrefixes() []netip.Prefix {
 	return out
 }
 
-// annotate writes kovs.io/node-subnets if it differs.
+// annotate writes kovs.io/node-subnets if it differs and, on a node whose blocks have no
+// high water recorded yet, in the same patch a kovs.io/address-high-water record ahead of
+// their first addresses (highwater.go): a new node's first pods need no Node write.
 func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix) error {
 	ann, err := ipam.NewNodeSubnetsAnnotation(blocks)
 	if err != nil {
@@ -152,13 +154,29 @@ func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks
 	if err != nil {
 		return err
 	}
-	if node.Annotations[ipam.NodeSubnetsAnnotationKey] == value {
+	changes := map[string]string{}
+	if node.Annotations[ipam.NodeSubnetsAnnotationKey] != value {
+		changes[ipam.NodeSubnetsAnnotationKey] = value
+	}
+	l := r.Alloc.recordLock(node.Name)
+	l.Lock()
+	defer l.Unlock()
+	hw, fresh := r.Alloc.highWaterToRecord(node.Name, true)
+	if fresh {
+		changes[ipam.HighWaterAnnotationKey] = hw.Annotation()
+	}
+	if len(changes) == 0 {
 		return nil
 	}
-	if err := patchAnnotation(ctx, r.Client.CoreV1().Nodes(), node.Name, ipam.NodeSubnetsAnnotationKey, value); err != nil {
+	if err := patchAnnotations(ctx, r.Client.CoreV1().Nodes(), node.Name, changes); err != nil {
 		return fmt.Errorf("record subnets on node %s: %w", node.Name, err)
 	}
-	log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
+	if fresh {
+		r.Alloc.recorded(node.Name, hw)
+	}
+	if _, ok := changes[ipam.NodeSubnetsAnnotationKey]; ok {
+		log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
+	}
 	return nil
 }
 
@@ -202,8 +220,9 @@ type annotationPatcher[T any] interface {
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 }
 
-func patchAnnotation[T any](ctx context.Context, c annotationPatcher[T], name, key, value string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+// patchAnnotations sets the annotations of changes (key to value) in one merge patch.
+func patchAnnotations[T any](ctx context.Context, c annotationPatcher[T], name string, changes map[string]string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": changes}})
 	if err != nil {
 		return err
 	}

@@ -30,8 +30,17 @@ type PodReconciler struct {
 }
 
 // NeedsAddresses reports whether kovs must give the pod addresses: scheduled, not
-// hostNetwork, not finished. A pod's addresses are released as soon as it finishes.
+// hostNetwork, not finished, and not being deleted (a pod with a deletionTimestamp is
+// never started, or is being stopped: it keeps what it holds, see keepsAddresses, but
+// gets no new ones).
 func NeedsAddresses(pod *corev1.Pod) bool {
+	return keepsAddresses(pod) && pod.DeletionTimestamp == nil
+}
+
+// keepsAddresses reports whether the pod holds on to addresses it has: scheduled, not
+// hostNetwork, not finished. A terminating pod keeps them until it is gone (its sandbox
+// may still run with them); a pod's addresses are released as soon as it finishes.
+func keepsAddresses(pod *corev1.Pod) bool {
 	return pod.Spec.NodeName != "" && !pod.Spec.HostNetwork &&
 		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
@@ -60,11 +69,14 @@ func (r *PodReconciler) Reconcile(ctx context.Context, key string) error {
 	if uid, ok := r.Alloc.ownerOf(key); ok && uid != string(pod.UID) {
 		r.release(key, "replaced by a new pod of the same name")
 	}
-	if !NeedsAddresses(pod) {
+	if !keepsAddresses(pod) {
 		if pod.Spec.NodeName != "" && !pod.Spec.HostNetwork {
 			r.release(key, "finished")
 		}
 		return nil
+	}
+	if !NeedsAddresses(pod) {
+		return nil // being deleted: released once it is gone
 	}
 	addrs, err := r.Alloc.allocatePod(key, string(pod.UID), pod.Spec.NodeName)
 	var notReady errNodeNotReady
@@ -96,7 +108,7 @@ func (r *PodReconciler) annotate(ctx context.Context, pod *corev1.Pod, addrs []i
 	if pod.Annotations[ipam.PodNetworkAnnotationKey] == value {
 		return nil
 	}
-	err = patchAnnotation(ctx, r.Client.CoreV1().Pods(pod.Namespace), pod.Name, ipam.PodNetworkAnnotationKey, value)
+	err = patchAnnotations(ctx, r.Client.CoreV1().Pods(pod.Namespace), pod.Name, map[string]string{ipam.PodNetworkAnnotationKey: value})
 	if apierrors.IsNotFound(err) {
 		r.release(pod.Namespace+"/"+pod.Name, "deleted")
 		return nil

@@ -91,13 +91,13 @@ const (
 	rankLegacy
 )
 
-// rankedClaims are the records of the pods that need addresses, best claim first (ties in
+// rankedClaims are the records of the pods that keep addresses, best claim first (ties in
 // namespace/name order), without copies: records naming another pod's UID.
 func rankedClaims(pods []*corev1.Pod) []claim {
 	var claims []claim
 	for _, p := range pods {
-		if !NeedsAddresses(p) {
-			continue
+		if !keepsAddresses(p) {
+			continue // a terminating pod's record is restored: it may still run with it
 		}
 		value, ok := p.Annotations[ipam.PodNetworkAnnotationKey]
 		if !ok {

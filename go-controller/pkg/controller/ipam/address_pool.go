@@ -198,22 +198,20 @@ func (p *AddressPool) HighWater() (netip.Addr, bool) {
 	return p.addrAt(i), true
 }
 
-// HighWaterAhead is the address ahead addresses past HighWater, or the block's last
-// usable address if that comes first: what a caller records before it hands out
-// addresses up to it, so that a record is not needed for every address. False if
-// nothing was handed out yet.
-func (p *AddressPool) HighWaterAhead(ahead uint64) (netip.Addr, bool) {
+// HighWaterAhead is the record that covers the next ahead addresses handed out from the
+// never-used ones: ahead-1 past the next never-used address (ahead past HighWater once
+// something was handed out), or the block's last usable address if that comes first.
+// A caller records it before it hands out addresses up to it, so that a record is not
+// needed for every address. ahead must be at least 1.
+func (p *AddressPool) HighWaterAhead(ahead uint64) netip.Addr {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i, ok := p.addresses.highWater()
-	if !ok {
-		return netip.Addr{}, false
-	}
+	next := p.addresses.first + p.addresses.handed
 	last := p.addresses.first + p.addresses.size - 1
-	if last-i < ahead {
-		return p.addrAt(last), true
+	if next > last || last-next < ahead-1 {
+		return p.addrAt(last)
 	}
-	return p.addrAt(i + ahead), true
+	return p.addrAt(next + ahead - 1)
 }
 
 // RestoreHighWater treats every address up to ip as handed out before the

@@ -283,6 +283,31 @@ func TestAddressPoolHighWater(t *testing.T) {
 	wantErrContains(t, q.RestoreHighWater(addr("10.244.1.255")), "not a usable address of node block 10.244.1.0/24")
 }
 
+// TestAddressPoolHighWaterAhead: the record ahead of use covers the next addresses the
+// never-used cursor hands out, before the first one too, and stops at the block's last
+// usable address.
+func TestAddressPoolHighWaterAhead(t *testing.T) {
+	p := newPool(t, "10.244.1.0/24", PoolOptions{})
+	if got := p.HighWaterAhead(16); got != addr("10.244.1.17") {
+		t.Errorf("before any address: %s, want 10.244.1.17 (.2 to .17 are the first 16)", got)
+	}
+	allocateN(t, p, "pod", 3) // .2 .. .4
+	if got := p.HighWaterAhead(16); got != addr("10.244.1.20") {
+		t.Errorf("after .4: %s, want 10.244.1.20", got)
+	}
+	if got := p.HighWaterAhead(1); got != addr("10.244.1.5") {
+		t.Errorf("one ahead after .4: %s, want the next address 10.244.1.5", got)
+	}
+	allocateN(t, p, "more", 245) // up to .249
+	if got := p.HighWaterAhead(16); got != addr("10.244.1.254") {
+		t.Errorf("near the end: %s, want the last usable address 10.244.1.254", got)
+	}
+	allocateN(t, p, "last", 5) // .250 .. .254: nothing never-used is left
+	if got := p.HighWaterAhead(16); got != addr("10.244.1.254") {
+		t.Errorf("all handed out: %s, want 10.244.1.254", got)
+	}
+}
+
 // TestAddressPoolIPv6Cursor: a /64 pool is a cursor, and churn does not grow
 // its memory, because freed addresses of a huge range are not queued.
 func TestAddressPoolIPv6Cursor(t *testing.T) {

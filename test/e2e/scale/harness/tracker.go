@@ -229,6 +229,13 @@ func (t *allocationTracker) results() (Durations, int, int) {
 	return d, waiting, deleted
 }
 
+// waiting is how many created pods have no address seen yet.
+func (t *allocationTracker) waiting() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.started)
+}
+
 // lastAllocation is when the last timed pod's address was seen.
 func (t *allocationTracker) lastAllocation() time.Time {
 	t.mu.Lock()
