@@ -68,6 +68,19 @@ type fakeSource struct {
 	watches map[string]int
 }
 
+// waitUnsubscribed waits until node's streams have all closed.
+func (f *fakeSource) waitUnsubscribed(t *testing.T, node string) {
+	t.Helper()
+	eventually(t, "the stream to close", func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if n := len(f.subs[node]); n > 0 {
+			return fmt.Errorf("%d subscriptions open", n)
+		}
+		return nil
+	})
+}
+
 func newFakeSource() *fakeSource {
 	return &fakeSource{gen: 1, shares: map[string]*policy.NodeShare{}, subs: map[string]map[chan policy.Delta]struct{}{},
 		watches: map[string]int{}}

@@ -352,14 +352,7 @@ func TestStreamEndsWhenItsTokenIsRevoked(t *testing.T) {
 	runClient(t, ts, "node1", "agent-node1", sink)
 	sink.waitShare(t, src.share("node1"))
 	auth.revoke("agent-node1")
-	eventually(t, "the stream to close", func() error {
-		src.mu.Lock()
-		defer src.mu.Unlock()
-		if n := len(src.subs["node1"]); n > 0 {
-			return fmt.Errorf("%d subscriptions open", n)
-		}
-		return nil
-	})
+	src.waitUnsubscribed(t, "node1")
 	time.Sleep(100 * time.Millisecond)
 	if n := src.watchCount("node1"); n != 1 {
 		t.Errorf("%d subscriptions, want 1: the revoked token got in again", n)

@@ -315,12 +315,5 @@ func TestStreamEndsWhenKubeAPIServerRevokesItsToken(t *testing.T) {
 	runClient(t, ts, "node1", testToken("good", []string{TokenAudience}, inAnHour), sink)
 	sink.waitShare(t, src.share("node1"))
 	revoked.Store(true)
-	eventually(t, "the stream to close", func() error {
-		src.mu.Lock()
-		defer src.mu.Unlock()
-		if n := len(src.subs["node1"]); n > 0 {
-			return fmt.Errorf("%d subscriptions open", n)
-		}
-		return nil
-	})
+	src.waitUnsubscribed(t, "node1")
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 	log "github.com/sirupsen/logrus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // AllocationSize is the pod address allocation benchmark's default (RunAllocation): 2,000
@@ -75,19 +74,13 @@ func (h *Harness) RunAllocation(ctx context.Context) (*AllocationResult, error) 
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
 	spaces := h.model.spaces
-	err := h.parallel(ctx, len(spaces), func(ctx context.Context, i int) error {
-		return retryWrite(ctx, func() error {
-			_, err := h.workload.CoreV1().Namespaces().Create(ctx, namespaceObject(spaces[i]), metav1.CreateOptions{})
-			return err
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("namespaces: %w", err)
+	if err := h.createNamespaces(ctx); err != nil {
+		return nil, err
 	}
 	res := &AllocationResult{Nodes: h.cfg.Nodes, Pods: h.cfg.Pods()}
 	mark := h.procs.mark("pods")
 	start := time.Now()
-	err = h.parallel(ctx, h.cfg.Pods(), func(ctx context.Context, i int) error {
+	err := h.parallel(ctx, h.cfg.Pods(), func(ctx context.Context, i int) error {
 		return h.createPod(ctx, podRef{spaces[i%len(spaces)], fmt.Sprintf("pod-%d", i/len(spaces))}, 1)
 	})
 	res.Created = time.Since(start)

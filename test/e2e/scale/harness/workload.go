@@ -10,10 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// createWorkload creates the namespaces, then the pods (bound to uniformly drawn nodes),
-// then the policies: np-1 and np-2 of shape (a) in every namespace.
-func (h *Harness) createWorkload(ctx context.Context) error {
-	h.result.WorkloadStart = time.Now()
+// createNamespaces creates the model's namespaces.
+func (h *Harness) createNamespaces(ctx context.Context) error {
 	spaces := h.model.spaces
 	err := h.parallel(ctx, len(spaces), func(ctx context.Context, i int) error {
 		return retryWrite(ctx, func() error {
@@ -24,7 +22,18 @@ func (h *Harness) createWorkload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("namespaces: %w", err)
 	}
-	err = h.parallel(ctx, h.cfg.Pods(), func(ctx context.Context, i int) error {
+	return nil
+}
+
+// createWorkload creates the namespaces, then the pods (bound to uniformly drawn nodes),
+// then the policies: np-1 and np-2 of shape (a) in every namespace.
+func (h *Harness) createWorkload(ctx context.Context) error {
+	h.result.WorkloadStart = time.Now()
+	spaces := h.model.spaces
+	if err := h.createNamespaces(ctx); err != nil {
+		return err
+	}
+	err := h.parallel(ctx, h.cfg.Pods(), func(ctx context.Context, i int) error {
 		ns := spaces[i%len(spaces)]
 		return h.createPod(ctx, podRef{ns, fmt.Sprintf("pod-%d", i/len(spaces))}, 1+(i/len(spaces))%2)
 	})
