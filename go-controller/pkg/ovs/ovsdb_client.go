@@ -192,8 +192,14 @@ func (e *transactionError) Unwrap() []error { return e.errs }
 // wrote a row with the same name first (a unique index violation).
 func isConflict(err error) bool {
 	var cv *ovsdb.ConstraintViolation
-	return errors.As(err, &cv)
+	return errors.As(err, &cv) || errors.Is(err, errCacheMidUpdate)
 }
+
+// errCacheMidUpdate is what reads of the cache that saw another client's transaction
+// between them, or half applied, return (a Port its Bridge did not hold when read, or that
+// no Bridge references, which the database never holds: Port is not a root table):
+// retryOnConflict reads again.
+var errCacheMidUpdate = errors.New("the OVSDB cache is between two rows of one update")
 
 // retryOnConflict runs write again, a few times, when another client created
 // a row of the same name first: the cache soon shows that row, and the next

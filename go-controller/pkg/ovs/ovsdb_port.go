@@ -96,7 +96,7 @@ func (c *OVSDB) ensurePortOps(ctx context.Context, bridge string, spec PortSpec)
 		return nil, err
 	}
 	if !slices.Contains(br.Ports, port.UUID) {
-		return nil, fmt.Errorf("port %s exists on another bridge", spec.Name)
+		return nil, c.portElsewhere(ctx, bridge, spec.Name, port.UUID)
 	}
 	if len(port.Interfaces) != 1 {
 		return nil, fmt.Errorf("port %s has %d interfaces, expected one (a bond?)", spec.Name, len(port.Interfaces))
@@ -106,6 +106,26 @@ func (c *OVSDB) ensurePortOps(ctx context.Context, bridge string, spec PortSpec)
 		return nil, err
 	}
 	return c.updatePortOps(port, iface, spec)
+}
+
+// portElsewhere explains a port that bridge, as read, did not hold: another bridge's; or
+// the read of the bridge came before, and that of the port after, another client's
+// transaction adding it, or caught that update half applied (retried: errCacheMidUpdate).
+func (c *OVSDB) portElsewhere(ctx context.Context, bridge, name, uuid string) error {
+	var bridges []bridgeRow
+	if err := c.client.List(ctx, &bridges); err != nil {
+		return fmt.Errorf("list bridges: %w", err)
+	}
+	for _, b := range bridges {
+		if !slices.Contains(b.Ports, uuid) {
+			continue
+		}
+		if b.Name == bridge {
+			return fmt.Errorf("port %s appeared on bridge %s while it was read: %w", name, bridge, errCacheMidUpdate)
+		}
+		return fmt.Errorf("port %s exists on bridge %s", name, b.Name)
+	}
+	return fmt.Errorf("port %s is on no bridge yet: %w", name, errCacheMidUpdate)
 }
 
 // createPortOps inserts the interface and port and links the port from the bridge.

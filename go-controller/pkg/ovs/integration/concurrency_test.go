@@ -2,8 +2,10 @@ package integration
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovstest"
@@ -33,9 +35,19 @@ func TestConcurrentEnsures(t *testing.T) {
 		_, err := clients[i%2].EnsurePort(ctx, "br-int", ovs.PortSpec{Name: fmt.Sprintf("int%d", i), Type: ovs.PortTypeInternal})
 		return err
 	})
-	ports, err := clients[0].Ports(ctx, "br-int")
-	if err != nil {
-		t.Fatal(err)
+	// clients[0]'s cache learns the ofports of the ports clients[1] made a moment after
+	// clients[1] does: wait for every port to have one there.
+	var ports []ovs.PortInfo
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if ports, err = clients[0].Ports(ctx, "br-int"); err != nil {
+			t.Fatal(err)
+		}
+		if len(ports) == 14 && !slices.ContainsFunc(ports, func(p ovs.PortInfo) bool { return p.Ofport <= 0 }) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if len(ports) != 14 {
 		t.Errorf("%d ports, want 14 (local, gateway, 12 internal)", len(ports))
