@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -71,12 +70,7 @@ func (s *FlowSyncer) check(ctx context.Context) {
 	default:
 		s.metrics.checked(checkClean)
 		s.record(pipeline.Desired{Flows: installed, Groups: installedGroups}, synced, false, nil)
-		s.mu.Lock()
-		hooks := slices.Clone(s.onSynced)
-		s.mu.Unlock()
-		for _, h := range hooks {
-			h(synced)
-		}
+		s.notifySynced(synced)
 	}
 }
 

@@ -214,6 +214,11 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 			WithField("flows", len(want.Flows)).WithField("compiled", want.Compiled).
 			WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
 	}
+	s.notifySynced(gen)
+}
+
+// notifySynced tells the OnSynced hooks that generation gen is what the switch holds.
+func (s *FlowSyncer) notifySynced(gen uint64) {
 	s.mu.Lock()
 	hooks := slices.Clone(s.onSynced)
 	s.mu.Unlock()
