@@ -184,12 +184,7 @@ func TestFullResyncRepairsFlowChangedInPlace(t *testing.T) {
 	for len(sw.texts()) != 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	want := testFlows(1, 3)[0].Rendered()
-	changed := want
-	changed.Actions = "drop"
-	sw.mu.Lock()
-	sw.flows[want.FlowKey] = changed
-	sw.mu.Unlock()
+	want, _ := changeFlowInPlace(sw)
 	for time.Now().Before(deadline) {
 		sw.mu.Lock()
 		repaired := sw.flows[want.FlowKey] == want
@@ -214,12 +209,7 @@ func TestFullResyncRepairsFlowChangedInPlace(t *testing.T) {
 // place keeps the count, and only a full sync repairs it.
 func TestResyncMissesFlowChangedInPlace(t *testing.T) {
 	s, sw, _ := newCheckedSyncer(t)
-	want := testFlows(1, 3)[0].Rendered()
-	changed := want
-	changed.Actions = "drop"
-	sw.mu.Lock()
-	sw.flows[want.FlowKey] = changed
-	sw.mu.Unlock()
+	want, changed := changeFlowInPlace(sw)
 	s.check(context.Background())
 	if got := sw.flows[want.FlowKey]; got != changed {
 		t.Fatalf("the resync between full ones changed the flow to %s: update this test and the docs, the count now sees more", got)
@@ -253,4 +243,17 @@ func TestConfigRefusesAFullResyncPeriodBelowTheResyncPeriod(t *testing.T) {
 	if err := c.Validate(); err != nil || c.FullResyncPeriod != DefaultFullResyncPeriod {
 		t.Errorf("defaults: full resync period %s, Validate = %v; want %s and no error", c.FullResyncPeriod, err, DefaultFullResyncPeriod)
 	}
+}
+
+// changeFlowInPlace replaces the first test flow on sw with one of the same key and
+// cookie that drops, as an operator's mod-flows would; it returns the flow as it was and
+// as it is now.
+func changeFlowInPlace(sw *readsSwitch) (want, changed ovs.Flow) {
+	want = testFlows(1, 3)[0].Rendered()
+	changed = want
+	changed.Actions = "drop"
+	sw.mu.Lock()
+	sw.flows[want.FlowKey] = changed
+	sw.mu.Unlock()
+	return want, changed
 }
