@@ -107,6 +107,16 @@ type accounting struct {
 	// took is how long each package and each top-level test ran, for the time budget
 	// of make test (the slowest are printed with the accounting).
 	took []timing
+	// failures are the tests and packages that failed, with what they said, printed
+	// last: CI shows only the end of a run's output, and a failure must be named there.
+	failures []failure
+}
+
+// failure is a failed test (or a package that failed outside any test: a build
+// error, a panic, a timeout) and its last lines of output.
+type failure struct {
+	pkg, test string
+	said      []string
 }
 
 type timing struct {
@@ -149,8 +159,11 @@ func (a *accounting) add(e event, w io.Writer) {
 	switch e.Action {
 	case "output":
 		fmt.Fprint(w, e.Output)
-		if e.Test != "" {
-			a.output[id] = append(a.output[id], e.Output)
+		a.output[id] = append(a.output[id], e.Output)
+		if e.Test == "" && len(a.output[id]) > 2*failureLines {
+			// a package's own output is kept only for its failure (a panic, a
+			// timeout): its end is enough
+			a.output[id] = a.output[id][len(a.output[id])-failureLines:]
 		}
 	case "pass":
 		if e.Test != "" {
@@ -162,6 +175,7 @@ func (a *accounting) add(e event, w io.Writer) {
 		if e.Test != "" {
 			a.failed++
 		}
+		a.failures = append(a.failures, failure{pkg: e.Package, test: e.Test, said: said(a.output[id])})
 		a.time(e)
 		delete(a.output, id)
 	case "skip":
@@ -202,6 +216,56 @@ func skipReason(lines []string) string {
 	return strings.Join(out, " | ")
 }
 
+// failureLines is how many lines of a failure's own output the accounting repeats, and
+// failuresListed how many failures it names.
+const (
+	failureLines   = 6
+	failuresListed = 12
+)
+
+// said is the end of a test's output: its own messages, without go test's "=== RUN",
+// "--- FAIL" and "FAIL"/"ok" lines, each cut to one screen line.
+func said(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") || t == "FAIL" || t == "PASS" ||
+			strings.HasPrefix(t, "FAIL\t") || strings.HasPrefix(t, "ok  \t") {
+			continue
+		}
+		if len(t) > 240 {
+			t = t[:240] + " …"
+		}
+		out = append(out, t)
+	}
+	if len(out) > failureLines {
+		out = out[len(out)-failureLines:]
+	}
+	return out
+}
+
+// leafFailures drops a failed test whose subtest failed too (the parent's failure is
+// the child's), and a failed package that has a failed test, so each cause is named once.
+func leafFailures(fs []failure) []failure {
+	var out []failure
+	for _, f := range fs {
+		covered := false
+		for _, g := range fs {
+			if g.pkg != f.pkg || g.test == f.test {
+				continue
+			}
+			if f.test == "" || strings.HasPrefix(g.test, f.test+"/") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 type report struct {
 	text       string
 	unexpected int
@@ -232,6 +296,19 @@ func (a *accounting) report(allow []allowed) report {
 			break
 		}
 		fmt.Fprintf(&b, "%8.1fs %s\n", t.seconds, t.name)
+	}
+	if fs := leafFailures(a.failures); len(fs) > 0 {
+		fmt.Fprintf(&b, "FAILED: %d\n", len(fs))
+		for i, f := range fs {
+			if i == failuresListed {
+				fmt.Fprintf(&b, "  and %d more (search the output above for \"--- FAIL\")\n", len(fs)-i)
+				break
+			}
+			fmt.Fprintf(&b, "--- FAIL %s %s\n", f.pkg, f.test)
+			for _, l := range f.said {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
 	}
 	r.text = b.String()
 	return r

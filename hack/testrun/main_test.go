@@ -69,3 +69,28 @@ func TestReportListsTheSlowestFirst(t *testing.T) {
 		t.Errorf("report lacks the durations, slowest first, without subtests:\n%s", text)
 	}
 }
+
+func TestReportEndsWithTheFailuresAndWhatTheySaid(t *testing.T) {
+	acc := &accounting{output: map[string][]string{}}
+	for _, e := range []event{
+		{Action: "output", Package: "example.com/p", Test: "TestParent", Output: "=== RUN   TestParent\n"},
+		{Action: "output", Package: "example.com/p", Test: "TestParent/child", Output: "=== RUN   TestParent/child\n"},
+		{Action: "output", Package: "example.com/p", Test: "TestParent/child", Output: "    x_test.go:7: 1 of 40 reached the old endpoint\n"},
+		{Action: "output", Package: "example.com/p", Test: "TestParent/child", Output: "--- FAIL: TestParent/child (1.00s)\n"},
+		{Action: "fail", Package: "example.com/p", Test: "TestParent/child"},
+		{Action: "fail", Package: "example.com/p", Test: "TestParent"},
+		{Action: "pass", Package: "example.com/p", Test: "TestFine", Elapsed: 900},
+		{Action: "output", Package: "example.com/p", Output: "FAIL\n"},
+		{Action: "fail", Package: "example.com/p"},
+		{Action: "output", Package: "example.com/q", Output: "panic: test timed out after 40m0s\n"},
+		{Action: "fail", Package: "example.com/q"},
+	} {
+		acc.add(e, io.Discard)
+	}
+	text := acc.report(nil).text
+	want := "FAILED: 2\n--- FAIL example.com/p TestParent/child\n      x_test.go:7: 1 of 40 reached the old endpoint\n" +
+		"--- FAIL example.com/q \n      panic: test timed out after 40m0s\n"
+	if !strings.HasSuffix(text, want) {
+		t.Errorf("report does not end with the failures, each cause once:\n%s", text)
+	}
+}
