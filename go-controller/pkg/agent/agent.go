@@ -174,7 +174,7 @@ func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.Share
 		}
 	}()
 	a.ready.set(nil)
-	if err := writeCNIConf(a.cfg.CNIConfDir, a.cfg.CNISocket); err != nil {
+	if err := writeCNIConf(a.cfg.CNIConfDir, a.cfg.CNISocket, a.cfg.HostPortBackend); err != nil {
 		return fmt.Errorf("write CNI config: %w", err)
 	}
 	if err := a.markNetworkAvailable(ctx); err != nil {

@@ -36,6 +36,10 @@ type Config struct {
 	MTU        int
 	CNIConfDir string
 	CNISocket  string
+	// HostPortBackend is the chained portmap plugin's backend: "iptables" or "nftables",
+	// written into the conflist, or "auto", which leaves portmap to probe the node for
+	// iptables on every pod ADD and DEL (two iptables runs per call).
+	HostPortBackend string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
 	// the switch's dump.
@@ -110,6 +114,9 @@ func (c *Config) Defaults() {
 	if c.ServiceProxy == "" {
 		c.ServiceProxy = ServiceProxyKovs
 	}
+	if c.HostPortBackend == "" {
+		c.HostPortBackend = HostPortBackendAuto
+	}
 	if c.PolicyWait == 0 {
 		c.PolicyWait = 30 * time.Second
 	}
@@ -126,6 +133,13 @@ func (c *Config) Defaults() {
 		c.EgressLeaseNamespace = "kube-system"
 	}
 }
+
+// The backends of the chained portmap plugin (--hostport-backend). portmap's own names.
+const (
+	HostPortBackendAuto     = "auto"
+	HostPortBackendIPTables = "iptables"
+	HostPortBackendNFTables = "nftables"
+)
 
 // DefaultLearnedFlowLimit is --learned-flow-limit's default: room for 32,768 SCTP
 // associations (or Service affinity clients) per learned table on one node.
@@ -167,6 +181,11 @@ func (c *Config) Validate() error {
 		if !p.IsValid() || p != p.Masked() {
 			return fmt.Errorf("--no-masquerade-cidrs: %q is not a network prefix (as in 192.168.0.0/16)", p)
 		}
+	}
+	switch c.HostPortBackend {
+	case HostPortBackendAuto, HostPortBackendIPTables, HostPortBackendNFTables:
+	default:
+		return fmt.Errorf("--hostport-backend %q: use auto, iptables or nftables (what the node's kube-proxy or firewall uses)", c.HostPortBackend)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

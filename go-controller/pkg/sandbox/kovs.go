@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	netfilter "github.com/containernetworking/plugins/pkg/utils"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -158,6 +160,9 @@ func (u *upRun) agentArgs(n Node) []string {
 	if u.opts.KubeProxy {
 		args = append(args, "--service-proxy", "none")
 	}
+	if b := hostPortBackend(); b != "" {
+		args = append(args, "--hostport-backend", b)
+	}
 	if u.opts.AgentResyncPeriod > 0 {
 		// Every resync a full one: tests wait for full resyncs to check that none brings
 		// back what a change removed.
@@ -257,3 +262,17 @@ func (u *upRun) installEgressCRD() error {
 		return err
 	})
 }
+
+// hostPortBackend is the portmap backend this host supports, found once per process the
+// way portmap itself probes on every call when the conflist names none (utils of the
+// same plugins module): the emulated nodes run portmap with the host's iptables and nft,
+// as an operator who knows the nodes sets --hostport-backend. "" when neither works.
+var hostPortBackend = sync.OnceValue(func() string {
+	switch {
+	case netfilter.SupportsIPTables():
+		return "iptables"
+	case netfilter.SupportsNFTables():
+		return "nftables"
+	}
+	return ""
+})
