@@ -15,8 +15,11 @@ import (
 const (
 	// bandwidthLimit is L, the limit of the limited pods, unless the machine's unlimited
 	// rate is below bandwidthHeadroom times it (then L is that rate / bandwidthHeadroom).
-	bandwidthLimit    = 50e6
-	bandwidthHeadroom = 5
+	// L is well below what the neighbour reaches under load: with make test's other
+	// packages beside it, an IPv6 neighbour has moved only 53.7 Mbit/s next to the
+	// ingress transfer (233 alone), under 1.3 times an L of 46.6 Mbit/s.
+	bandwidthLimit    = 25e6
+	bandwidthHeadroom = 8
 	transferTime      = 3 * time.Second
 	transferPort      = 5201
 	// neighbourFloor times L is what the unlimited neighbour must exceed: clear of the
