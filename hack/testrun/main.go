@@ -238,11 +238,25 @@ func said(lines []string) []string {
 		}
 		out = append(out, t)
 	}
+	// A test's own messages ("x_test.go:12: ...") say why it failed; what it logged
+	// after them (a sandbox's log dump) does not.
+	var own []string
+	for _, l := range out {
+		if testMessage.MatchString(l) {
+			own = append(own, l)
+		}
+	}
+	if len(own) > 0 {
+		out = own
+	}
 	if len(out) > failureLines {
 		out = out[len(out)-failureLines:]
 	}
 	return out
 }
+
+// testMessage is the start of a line that t.Error, t.Fatal or t.Log wrote.
+var testMessage = regexp.MustCompile(`^[\w.-]+_test\.go:\d+: `)
 
 // leafFailures drops a failed test whose subtest failed too (the parent's failure is
 // the child's), and a failed package that has a failed test, so each cause is named once.

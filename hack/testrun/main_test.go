@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -92,5 +93,21 @@ func TestReportEndsWithTheFailuresAndWhatTheySaid(t *testing.T) {
 		"--- FAIL example.com/q \n      panic: test timed out after 40m0s\n"
 	if !strings.HasSuffix(text, want) {
 		t.Errorf("report does not end with the failures, each cause once:\n%s", text)
+	}
+}
+
+func TestFailureNamesTheTestsOwnMessagesBeforeALogDump(t *testing.T) {
+	acc := &accounting{output: map[string][]string{}}
+	for _, l := range []string{"=== RUN   BenchmarkX/bg=1000\n", "    x_test.go:90: timed out: 999 of 1000 policies realized\n",
+		"    framework.go:142: --- etcd.log (last lines) ---\n"} {
+		acc.add(event{Action: "output", Package: "example.com/p", Test: "BenchmarkX/bg=1000", Output: l}, io.Discard)
+	}
+	for i := range 10 {
+		acc.add(event{Action: "output", Package: "example.com/p", Test: "BenchmarkX/bg=1000", Output: fmt.Sprintf("        log line %d\n", i)}, io.Discard)
+	}
+	acc.add(event{Action: "fail", Package: "example.com/p", Test: "BenchmarkX/bg=1000"}, io.Discard)
+	text := acc.report(nil).text
+	if !strings.HasSuffix(text, "--- FAIL example.com/p BenchmarkX/bg=1000\n      x_test.go:90: timed out: 999 of 1000 policies realized\n") {
+		t.Errorf("the failure does not end with the test's own message:\n%s", text)
 	}
 }
