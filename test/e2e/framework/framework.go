@@ -136,6 +136,20 @@ func (s *Sandbox) dumpLogs() {
 	for _, e := range entries {
 		b, _ := os.ReadFile(filepath.Join(s.Layout.LogDir(), e.Name()))
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		// kovs's warnings and errors say more than its last lines, which are mostly
+		// routine: the last of them come first.
+		var warned []string
+		for _, l := range lines {
+			if strings.Contains(l, "level=warning") || strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") {
+				warned = append(warned, l)
+			}
+		}
+		if len(warned) > 30 {
+			warned = warned[len(warned)-30:]
+		}
+		if len(warned) > 0 {
+			s.t.Logf("--- %s (its last warnings and errors) ---\n%s", e.Name(), strings.Join(warned, "\n"))
+		}
 		if len(lines) > 15 {
 			lines = lines[len(lines)-15:]
 		}
