@@ -205,15 +205,22 @@ const slowest = 15
 // skipReason is the message a test logged before it skipped: its output without the
 // "=== RUN" and "--- SKIP" lines.
 func skipReason(lines []string) string {
+	return strings.Join(messages(lines), " | ")
+}
+
+// messages is what a test wrote itself: its output without blank lines and go test's
+// own "=== RUN", "--- PASS/FAIL/SKIP", "PASS", "FAIL" and "ok" lines, each trimmed.
+func messages(lines []string) []string {
 	var out []string
 	for _, l := range lines {
 		t := strings.TrimSpace(l)
-		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") {
+		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") || t == "FAIL" || t == "PASS" ||
+			strings.HasPrefix(t, "FAIL\t") || strings.HasPrefix(t, "ok  \t") {
 			continue
 		}
 		out = append(out, t)
 	}
-	return strings.Join(out, " | ")
+	return out
 }
 
 // failureLines is how many lines of a failure's own output the accounting repeats, and
@@ -223,20 +230,13 @@ const (
 	failuresListed = 12
 )
 
-// said is the end of a test's output: its own messages, without go test's "=== RUN",
-// "--- FAIL" and "FAIL"/"ok" lines, each cut to one screen line.
+// said is the end of a test's messages, each cut to one screen line.
 func said(lines []string) []string {
-	var out []string
-	for _, l := range lines {
-		t := strings.TrimSpace(l)
-		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") || t == "FAIL" || t == "PASS" ||
-			strings.HasPrefix(t, "FAIL\t") || strings.HasPrefix(t, "ok  \t") {
-			continue
-		}
+	out := messages(lines)
+	for i, t := range out {
 		if len(t) > 240 {
-			t = t[:240] + " …"
+			out[i] = t[:240] + " …"
 		}
-		out = append(out, t)
 	}
 	// A test's own messages ("x_test.go:12: ...") say why it failed; what it logged
 	// after them (a sandbox's log dump) does not.
