@@ -144,17 +144,16 @@ func (s *Sandbox) dumpLogs() {
 				warned = append(warned, l)
 			}
 		}
-		if len(warned) > 30 {
-			warned = warned[len(warned)-30:]
-		}
 		if len(warned) > 0 {
-			s.t.Logf("--- %s (its last warnings and errors) ---\n%s", e.Name(), strings.Join(warned, "\n"))
+			s.t.Logf("--- %s (its last warnings and errors) ---\n%s", e.Name(), strings.Join(lastLines(warned, 30), "\n"))
 		}
-		if len(lines) > 15 {
-			lines = lines[len(lines)-15:]
-		}
-		s.t.Logf("--- %s (last lines) ---\n%s", e.Name(), strings.Join(lines, "\n"))
+		s.t.Logf("--- %s (last lines) ---\n%s", e.Name(), strings.Join(lastLines(lines, 15), "\n"))
 	}
+}
+
+// lastLines is the last n of lines (all of them if fewer).
+func lastLines(lines []string, n int) []string {
+	return lines[max(len(lines)-n, 0):]
 }
 
 // Eventually polls check until it returns nil or the timeout passes, then fails the test
