@@ -49,14 +49,6 @@ type Delta struct {
 	RemovedPods []PodKey `json:"removedPods,omitempty"`
 }
 
-// IsEmpty reports whether the delta changes nothing.
-func (d Delta) IsEmpty() bool {
-	return len(d.AddedAddressSets)+len(d.UpdatedAddressSets)+len(d.RemovedAddressSets)+
-		len(d.AddedAppliedToSets)+len(d.UpdatedAppliedToSets)+len(d.RemovedAppliedToSets)+
-		len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules)+
-		len(d.AddedPods)+len(d.RemovedPods) == 0 && d.Isolation == nil
-}
-
 // Apply applies the delta to share, which must be the same node's share at
 // FromGeneration. It checks the whole delta before changing anything: on error the share
 // is unchanged (and the receiver should ask for a new snapshot).

@@ -8,8 +8,9 @@ import (
 
 // commit ends a batch of changes: it compiles again the policies whose named ports may
 // now resolve differently, recomputes the addresses of the groups whose members changed
-// (sending patches to the nodes that hold them), and moves to the next generation. It
-// returns the subscribers that have something pending.
+// (sending patches to the nodes that hold them), and moves to the next generation, which
+// becomes the generation of every node whose share changed. It returns the subscribers
+// of those nodes.
 func (m *model) commit() []*subscriber {
 	for round := 0; len(m.batch.dirtyPolicies) > 0 && round < 3; round++ {
 		dirty := m.batch.dirtyPolicies
@@ -26,14 +27,17 @@ func (m *model) commit() []*subscriber {
 			m.updateAddresses(g)
 		}
 	}
-	if m.batch.changed {
+	if m.batch.changed || len(m.batch.touched) > 0 {
 		m.generation++
 	}
+	for n := range m.batch.touched {
+		n.generation = m.generation
+	}
+	// Every subscriber with events is behind its node now, even one whose events cancelled
+	// out: it gets a delta that only moves its generation.
 	notify := make([]*subscriber, 0, len(m.batch.notify))
 	for s := range m.batch.notify {
-		if !s.pending.empty() {
-			notify = append(notify, s)
-		}
+		notify = append(notify, s)
 	}
 	m.batch = newBatch()
 	return notify

@@ -39,7 +39,10 @@ type batch struct {
 	// dirtyPolicies must be recompiled: their named ports may resolve differently.
 	dirtyPolicies map[*policyState]struct{}
 	// notify are the subscribers that received events.
-	notify  map[*subscriber]struct{}
+	notify map[*subscriber]struct{}
+	// touched are the nodes whose share received events: they move to the batch's
+	// generation.
+	touched map[*node]struct{}
 	changed bool
 }
 
@@ -63,6 +66,7 @@ func newBatch() batch {
 	return batch{
 		dirtyPolicies: map[*policyState]struct{}{},
 		notify:        map[*subscriber]struct{}{},
+		touched:       map[*node]struct{}{},
 	}
 }
 
@@ -80,7 +84,8 @@ func (m *model) namespace(name string) *namespace {
 func (m *model) node(name string) *node {
 	n, ok := m.nodes[name]
 	if !ok {
-		n = &node{name: name, groups: map[*group]struct{}{}, addrRefs: map[*addrSet]int{}, pods: map[*pod]struct{}{}}
+		n = &node{name: name, groups: map[*group]struct{}{}, addrRefs: map[*addrSet]int{}, pods: map[*pod]struct{}{},
+			generation: m.generation}
 		m.nodes[name] = n
 	}
 	return n

@@ -23,7 +23,7 @@ type subscriber struct {
 // subscribe registers a subscriber of node name and returns it with the node's share.
 func (m *model) subscribe(name string) (*subscriber, policy.NodeShare) {
 	n := m.node(name)
-	s := &subscriber{node: n, pending: newPending(), lastGen: m.generation, wake: func() {}}
+	s := &subscriber{node: n, pending: newPending(), lastGen: n.generation, wake: func() {}}
 	n.subs = append(n.subs, s)
 	m.watched[n] = struct{}{}
 	return s, m.snapshot(n)
@@ -50,55 +50,59 @@ func (m *model) forgetNode(n *node) {
 // The emit functions record an exact transition of a node's share for its subscribers.
 
 func (m *model) emitRule(n *node, r *rule, o op) {
-	for _, s := range n.subs {
+	for _, s := range m.touch(n) {
 		s.pending.rule(r, o)
-		m.batch.notify[s] = struct{}{}
 	}
 }
 
 func (m *model) emitAppliedTo(n *node, g *group, o op) {
-	for _, s := range n.subs {
+	for _, s := range m.touch(n) {
 		s.pending.group(g, o)
-		m.batch.notify[s] = struct{}{}
 	}
 }
 
 func (m *model) emitAddr(n *node, a *addrSet, o op) {
-	for _, s := range n.subs {
+	for _, s := range m.touch(n) {
 		s.pending.addr(a).event(o)
-		m.batch.notify[s] = struct{}{}
 	}
 }
 
 func (m *model) emitPatch(n *node, a *addrSet, added, removed []netip.Prefix) {
-	for _, s := range n.subs {
+	for _, s := range m.touch(n) {
 		s.pending.addr(a).patch(added, removed)
-		m.batch.notify[s] = struct{}{}
 	}
 }
 
 // emitPod records that the node's evaluated pods gained or lost a pod.
 func (m *model) emitPod(n *node, k policy.PodKey, o op) {
-	for _, s := range n.subs {
+	for _, s := range m.touch(n) {
 		s.pending.pod(k, o)
-		m.batch.notify[s] = struct{}{}
 	}
 }
 
 func (m *model) emitIsolation(n *node) {
-	for _, s := range n.subs {
+	for _, s := range m.touch(n) {
 		s.pending.isolation = true
-		m.batch.notify[s] = struct{}{}
 	}
 }
 
-// snapshot returns node n's share at the current generation. Its address lists, and
+// touch records that n's share changes in this batch, and returns its subscribers, which
+// are to be told.
+func (m *model) touch(n *node) []*subscriber {
+	m.batch.touched[n] = struct{}{}
+	for _, s := range n.subs {
+		m.batch.notify[s] = struct{}{}
+	}
+	return n.subs
+}
+
+// snapshot returns node n's share, at the generation at which it last changed. Its address lists, and
 // its rules map when all its rules come from one group with many, are shared with the
 // model, which never modifies them in place: a receiver that changes the share (as
 // Delta.Apply does) must Clone it first.
 func (m *model) snapshot(n *node) policy.NodeShare {
 	share := policy.NewNodeShare(n.name)
-	share.Generation = m.generation
+	share.Generation = n.generation
 	share.Rules = rulesOf(n)
 	for g := range n.groups {
 		share.AppliedToSets[g.id] = g.appliedToOn(n)
@@ -201,15 +205,17 @@ func isolationOf(n *node) policy.Isolation {
 	return iso
 }
 
-// delta takes what is pending for s as a delta from the share s has to the current one.
-// It reports false when nothing is to be sent.
+// delta takes what is pending for s as a delta from the share s has to the node's current
+// one. It reports false when s is caught up. A delta may change nothing but the
+// generation, when the events since s's last delta cancelled out: s still moves to the
+// node's generation, where its node's other subscribers are or will be.
 func (m *model) delta(s *subscriber) (policy.Delta, bool) {
-	if s.pending.empty() {
+	if s.pending.empty() && s.lastGen == s.node.generation {
 		return policy.Delta{}, false
 	}
 	p := s.pending
 	s.pending = newPending()
-	d := policy.Delta{Node: s.node.name, FromGeneration: s.lastGen, Generation: m.generation}
+	d := policy.Delta{Node: s.node.name, FromGeneration: s.lastGen, Generation: s.node.generation}
 	ruleChanges(&d, p.rules)
 	appliedToChanges(&d, s.node, p.appliedTo)
 	addrChanges(&d, p.addrs)
@@ -218,10 +224,7 @@ func (m *model) delta(s *subscriber) (policy.Delta, bool) {
 		iso := isolationOf(s.node)
 		d.Isolation = &iso
 	}
-	if d.IsEmpty() {
-		return policy.Delta{}, false
-	}
-	s.lastGen = m.generation
+	s.lastGen = s.node.generation
 	return d, true
 }
 

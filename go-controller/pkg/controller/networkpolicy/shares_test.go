@@ -92,3 +92,54 @@ func TestSnapshotOfManyRulesFollowsChanges(t *testing.T) {
 func sameMap(a, b map[string]policy.Rule) bool {
 	return b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
+
+// TestSubscribersOfANodeAgreeOnItsGeneration is the stuck realization of
+// BenchmarkPolicyRealization: a node has two subscribers, its agent's stream and the
+// realization tracker, and they take their deltas at different times. A policy changes
+// node-1's share; the agent's subscriber takes it at once, the tracker's only after a
+// second batch that changes node-2 alone. Both hold the same share, so they must be at the
+// same generation: the tracker asks the agent for the generation at which it saw the
+// change, and the agent gets nothing more for node-1.
+func TestSubscribersOfANodeAgreeOnItsGeneration(t *testing.T) {
+	w := newWorld()
+	m := newModel()
+	for _, ns := range w.namespaces {
+		m.setNamespace(ns.Name, ns)
+	}
+	for _, p := range w.pods {
+		m.setPod(podKey(p), p)
+	}
+	m.commit()
+	agent, agentShare := m.subscribe("node-1")
+	tracker, trackerShare := m.subscribe("node-1")
+	agentShare, trackerShare = agentShare.Clone(), trackerShare.Clone()
+	take := func(who string, s *subscriber, share *policy.NodeShare) {
+		t.Helper()
+		if d, ok := m.delta(s); ok {
+			if err := d.Apply(share); err != nil {
+				t.Fatalf("%s: %v", who, err)
+			}
+		}
+	}
+	set := func(np *networkingv1.NetworkPolicy) {
+		m.setPolicy(types.NamespacedName{Namespace: np.Namespace, Name: np.Name}, np)
+		m.commit()
+	}
+	// pod=a is on node-1, pod=b on node-2.
+	set(policyObj("x", "on-node-1", sel("pod=a"), ingressOnly(), in(from(podPeer(sel("pod=c")))), nil))
+	take("agent", agent, &agentShare)
+	set(policyObj("x", "on-node-2", sel("pod=b"), ingressOnly(), in(from(podPeer(sel("pod=c")))), nil))
+	take("agent", agent, &agentShare)
+	take("tracker", tracker, &trackerShare)
+	if !bytes.Equal(shareJSON(t, agentShare), shareJSON(t, trackerShare)) {
+		t.Fatalf("the subscribers hold different shares:\nagent   %s\ntracker %s", shareJSON(t, agentShare), shareJSON(t, trackerShare))
+	}
+	if agentShare.Generation != trackerShare.Generation {
+		t.Fatalf("same share of node-1 at two generations: the agent's subscriber is at %d, the tracker's at %d",
+			agentShare.Generation, trackerShare.Generation)
+	}
+	if snap := m.snapshot(m.nodes["node-1"]); snap.Generation != agentShare.Generation {
+		t.Fatalf("a new subscriber of node-1 would start at generation %d, the caught-up ones are at %d",
+			snap.Generation, agentShare.Generation)
+	}
+}

@@ -130,6 +130,12 @@ type node struct {
 	addrRefs map[*addrSet]int
 	pods     map[*pod]struct{}
 	subs     []*subscriber
+	// generation is the generation at which the node's share last changed (or the model's
+	// when the node appeared). Snapshots and deltas carry it, not the model's generation:
+	// subscribers that hold the same share are then at the same generation, however they
+	// folded the batches in between, which is what the realization tracker relies on when
+	// it asks an agent for the generation at which it saw a change.
+	generation uint64
 }
 
 // Per-direction arrays are indexed by these.

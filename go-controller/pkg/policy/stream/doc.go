@@ -57,5 +57,7 @@
 // Generations grow for as long as a node is served, across controller restarts and leader
 // changes: the controller serves the compiler's generations offset by the time it started
 // leading (see Rebase). An agent can therefore always compare the generation of a new
-// snapshot with the one it enforces.
+// snapshot with the one it enforces. A node's generation is the one at which its share
+// last changed, so every receiver of that share is at the same one once caught up (see
+// docs/networkpolicy-stream.md).
 package stream
