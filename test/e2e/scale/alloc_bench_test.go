@@ -74,7 +74,7 @@ func logAllocation(b *testing.B, res *harness.AllocationResult) {
 		}
 	}
 	r := res.Reconciles
-	b.Logf("pod-addresses reconciles: %d, mean %s each, mean queue wait %s", r.Reconciles, r.MeanReconcile.Round(1e3), r.MeanWait.Round(1e3))
+	b.Logf("pod-addresses reconciles: %d, mean %s each, mean queue wait %s", r.Reconciles, r.MeanReconcile().Round(1e3), r.MeanWait().Round(1e3))
 }
 
 func envInt(b *testing.B, name string, def int) int {

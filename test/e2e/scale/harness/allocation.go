@@ -52,10 +52,32 @@ func (r *AllocationResult) PodsPerSecond() float64 {
 	return float64(len(r.Latency)) / r.Allocated.Seconds()
 }
 
-// ReconcileStats sums one reconcile controller's histograms.
+// ReconcileStats sums one reconcile controller's histograms, as /metrics reads at one
+// moment (since kovs-controller started) or between two reads (Sub).
 type ReconcileStats struct {
-	Reconciles              uint64
-	MeanReconcile, MeanWait time.Duration
+	Reconciles, Waits             uint64
+	ReconcileSeconds, WaitSeconds float64
+}
+
+// MeanReconcile is the mean time of one Reconcile call.
+func (s ReconcileStats) MeanReconcile() time.Duration {
+	return meanSeconds(s.ReconcileSeconds, s.Reconciles)
+}
+
+// MeanWait is the mean time a key waited in the queue for a worker.
+func (s ReconcileStats) MeanWait() time.Duration { return meanSeconds(s.WaitSeconds, s.Waits) }
+
+// Sub is what happened between an earlier read and s.
+func (s ReconcileStats) Sub(earlier ReconcileStats) ReconcileStats {
+	return ReconcileStats{Reconciles: s.Reconciles - earlier.Reconciles, Waits: s.Waits - earlier.Waits,
+		ReconcileSeconds: s.ReconcileSeconds - earlier.ReconcileSeconds, WaitSeconds: s.WaitSeconds - earlier.WaitSeconds}
+}
+
+func meanSeconds(total float64, count uint64) time.Duration {
+	if count == 0 {
+		return 0
+	}
+	return time.Duration(total / float64(count) * float64(time.Second))
 }
 
 // RunAllocation is the pod address allocation benchmark: it registers cfg.Nodes hollow
@@ -140,14 +162,7 @@ func (h *Harness) reconcileStats(ctx context.Context, controller string) (Reconc
 		}
 		return total, count
 	}
-	seconds := func(total float64, count uint64) time.Duration {
-		if count == 0 {
-			return 0
-		}
-		return time.Duration(total / float64(count) * float64(time.Second))
-	}
-	total, count := sum("kovs_reconcile_duration_seconds")
-	s.Reconciles, s.MeanReconcile = count, seconds(total, count)
-	s.MeanWait = seconds(sum("kovs_reconcile_queue_wait_seconds"))
+	s.ReconcileSeconds, s.Reconciles = sum("kovs_reconcile_duration_seconds")
+	s.WaitSeconds, s.Waits = sum("kovs_reconcile_queue_wait_seconds")
 	return s, nil
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type churnCounts struct {
 func (h *Harness) churn(ctx context.Context) error {
 	h.alloc.results() // the churn's allocation sample starts empty
 	before := h.trafficByNode()
+	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-addresses")
 	start := time.Now()
 	stop := start.Add(h.cfg.ChurnDuration)
 	slots := make(chan struct{}, maxInFlight)
@@ -82,10 +84,17 @@ func (h *Harness) churn(ctx context.Context) error {
 	sweeping := h.sweepRealization(ctx)
 	loops.Wait()
 	writes.Wait()
+	after, err := h.reconcileStats(ctx, "pod-addresses")
+	if err = errors.Join(reconcilesErr, err); err != nil {
+		h.logf("kovs-controller metrics: %v", err)
+	}
 	h.result.Churn = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
 		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}
+	if err == nil {
+		h.result.Churn.Reconciles = after.Sub(reconciles)
+	}
 	h.realization.sweep(time.Now(), h.model.hosts)
-	err := waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {
+	err = waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {
 		if n := h.realization.pendingCount(); n > 0 {
 			return fmt.Errorf("%d changes pending", n)
 		}

@@ -46,6 +46,10 @@ func (r *Result) summary(p func(string, ...any)) {
 	p("| pod creation to address allocated, initial load | %s |", r.InitialAllocation.Summary())
 	p("| **pod creation to address allocated, under churn** | **%s**; %d still pending at the end, %d deleted before |",
 		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
+	if rc := ch.Reconciles; rc.Reconciles > 0 {
+		p("| kovs-controller's pod-addresses workers, churn (its /metrics) | %d reconciles (%.1f/s), mean %s each, mean queue wait %s |",
+			rc.Reconciles, float64(rc.Reconciles)/ch.Duration.Seconds(), rc.MeanReconcile().Round(time.Millisecond), rc.MeanWait().Round(time.Millisecond))
+	}
 	p("| policy change to realized on every concerned node, isolated probes | %s; %d lost |", r.ProbeLatency.Summary(), r.ProbeLost)
 	p("| **policy change to realized on every concerned node, under churn** | **%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized |",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)

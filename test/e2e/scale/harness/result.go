@@ -48,6 +48,10 @@ type ChurnResult struct {
 	PolicyLatency                              Durations
 	PolicyLost, PolicyNoNode, PolicySuperseded int
 	Traffic                                    []AgentTraffic
+	// Reconciles is what kovs-controller's pod-addresses workers did over the churn's
+	// writes (its /metrics read before and after), to tell a wait for a worker from a
+	// slow Reconcile.
+	Reconciles ReconcileStats
 }
 
 // AgentTraffic is one agent's traffic over a phase and the size of its share at the end.
