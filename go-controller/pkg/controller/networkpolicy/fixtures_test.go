@@ -70,6 +70,21 @@ func (w *world) pod(key string) *corev1.Pod {
 	panic("no pod " + key)
 }
 
+// model loads the world's namespaces, pods and policies into a new model, uncommitted.
+func (w *world) model() *model {
+	m := newModel()
+	for _, ns := range w.namespaces {
+		m.setNamespace(ns.Name, ns)
+	}
+	for _, p := range w.pods {
+		m.setPod(podKey(p), p)
+	}
+	for _, np := range w.policies {
+		m.setPolicy(objectKey(np), np)
+	}
+	return m
+}
+
 func (w *world) compile() map[string]policy.NodeShare {
 	return Compile(w.namespaces, w.pods, w.policies)
 }

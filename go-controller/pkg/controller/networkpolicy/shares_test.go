@@ -18,13 +18,7 @@ import (
 // next one. The rules of node-1 come from one group (shared map), then from two (clone).
 func TestSnapshotOfManyRulesFollowsChanges(t *testing.T) {
 	w := newWorld()
-	m := newModel()
-	for _, ns := range w.namespaces {
-		m.setNamespace(ns.Name, ns)
-	}
-	for _, p := range w.pods {
-		m.setPod(podKey(p), p)
-	}
+	m := w.model()
 	set := func(np *networkingv1.NetworkPolicy) {
 		m.setPolicy(types.NamespacedName{Namespace: np.Namespace, Name: np.Name}, np)
 	}
@@ -102,13 +96,7 @@ func sameMap(a, b map[string]policy.Rule) bool {
 // change, and the agent gets nothing more for node-1.
 func TestSubscribersOfANodeAgreeOnItsGeneration(t *testing.T) {
 	w := newWorld()
-	m := newModel()
-	for _, ns := range w.namespaces {
-		m.setNamespace(ns.Name, ns)
-	}
-	for _, p := range w.pods {
-		m.setPod(podKey(p), p)
-	}
+	m := w.model()
 	m.commit()
 	agent, agentShare := m.subscribe("node-1")
 	tracker, trackerShare := m.subscribe("node-1")

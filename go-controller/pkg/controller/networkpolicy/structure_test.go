@@ -157,16 +157,7 @@ func TestPodChangeEvaluatesOnlyCandidateGroups(t *testing.T) {
 		policyObj("y", "a", sel("pod=a"), nil, in(from(podPeer(sel("pod=c")))), nil),
 		policyObj("z", "a", sel("pod=a"), nil, in(from(nsPeer(sel("ns=x")))), nil),
 	)
-	m := newModel()
-	for _, ns := range w.namespaces {
-		m.setNamespace(ns.Name, ns)
-	}
-	for _, p := range w.pods {
-		m.setPod(podKey(p), p)
-	}
-	for _, np := range w.policies {
-		m.setPolicy(objectKey(np), np)
-	}
+	m := w.model()
 	m.commit()
 	var candidates []string
 	m.eachCandidate(m.namespaces["x"], func(g *group) { candidates = append(candidates, g.key().String()) })
