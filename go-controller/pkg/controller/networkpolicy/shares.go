@@ -96,10 +96,10 @@ func (m *model) touch(n *node) []*subscriber {
 	return n.subs
 }
 
-// snapshot returns node n's share, at the generation at which it last changed. Its address lists, and
-// its rules map when all its rules come from one group with many, are shared with the
-// model, which never modifies them in place: a receiver that changes the share (as
-// Delta.Apply does) must Clone it first.
+// snapshot returns node n's share, at the generation at which it last changed. Its
+// address lists, and its rules map when all its rules come from one group with many, are
+// shared with the model, which never modifies them in place: a receiver that changes the
+// share (as Delta.Apply does) must Clone it first.
 func (m *model) snapshot(n *node) policy.NodeShare {
 	share := policy.NewNodeShare(n.name)
 	share.Generation = n.generation
