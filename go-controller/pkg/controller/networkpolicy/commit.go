@@ -30,14 +30,12 @@ func (m *model) commit() []*subscriber {
 	if m.batch.changed || len(m.batch.touched) > 0 {
 		m.generation++
 	}
+	// Every subscriber of a touched node is behind it now, even one whose events cancelled
+	// out: it gets a delta that only moves its generation.
+	var notify []*subscriber
 	for n := range m.batch.touched {
 		n.generation = m.generation
-	}
-	// Every subscriber with events is behind its node now, even one whose events cancelled
-	// out: it gets a delta that only moves its generation.
-	notify := make([]*subscriber, 0, len(m.batch.notify))
-	for s := range m.batch.notify {
-		notify = append(notify, s)
+		notify = append(notify, n.subs...)
 	}
 	m.batch = newBatch()
 	return notify

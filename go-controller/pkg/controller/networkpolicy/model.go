@@ -38,10 +38,8 @@ type batch struct {
 	changedGroups []*group
 	// dirtyPolicies must be recompiled: their named ports may resolve differently.
 	dirtyPolicies map[*policyState]struct{}
-	// notify are the subscribers that received events.
-	notify map[*subscriber]struct{}
 	// touched are the nodes whose share received events: they move to the batch's
-	// generation.
+	// generation, and their subscribers are told.
 	touched map[*node]struct{}
 	changed bool
 }
@@ -65,7 +63,6 @@ func newModel() *model {
 func newBatch() batch {
 	return batch{
 		dirtyPolicies: map[*policyState]struct{}{},
-		notify:        map[*subscriber]struct{}{},
 		touched:       map[*node]struct{}{},
 	}
 }

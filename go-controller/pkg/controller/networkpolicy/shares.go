@@ -86,13 +86,10 @@ func (m *model) emitIsolation(n *node) {
 	}
 }
 
-// touch records that n's share changes in this batch, and returns its subscribers, which
-// are to be told.
+// touch records that n's share changes in this batch (commit tells its subscribers), and
+// returns its subscribers.
 func (m *model) touch(n *node) []*subscriber {
 	m.batch.touched[n] = struct{}{}
-	for _, s := range n.subs {
-		m.batch.notify[s] = struct{}{}
-	}
 	return n.subs
 }
 

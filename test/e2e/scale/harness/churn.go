@@ -84,17 +84,18 @@ func (h *Harness) churn(ctx context.Context) error {
 	sweeping := h.sweepRealization(ctx)
 	loops.Wait()
 	writes.Wait()
-	after, err := h.reconcileStats(ctx, "pod-addresses")
-	if err = errors.Join(reconcilesErr, err); err != nil {
-		h.logf("kovs-controller metrics: %v", err)
+	after, afterErr := h.reconcileStats(ctx, "pod-addresses")
+	metricsErr := errors.Join(reconcilesErr, afterErr)
+	if metricsErr != nil {
+		h.logf("kovs-controller metrics: %v", metricsErr)
 	}
 	h.result.Churn = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
 		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}
-	if err == nil {
+	if metricsErr == nil {
 		h.result.Churn.Reconciles = after.Sub(reconciles)
 	}
 	h.realization.sweep(time.Now(), h.model.hosts)
-	err = waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {
+	err := waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {
 		if n := h.realization.pendingCount(); n > 0 {
 			return fmt.Errorf("%d changes pending", n)
 		}
