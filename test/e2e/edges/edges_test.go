@@ -3,7 +3,7 @@
 // against the sandbox's external host, and hostPort from another node, from the external
 // host and from the node itself; Egress IPs (the selected pods leave with the egress IP,
 // from the holder and through the tunnel, and keep leaving with it after the holder
-// fails); pod bandwidth annotations (bulk TCP transfers within 20% of the limit, an
+// fails); pod bandwidth annotations (bulk TCP transfers at most 1.2 times the limit, an
 // unlimited neighbour not held back). Needs root; runs under `make e2e`.
 package edges_test
 
