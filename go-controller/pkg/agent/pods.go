@@ -57,9 +57,6 @@ type PodPorts struct {
 	// attachMu makes an attach's address checks and its entry into the state one step:
 	// two pods never both pass the check for one address.
 	attachMu sync.Mutex
-	// lastOFPort is the OpenFlow port number the last attach asked for (requestOFPort);
-	// attachMu guards it.
-	lastOFPort uint32
 	// meters keeps the pods' egress meters (pods_bandwidth.go).
 	meters ovs.MeterClient
 	// bandwidthMu orders the changes of limits: a port's limits and its entry into (or
@@ -152,73 +149,47 @@ func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
 	}
 	start := time.Now()
 	p.attachMu.Lock()
-	plugged, err := p.plug(ctx, req, port)
+	gen, ofport, err := p.plug(ctx, req, port)
 	p.attachMu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := p.syncer.WaitFor(ctx, plugged.gen); err != nil {
+	plugged := time.Now()
+	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return fmt.Errorf("pod %s: %w", req.Pod, err)
 	}
 	synced := time.Now()
 	if err := p.waitForPolicy(ctx, req.Pod); err != nil {
 		return err
 	}
-	// Where an attach spends its time: before the port (the address checks, the meters),
-	// the port (OVSDB and ovs-vswitchd) and, at the same time, the pod's flows (the flow
-	// sync), then its NetworkPolicy's flows.
-	log.WithField("pod", req.Pod.String()).WithField("ofport", plugged.ofport).WithField("port", req.HostIfName).
-		WithField("before-took", plugged.flowsFrom.Sub(start).Round(10*time.Microsecond)).
-		WithField("port-took", plugged.portTook.Round(10*time.Microsecond)).
-		WithField("flows-took", synced.Sub(plugged.flowsFrom).Round(10*time.Microsecond)).
+	// Where an attach spends its time: the port (OVSDB and ovs-vswitchd), the pod's flows
+	// (the flow sync), its NetworkPolicy's flows.
+	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).
+		WithField("port-took", plugged.Sub(start).Round(10*time.Microsecond)).
+		WithField("flows-took", synced.Sub(plugged).Round(10*time.Microsecond)).
 		WithField("policy-took", time.Since(synced).Round(10*time.Microsecond)).Info("pod attached")
 	return nil
 }
 
-// plugged is what plug did: the state's generation that has the pod, the port's number,
-// when the pod entered the state (its flow sync began) and how long the port took.
-type plugged struct {
-	gen       uint64
-	ofport    uint32
-	flowsFrom time.Time
-	portTook  time.Duration
-}
-
-// plug checks the request against what kovs-controller allocated (checkAttach), puts the
-// pod's meters in place, puts the pod in the desired state under the OpenFlow port number
-// it chose (requestOFPort), and adds the port to br-int asking for that number while the
-// flow sync installs the pod's flows. If the port cannot be added (or gets another number),
-// the attach is undone (unplug: the flows, the meters, the port) and the error says why;
-// a repeated ADD keeps its pod's flows. Called with attachMu held.
-func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipeline.PodPort) (plugged, error) {
+// plug checks the request against what kovs-controller allocated (checkAttach), adds the
+// port to br-int and puts the pod in the desired state; it returns the state's generation
+// that has the pod. Called with attachMu held.
+func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipeline.PodPort) (gen uint64, ofport uint32, err error) {
 	if err := p.checkAttach(ctx, req, port); err != nil {
-		return plugged{}, err
+		return 0, 0, err
 	}
-	ofport, err := p.requestOFPort(ctx, req.HostIfName)
+	n, err := p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
 	if err != nil {
-		return plugged{}, err
+		return 0, 0, fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
 	}
-	port.OFPort = ofport
+	port.OFPort = uint32(n)
 	// The limits are in place before the pod's flows: it never runs unlimited first.
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
 	if err := p.applyLimits(ctx, &port, p.limitsOf(req.Pod.Namespace, req.Pod.Name, req.Pod.UID), nil); err != nil {
-		return plugged{}, err
+		return 0, 0, err
 	}
-	prev, had := p.state.Pods()[req.HostIfName]
-	done := plugged{ofport: ofport, flowsFrom: time.Now()}
-	done.gen = p.state.SetPod(req.HostIfName, port)
-	_, err = p.store.EnsurePort(ctx, p.bridge, ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req), OfportRequest: int(ofport)})
-	done.portTook = time.Since(done.flowsFrom)
-	if err == nil {
-		return done, nil
-	}
-	err = fmt.Errorf("add port %s of pod %s to %s: %w", req.HostIfName, req.Pod, p.bridge, err)
-	if had { // a repeated ADD: the pod keeps the flows it had
-		p.state.SetPod(req.HostIfName, prev)
-		return plugged{}, err
-	}
-	return plugged{}, errors.Join(err, p.unplug(ctx, req.HostIfName))
+	return p.state.SetPod(req.HostIfName, port), port.OFPort, nil
 }
 
 // Detach removes the sandbox's port and its flows. Missing is success.
@@ -244,19 +215,13 @@ func (p *PodPorts) Detach(ctx context.Context, req cni.DetachRequest) error {
 func (p *PodPorts) removePort(ctx context.Context, name string) error {
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
-	return p.unplug(ctx, name)
-}
-
-// unplug takes the pod of port name out of the state, waits until its flows are gone,
-// deletes its meters, then the port. Called with bandwidthMu held.
-func (p *PodPorts) unplug(ctx context.Context, name string) error {
-	pp := p.state.Pods()[name]
+	pp, had := p.state.Pods()[name]
 	gen := p.state.DeletePod(name)
 	if err := p.syncer.WaitFor(ctx, gen); err != nil {
 		return err
 	}
 	for _, id := range []uint32{pp.EgressMeter, pp.IngressMeter} {
-		if id != 0 && p.meters != nil {
+		if had && id != 0 && p.meters != nil {
 			if err := p.meters.DeleteMeter(ctx, id); err != nil {
 				return err
 			}
