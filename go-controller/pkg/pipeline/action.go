@@ -5,7 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 // Action is one OpenFlow action. Each renders itself in ovs-ofctl syntax; the tracer
@@ -128,27 +129,10 @@ type CT struct {
 	Mark, MarkMask uint32
 }
 
+// String is the action as ovs.CT renders it.
 func (a CT) String() string {
-	var args []string
-	if a.Commit {
-		args = append(args, "commit")
-	}
-	if a.Recirculate {
-		args = append(args, fmt.Sprintf("table=%d", a.Table.ID))
-	}
-	args = append(args, fmt.Sprintf("zone=%d", a.Zone))
-	switch {
-	case a.NATDst.IsValid():
-		args = append(args, "nat(dst="+natTarget(a.NATDst)+")")
-	case a.NATSrc.IsValid():
-		args = append(args, "nat(src="+a.NATSrc.String()+")")
-	case a.NAT:
-		args = append(args, "nat")
-	}
-	if a.MarkMask != 0 {
-		args = append(args, fmt.Sprintf("exec(set_field:%#x/%#x->ct_mark)", a.Mark, a.MarkMask))
-	}
-	return "ct(" + strings.Join(args, ",") + ")"
+	return ovs.CT{Commit: a.Commit, Zone: a.Zone, Recirculate: a.Recirculate, Table: a.Table.ID, NAT: a.NAT,
+		NATDst: a.NATDst, NATSrc: a.NATSrc, Mark: a.Mark, MarkMask: a.MarkMask}.String()
 }
 
 // Drop discards the packet.
@@ -169,16 +153,4 @@ func (a Conjunction) String() string {
 	// Without fmt: a clause flow shared by a thousand rules renders a thousand of these.
 	return "conjunction(" + strconv.FormatUint(uint64(a.ID), 10) + "," + strconv.Itoa(int(a.Clause)) + "/" +
 		strconv.Itoa(int(a.NClauses)) + ")"
-}
-
-// natTarget renders a NAT address as ovs-ofctl prints it: 10.0.0.1:80, [fd00::1]:80, or the
-// address alone for port 0.
-func natTarget(ap netip.AddrPort) string {
-	if ap.Port() == 0 {
-		return ap.Addr().String()
-	}
-	if ap.Addr().Is6() {
-		return "[" + ap.Addr().String() + "]:" + strconv.Itoa(int(ap.Port()))
-	}
-	return ap.Addr().String() + ":" + strconv.Itoa(int(ap.Port()))
 }
