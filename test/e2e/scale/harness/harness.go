@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -63,10 +64,16 @@ func New(cfg Config, layout sandbox.Layout, logf func(string, ...any)) (*Harness
 	}
 	h := &Harness{cfg: cfg, layout: layout, state: state, logf: logf, nodeUIDs: map[string]types.UID{},
 		agents: map[string]*Agent{}, realization: newRealizationTracker(cfg.RealizationDeadline), alloc: newAllocationTracker()}
-	for _, c := range []*kubernetes.Interface{&h.workload, &h.kubelet, &h.agent} {
-		if *c, err = h.client(); err != nil {
+	for _, c := range []*kubernetes.Interface{&h.workload, &h.agent} {
+		if *c, err = h.client(nil); err != nil {
 			return nil, err
 		}
+	}
+	if err := bindHollowKubelets(context.Background(), h.workload); err != nil {
+		return nil, err
+	}
+	if h.kubelet, err = h.client(&hollowKubeletUser); err != nil {
+		return nil, err
 	}
 	for i := range cfg.Nodes {
 		h.nodes = append(h.nodes, nodeName(i))
@@ -82,11 +89,15 @@ func New(cfg Config, layout sandbox.Layout, logf func(string, ...any)) (*Harness
 }
 
 // client is a clientset of the admin kubeconfig on a connection of its own, with rate
-// limits that do not throttle the harness below what it must write.
-func (h *Harness) client() (kubernetes.Interface, error) {
+// limits that do not throttle the harness below what it must write; as, if set, is the
+// identity it impersonates.
+func (h *Harness) client(as *rest.ImpersonationConfig) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", h.layout.Kubeconfig())
 	if err != nil {
 		return nil, err
+	}
+	if as != nil {
+		cfg.Impersonate = *as
 	}
 	cfg.QPS, cfg.Burst = 5000, 10000
 	cfg.UserAgent = "kovs-scale-harness"

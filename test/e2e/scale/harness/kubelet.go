@@ -11,11 +11,13 @@ import (
 	log "github.com/sirupsen/logrus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
@@ -42,6 +44,33 @@ type hollowKubelets struct {
 func newHollowKubelets(client kubernetes.Interface, pods corelisters.PodLister) *hollowKubelets {
 	return &hollowKubelets{client: client, pods: pods, nodeIP: map[string]string{}, leases: map[string]*coordinationv1.Lease{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[podRef]())}
+}
+
+// hollowKubeletUser is the identity the hollow kubelets' client impersonates. Its group
+// system:nodes is what matters: kube-apiserver's priority and fairness puts kubelets'
+// requests in the node-high and system priority levels by it, where the admin kubeconfig
+// (system:masters) would be exempt and, at thousands of Lease renewals per second, leave
+// every other client (kovs-controller's leader Lease among them) the CPU the exempt
+// requests do not take.
+var hollowKubeletUser = rest.ImpersonationConfig{UserName: "kovs-scale:hollow-kubelets",
+	Groups: []string{"system:nodes", "system:authenticated"}}
+
+// bindHollowKubelets lets hollowKubeletUser do what the harness's kubelets and informers
+// do. The binding is to cluster-admin: it only authorizes; the priority level comes from
+// the group. The user name is not system:node:<name>, so the Node authorizer leaves the
+// decision to RBAC.
+func bindHollowKubelets(ctx context.Context, admin kubernetes.Interface) error {
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kovs-scale-hollow-kubelets"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: hollowKubeletUser.UserName}}}
+	err := retryWrite(ctx, func() error {
+		_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("bind the hollow kubelets' identity %s: %w", hollowKubeletUser.UserName, err)
+	}
+	return nil
 }
 
 // nodeAddress is node i's InternalIP: 172.16.0.0/12 has room for every node of a run.
