@@ -48,6 +48,10 @@ func main() {
 	metricsListen := flag.String("metrics-listen", "127.0.0.1:9091", "where /metrics, /healthz and /readyz are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
 	reviewQPS := flag.Float64("token-review-qps", 20, "TokenReviews per second (the agents' authentication) on a client of their own, apart from address allocation and leader election")
 	reviewBurst := flag.Int("token-review-burst", 40, "burst of --token-review-qps")
+	reviewsInFlight := flag.Int("token-review-max-in-flight", stream.DefaultReviewsInFlight, "TokenReviews waiting on kube-apiserver at once (a connecting agent finds no free one within 2 s: 503, it retries)")
+	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long a leader's Lease holds without renewal before another replica takes over")
+	renewDeadline := flag.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
+	retryPeriod := flag.Duration("leader-elect-retry-period", 2*time.Second, "wait between two attempts to take or renew the Lease")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -66,6 +70,13 @@ func main() {
 	}
 	if *apiQPS <= 0 || *apiBurst < 1 {
 		fatal(fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: both must be positive", *apiQPS, *apiBurst))
+	}
+	if *reviewsInFlight < 1 {
+		fatal(fmt.Errorf("--token-review-max-in-flight %d: use at least 1", *reviewsInFlight))
+	}
+	if *retryPeriod <= 0 || *renewDeadline <= *retryPeriod || *leaseDuration <= *renewDeadline {
+		fatal(fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: each must be longer than the next, the last positive",
+			*leaseDuration, *renewDeadline, *retryPeriod))
 	}
 	if *workers < 1 {
 		fatal(fmt.Errorf("--workers %d: use at least 1", *workers))
@@ -100,10 +111,11 @@ func main() {
 		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
 			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
-			TokenReviews: reviews.TokenReviews()},
+			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight},
 		Metrics: set, Health: health, Dynamic: dyn,
 	}, client)
 	if err != nil {

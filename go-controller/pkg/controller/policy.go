@@ -39,6 +39,9 @@ type PolicyConfig struct {
 	// so that whoever reaches the stream's port cannot use up the controller's client,
 	// which allocates addresses and renews the Lease. Nil: the controller's client.
 	TokenReviews authnclient.TokenReviewInterface
+	// TokenReviewsInFlight bounds the TokenReviews that run at once (default
+	// stream.DefaultReviewsInFlight).
+	TokenReviewsInFlight int
 }
 
 // DefaultPolicyTLS is the certificate configuration kovs ships with: the Secret
@@ -122,9 +125,11 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 	if reviews == nil {
 		reviews = client.AuthenticationV1().TokenReviews()
 	}
+	reviewer := stream.NewTokenReviewer(reviews)
+	reviewer.MaxInFlight = p.cfg.TokenReviewsInFlight
 	server := stream.NewServer(stream.ServerConfig{
 		Source:            src,
-		Authenticator:     stream.NewTokenReviewer(reviews),
+		Authenticator:     reviewer,
 		Authorizer:        stream.AgentAuthorizer{User: stream.ServiceAccountUser(p.cfg.AgentNamespace, p.cfg.AgentServiceAccount)},
 		Reports:           reports,
 		KeepaliveInterval: p.cfg.KeepaliveInterval,

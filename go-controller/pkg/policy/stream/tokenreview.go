@@ -19,6 +19,15 @@ import (
 // interval at which an open stream's token is checked again (ServerConfig.ReauthInterval).
 const DefaultReviewTTL = 5 * time.Minute
 
+// DefaultReviewsInFlight is how many TokenReviews run at once by default
+// (TokenReviewer.MaxInFlight): as many as the default --token-review-qps of 20, so the
+// rate is reached while kube-apiserver answers within a second. The rate limit is what
+// bounds kube-apiserver's load; the slots only bound what waits on it. With 4 slots and
+// a loaded kube-apiserver answering in 1-2 s, 5,000 agents connecting at once were let in
+// at about 4 a second, and their retries kept the stream's port busy for a quarter of an
+// hour (docs/scale.md).
+const DefaultReviewsInFlight = 20
+
 // The bounds of the two answer caches (TokenReviewer.MaxEntries).
 const (
 	defaultValidEntries   = 16384
@@ -61,8 +70,8 @@ type TokenReviewer struct {
 	// MaxEntries, if set, bounds each cache, of valid tokens and of refusals (defaults
 	// 16,384 and 4,096).
 	MaxEntries int
-	// MaxInFlight bounds the reviews in flight (default 4); BusyWait is how long a
-	// request waits for a slot (default 2 s).
+	// MaxInFlight bounds the reviews in flight (default DefaultReviewsInFlight); BusyWait
+	// is how long a request waits for a slot (default 2 s).
 	MaxInFlight int
 	BusyWait    time.Duration
 
@@ -94,7 +103,7 @@ func NewTokenReviewer(reviews authnclient.TokenReviewInterface) *TokenReviewer {
 
 func (r *TokenReviewer) init() {
 	r.once.Do(func() {
-		r.slots = make(chan struct{}, orDefaultInt(r.MaxInFlight, 4))
+		r.slots = make(chan struct{}, orDefaultInt(r.MaxInFlight, DefaultReviewsInFlight))
 		r.valid.max = orDefaultInt(r.MaxEntries, defaultValidEntries)
 		r.refused.max = orDefaultInt(r.MaxEntries, defaultRefusedEntries)
 		r.inflight = map[[sha256.Size]byte]*review{}

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -231,6 +233,56 @@ func TestTokenReviewsInFlightAreBounded(t *testing.T) {
 	if calls.Load() > 3+1 {
 		t.Errorf("%d reviews for 50 requests with the slots held, want at most the 3 slots and one shared retry", calls.Load())
 	}
+}
+
+// TestDefaultSlotsReachTheRate (issue 17): by default as many reviews run at once as
+// the reviewer's client may make a second (DefaultReviewsInFlight, the default
+// --token-review-qps), so agents connecting together are let in at that rate while
+// kube-apiserver answers within a second. With 4 slots, the first 5,000-node run let
+// them in at about 4 a second and turned the rest away with ErrBusy.
+func TestDefaultSlotsReachTheRate(t *testing.T) {
+	reviews := &heldReviews{reached: make(chan struct{}), release: make(chan struct{}), at: DefaultReviewsInFlight}
+	r := NewTokenReviewer(reviews)
+	r.BusyWait = time.Minute // only the slots decide here, not the wait for one
+	var wg sync.WaitGroup
+	for i := range DefaultReviewsInFlight {
+		wg.Go(func() {
+			_, _ = r.Authenticate(context.Background(), testToken(fmt.Sprint("agent-", i), []string{TokenAudience}, inAnHour))
+		})
+	}
+	select {
+	case <-reviews.reached:
+	case <-time.After(10 * time.Second):
+		t.Errorf("%d agents' reviews ran at once by default, want %d (the default rate a second)", reviews.peak.Load(), DefaultReviewsInFlight)
+	}
+	close(reviews.release)
+	wg.Wait()
+	if DefaultReviewsInFlight < 20 {
+		t.Errorf("DefaultReviewsInFlight %d is below the default --token-review-qps of 20", DefaultReviewsInFlight)
+	}
+}
+
+// heldReviews is a TokenReview client whose calls all wait for release, counting how
+// many wait at once (the fake clientset runs one reactor at a time, so it cannot).
+type heldReviews struct {
+	authnclient.TokenReviewInterface
+	running, peak atomic.Int64
+	at            int64
+	reached       chan struct{}
+	release       chan struct{}
+}
+
+func (h *heldReviews) Create(_ context.Context, tr *authnv1.TokenReview, _ metav1.CreateOptions) (*authnv1.TokenReview, error) {
+	n := h.running.Add(1)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
+	if n == h.at {
+		close(h.reached)
+	}
+	<-h.release
+	out := tr.DeepCopy()
+	out.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
+	return out, nil
 }
 
 // TestReviewsScaleWithNodesNotRequests (issue 17): in a 5,000-node cluster every agent's
