@@ -96,6 +96,9 @@ func (u *upRun) kovs() error {
 	if u.state.NodePodCIDRs {
 		args = append(args, "--use-node-pod-cidrs")
 	}
+	if u.opts.ControlPlaneOnly {
+		args = append(args, scaleLeaderElection...)
+	}
 	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
 		return err
 	}
