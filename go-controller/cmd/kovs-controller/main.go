@@ -49,9 +49,9 @@ func main() {
 	reviewQPS := flag.Float64("token-review-qps", 20, "TokenReviews per second (the agents' authentication) on a client of their own, apart from address allocation and leader election")
 	reviewBurst := flag.Int("token-review-burst", 40, "burst of --token-review-qps")
 	reviewsInFlight := flag.Int("token-review-max-in-flight", stream.DefaultReviewsInFlight, "TokenReviews waiting on kube-apiserver at once (a connecting agent finds no free one within 2 s: 503, it retries)")
-	leaseDuration := flag.Duration("leader-elect-lease-duration", 15*time.Second, "how long a leader's Lease holds without renewal before another replica takes over")
-	renewDeadline := flag.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
-	retryPeriod := flag.Duration("leader-elect-retry-period", 2*time.Second, "wait between two attempts to take or renew the Lease")
+	leaseDuration := flag.Duration("leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a leader's Lease holds without renewal before another replica takes over")
+	renewDeadline := flag.Duration("leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
+	retryPeriod := flag.Duration("leader-elect-retry-period", controller.DefaultRetryPeriod, "wait between two attempts to take or renew the Lease")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 
@@ -73,10 +73,6 @@ func main() {
 	}
 	if *reviewsInFlight < 1 {
 		fatal(fmt.Errorf("--token-review-max-in-flight %d: use at least 1", *reviewsInFlight))
-	}
-	if *retryPeriod <= 0 || *renewDeadline <= *retryPeriod || *leaseDuration <= *renewDeadline {
-		fatal(fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: each must be longer than the next, the last positive",
-			*leaseDuration, *renewDeadline, *retryPeriod))
 	}
 	if *workers < 1 {
 		fatal(fmt.Errorf("--workers %d: use at least 1", *workers))

@@ -55,9 +55,16 @@ type Config struct {
 	Dynamic dynamic.Interface
 }
 
+// The leader election timings when Config leaves them unset: kube-controller-manager's.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
 func (c *Config) electionDefaults() {
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod
 	}
 }
 
@@ -101,7 +108,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	})
 	defer stopElection()
 	errc := make(chan error, 1)
-	leaderelection.RunOrDie(electCtx, leaderelection.LeaderElectionConfig{
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		ReleaseOnCancel: true,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -137,6 +144,13 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 			},
 		},
 	})
+	if err != nil {
+		// client-go's own checks of the timings (RunOrDie would panic on them).
+		return fmt.Errorf("leader election (lease duration %s, renew deadline %s, retry period %s): %w",
+			cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod, err)
+	}
+	watchdog.SetLeaderElection(elector)
+	elector.Run(electCtx)
 	select {
 	case err := <-errc:
 		return err
