@@ -30,7 +30,7 @@ func (c *OVSDB) EnsureBridge(ctx context.Context, spec BridgeSpec) error {
 		return fmt.Errorf("ensure bridge: %w", err)
 	}
 	what := "ensure bridge " + spec.Name
-	err := c.retryOnConflict(ctx, func() error { return c.writeBridge(ctx, what, spec) })
+	err := c.retryWrite(ctx, func() error { return c.writeBridge(ctx, what, spec) })
 	if err != nil {
 		return err
 	}
@@ -84,6 +84,10 @@ func (c *OVSDB) checkBridgeCreated(ctx context.Context, name string) error {
 // success. It does not wait for ovs-vswitchd.
 func (c *OVSDB) DeleteBridge(ctx context.Context, name string) error {
 	what := "delete bridge " + name
+	return c.retryWrite(ctx, func() error { return c.deleteBridge(ctx, what, name) })
+}
+
+func (c *OVSDB) deleteBridge(ctx context.Context, what, name string) error {
 	current, err := c.bridge(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return nil

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -18,6 +21,8 @@ import (
 // Open_vSwitch, Bridge, Port and Interface tables, fed by a monitor, and
 // reconnects (and re-monitors) by itself when the connection drops; calls made
 // while it is disconnected wait for the reconnection, bounded by their context.
+// A write whose connection drops under it (sent before the client noticed, or
+// awaiting its reply) is run again once reconnected, from the fresh cache.
 //
 // Reads come from the cache; every write is one OVSDB transaction. It is safe
 // for concurrent use.
@@ -198,24 +203,76 @@ func isConflict(err error) bool {
 // errCacheMidUpdate is what reads of the cache that saw another client's transaction
 // between them, or half applied, return (a Port its Bridge did not hold when read, or that
 // no Bridge references, which the database never holds: Port is not a root table):
-// retryOnConflict reads again.
+// retryWrite reads again.
 var errCacheMidUpdate = errors.New("the OVSDB cache is between two rows of one update")
 
-// retryOnConflict runs write again, a few times, when another client created
-// a row of the same name first: the cache soon shows that row, and the next
-// attempt updates it instead of creating it.
-func (c *OVSDB) retryOnConflict(ctx context.Context, write func() error) error {
+// retryWrite runs write again when it may succeed on a second try:
+//   - another client created a row of the same name first: the cache soon
+//     shows that row, and the next attempt updates it instead of creating it
+//     (a few attempts);
+//   - the connection to ovsdb-server was lost while the transaction was on its
+//     way, or before the client had noticed the loss (see connectionLost).
+//     The server may or may not have committed it. The next
+//     attempt waits for the reconnection, which re-monitors the tables before
+//     it counts as connected, and builds its operations from that fresh cache,
+//     so a committed first attempt is not written twice. Bounded by ctx only,
+//     as libovsdb bounds its own wait for a reconnection.
+//
+// Every write given to it builds its operations from the cache when it runs.
+func (c *OVSDB) retryWrite(ctx context.Context, write func() error) error {
 	var err error
-	for attempt := 1; attempt <= 5; attempt++ {
-		if err = write(); !isConflict(err) {
+	for attempt := 1; attempt <= 5; {
+		err = write()
+		switch {
+		case connectionLost(err):
+			c.log.WithError(err).Debug("connection to ovsdb lost during a write, retrying once reconnected")
+			if werr := c.waitConnected(ctx); werr != nil {
+				return fmt.Errorf("%w (then %w)", err, werr)
+			}
+		case isConflict(err):
+			c.log.WithError(err).WithField("attempt", attempt).Debug("concurrent write of the same row, retrying")
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(attempt) * 5 * c.poll):
+			}
+			attempt++
+		default:
 			return err
-		}
-		c.log.WithError(err).WithField("attempt", attempt).Debug("concurrent write of the same row, retrying")
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(attempt) * 5 * c.poll):
 		}
 	}
 	return err
+}
+
+// connectionLost reports whether err says the connection to ovsdb-server went
+// away under a call, rather than the server refusing it. libovsdb returns
+// ErrNotConnected for a call it sent on a connection already shut down, but a
+// call still waiting for its reply when the connection drops fails with what
+// the reader saw: io.ErrUnexpectedEOF for a closed socket (rpc2 turns EOF into
+// it), a reset or a broken pipe otherwise.
+func connectionLost(err error) bool {
+	return errors.Is(err, client.ErrNotConnected) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// waitConnected waits, bounded by ctx, until the client is connected again.
+// It looks first after one poll interval: libovsdb learns of a lost
+// connection asynchronously, and may still say connected right after a call
+// failed for it.
+func (c *OVSDB) waitConnected(ctx context.Context) error {
+	tick := time.NewTicker(c.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the reconnection to ovsdb %s: %w", c.endpoint, ctx.Err())
+		case <-tick.C:
+			if c.client.Connected() {
+				return nil
+			}
+		}
+	}
 }

@@ -29,7 +29,7 @@ func (c *OVSDB) LimitFlowTables(ctx context.Context, bridge string, limits map[i
 			return fmt.Errorf("%s: table %d: %w", what, table, err)
 		}
 	}
-	return c.retryOnConflict(ctx, func() error {
+	return c.retryWrite(ctx, func() error {
 		ops, err := c.limitFlowTablesOps(ctx, bridge, limits)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)

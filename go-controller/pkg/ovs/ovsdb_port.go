@@ -23,7 +23,7 @@ func (c *OVSDB) EnsurePort(ctx context.Context, bridge string, spec PortSpec) (i
 		return 0, fmt.Errorf("ensure port on bridge %s: %w", bridge, err)
 	}
 	what := fmt.Sprintf("ensure port %s on bridge %s", spec.Name, bridge)
-	err := c.retryOnConflict(ctx, func() error {
+	err := c.retryWrite(ctx, func() error {
 		ops, err := c.ensurePortOps(ctx, bridge, spec)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -52,6 +52,10 @@ func (c *OVSDB) DeletePort(ctx context.Context, bridge, name string) error {
 	if name == bridge {
 		return fmt.Errorf("%s: it is the bridge's own port; delete the bridge instead", what)
 	}
+	return c.retryWrite(ctx, func() error { return c.deletePort(ctx, what, bridge, name) })
+}
+
+func (c *OVSDB) deletePort(ctx context.Context, what, bridge, name string) error {
 	br, err := c.bridge(ctx, bridge)
 	if errors.Is(err, ErrNotFound) {
 		return nil

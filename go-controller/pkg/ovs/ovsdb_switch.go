@@ -14,18 +14,23 @@ import (
 // Init creates the Open_vSwitch row if the database has none, as
 // `ovs-vsctl --no-wait init` does. ovs-vswitchd waits for that row.
 func (c *OVSDB) Init(ctx context.Context) error {
-	var rows []openvSwitchRow
-	if err := c.client.List(ctx, &rows); err != nil {
-		return fmt.Errorf("init database: list Open_vSwitch: %w", err)
-	}
-	if len(rows) > 0 {
-		return nil
-	}
-	// libovsdb leaves out the row of a model with only zero values, and
-	// ovsdb-server refuses an insert without one: spell out a column.
-	insert := ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableOVS, Row: ovsdb.Row{"next_cfg": 0}}
-	// A conflict means another client initialized it first (the table allows one row).
-	if _, err := c.transact(ctx, "init database", []ovsdb.Operation{insert}); err != nil && !isConflict(err) {
+	// A conflict means another client initialized it first (the table allows
+	// one row): the next attempt finds that row.
+	err := c.retryWrite(ctx, func() error {
+		var rows []openvSwitchRow
+		if err := c.client.List(ctx, &rows); err != nil {
+			return fmt.Errorf("init database: list Open_vSwitch: %w", err)
+		}
+		if len(rows) > 0 {
+			return nil
+		}
+		// libovsdb leaves out the row of a model with only zero values, and
+		// ovsdb-server refuses an insert without one: spell out a column.
+		insert := ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableOVS, Row: ovsdb.Row{"next_cfg": 0}}
+		_, err := c.transact(ctx, "init database", []ovsdb.Operation{insert})
+		return err
+	})
+	if err != nil && !isConflict(err) {
 		return err
 	}
 	return c.waitFor(ctx, "the Open_vSwitch row", func() (bool, error) {
@@ -93,6 +98,10 @@ func (c *OVSDB) DatapathTypes(ctx context.Context) ([]string, error) {
 
 // mutateRoot applies the mutations built by mutations to the Open_vSwitch row.
 func (c *OVSDB) mutateRoot(ctx context.Context, what string, mutations func(*openvSwitchRow) []model.Mutation) error {
+	return c.retryWrite(ctx, func() error { return c.mutateRootOnce(ctx, what, mutations) })
+}
+
+func (c *OVSDB) mutateRootOnce(ctx context.Context, what string, mutations func(*openvSwitchRow) []model.Mutation) error {
 	r, err := c.root(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
