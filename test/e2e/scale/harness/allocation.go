@@ -96,7 +96,7 @@ func (h *Harness) RunAllocation(ctx context.Context) (*AllocationResult, error) 
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
 	spaces := h.model.spaces
-	if err := h.createNamespaces(ctx); err != nil {
+	if err := h.createNamespaces(ctx, new(writeCount)); err != nil {
 		return nil, err
 	}
 	res := &AllocationResult{Nodes: h.cfg.Nodes, Pods: h.cfg.Pods()}

@@ -132,16 +132,25 @@ func (h *Harness) Run(ctx context.Context) (*Result, error) {
 		err := p.run(ctx)
 		h.result.Phases = append(h.result.Phases, h.procs.since(mark))
 		if err != nil {
-			return &h.result, fmt.Errorf("phase %s: %w", p.name, err)
+			err = fmt.Errorf("phase %s: %w", p.name, err)
+			h.result.Failure = err.Error()
+			h.finish()
+			return &h.result, err
 		}
 	}
+	h.finish()
+	return &h.result, nil
+}
+
+// finish adds the whole run's process usage and the audit log's counts to the result,
+// for a failed run as for a complete one.
+func (h *Harness) finish() {
 	h.result.Processes = h.procs.totals()
 	audit, err := readAudit(h.layout.KovsAuditLog(), h.result.Phases)
 	if err != nil {
 		h.logf("audit log: %v", err)
 	}
 	h.result.Audit = audit
-	return &h.result, nil
 }
 
 func (h *Harness) startInformers(ctx context.Context) {

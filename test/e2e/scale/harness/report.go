@@ -19,9 +19,15 @@ func (r *Result) Markdown(w io.Writer, title string) {
 		r.WorkloadStart.UTC().Format("2006-01-02 15:04 MST"), c.Nodes, c.Pods(), c.PodsPerNode, c.Namespaces, c.Namespaces*c.PoliciesPerNS,
 		c.ChurnDuration, c.PodChurnPerSecond, c.PodChurnPerSecond, c.PolicyChurnPerSec, c.SpanProbes)
 	p("")
+	if r.Failure != "" {
+		p("**This run did not complete**: %s. The rows below give what it measured up to then; those of the phases it did not complete say so.", r.Failure)
+		p("")
+	}
 	r.summary(p)
-	p("")
-	r.spanSection(p)
+	if r.completed("span probes") {
+		p("")
+		r.spanSection(p)
+	}
 	p("")
 	r.churnTrafficSection(p)
 	p("")
@@ -34,27 +40,43 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
 func (r *Result) summary(p func(string, ...any)) {
 	ch := r.Churn
-	written := r.WorkloadWritten.Sub(r.WorkloadStart)
 	p("| measure | value |")
 	p("|---|---|")
-	p("| nodes registered to every node's block allocated | %s |", secs(r.NodeBlocks))
-	p("| agents: tokens minted, connected, first snapshot on all | %s |", secs(r.AgentsConnected))
-	p("| workload written (namespaces, pods, policies) | %s (%.0f objects/s) |", secs(written),
-		float64(r.Config.Namespaces*(1+r.Config.PoliciesPerNS)+r.Config.Pods())/written.Seconds())
-	p("| **first convergence of all agents** (every share = from-scratch compile), from the first write | **%s** (%s after the last write; the polling check saw it %s later) |",
+	row := func(phase, measure, format string, args ...any) {
+		if r.completed(phase) {
+			p("| "+measure+" | "+format+" |", args...)
+		} else {
+			p("| %s | not completed (phase %s) |", measure, phase)
+		}
+	}
+	row("nodes", "nodes registered to every node's block allocated", "%s", secs(r.NodeBlocks))
+	row("agents", "agents: tokens minted, connected, first snapshot on all", "%s", secs(r.AgentsConnected))
+	objects := r.Config.Namespaces*(1+r.Config.PoliciesPerNS) + r.Config.Pods()
+	if written := r.WorkloadWritten.Sub(r.WorkloadStart); r.completed("workload") {
+		p("| workload written (namespaces, pods, policies) | %s (%.0f objects/s) |", secs(written), float64(objects)/written.Seconds())
+	} else if _, ran := r.phase("workload"); ran {
+		p("| workload written (namespaces, pods, policies) | not completed: %d of %d objects created |", r.WorkloadObjects, objects)
+	} else {
+		p("| workload written (namespaces, pods, policies) | not completed (phase workload) |")
+	}
+	row("first convergence", "**first convergence of all agents** (every share = from-scratch compile), from the first write",
+		"**%s** (%s after the last write; the polling check saw it %s later)",
 		secs(r.FirstConvergence.Sub(r.WorkloadStart)), secs(r.FirstConvergence.Sub(r.WorkloadWritten)), secs(r.ConvergenceSeen.Sub(r.FirstConvergence)))
-	p("| pod creation to address allocated, initial load | %s |", r.InitialAllocation.Summary())
-	p("| **pod creation to address allocated, under churn** | **%s**; %d still pending at the end, %d deleted before |",
+	if _, ran := r.phase("workload"); ran {
+		p("| pod creation to address allocated, initial load | %s |", r.InitialAllocation.Summary())
+	}
+	row("churn", "**pod creation to address allocated, under churn**", "**%s**; %d still pending at the end, %d deleted before",
 		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
 	if rc := ch.Reconciles; rc.Reconciles > 0 {
 		p("| kovs-controller's pod-addresses workers, churn (its /metrics) | %d reconciles (%.1f/s), mean %s each, mean queue wait %s |",
 			rc.Reconciles, float64(rc.Reconciles)/ch.Duration.Seconds(), rc.MeanReconcile().Round(time.Millisecond), rc.MeanWait().Round(time.Millisecond))
 	}
-	p("| policy change to realized on every concerned node, isolated probes | %s; %d lost |", r.ProbeLatency.Summary(), r.ProbeLost)
-	p("| **policy change to realized on every concerned node, under churn** | **%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized |",
+	row("span probes", "policy change to realized on every concerned node, isolated probes", "%s; %d lost", r.ProbeLatency.Summary(), r.ProbeLost)
+	row("churn", "**policy change to realized on every concerned node, under churn**",
+		"**%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
-	p("| churn achieved | %.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed) |",
+	row("churn", "churn achieved", "%.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed)",
 		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)
 	for _, u := range r.Processes {
 		if u.Name == "kovs-controller" {
@@ -62,11 +84,11 @@ func (r *Result) summary(p func(string, ...any)) {
 			p("| **kovs-controller peak RSS** (VmHWM) | **%s** |", mib(u.PeakRSS))
 		}
 	}
-	if ph, ok := r.phase("churn"); ok && r.Audit.Total > 0 {
+	if ph, ok := r.phase("churn"); ok && r.completed("churn") && r.Audit.Total > 0 {
 		p("| **kube-apiserver requests/s by kovs-controller**, churn (audit log) | **%.1f** |", float64(r.Audit.PerPhase["churn"])/ph.End.Sub(ph.Start).Seconds())
 	}
-	p("| final check: agents whose share equals a from-scratch compile of the API's objects | %d of %d (waited %s after the churn) |",
-		r.Verified, r.Config.Nodes, secs(r.FinalConvergence))
+	row("final convergence", "final check: agents whose share equals a from-scratch compile of the API's objects",
+		"%d of %d (waited %s after the churn)", r.Verified, r.Config.Nodes, secs(r.FinalConvergence))
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

@@ -4,9 +4,12 @@ import (
 	"time"
 )
 
-// Result is what a run measured.
+// Result is what a run measured. A run that failed returns what it measured up to the
+// failure, with Failure saying where.
 type Result struct {
 	Config Config
+	// Failure is the phase that failed and its error; empty for a complete run.
+	Failure string
 	// NodeBlocks is registration to every node having its blocks; AgentsConnected from
 	// the first token to every agent having its snapshot.
 	NodeBlocks, AgentsConnected time.Duration
@@ -15,7 +18,10 @@ type Result struct {
 	// its node's from-scratch share.
 	WorkloadStart, WorkloadWritten, FirstConvergence time.Time
 	// ConvergenceSeen is when the polling check saw it.
-	ConvergenceSeen   time.Time
+	ConvergenceSeen time.Time
+	// WorkloadObjects counts the workload's objects created (namespaces, pods,
+	// policies), for a run that failed before writing them all.
+	WorkloadObjects   int64
 	InitialAllocation Durations
 
 	ProbeLatency Durations
@@ -60,6 +66,17 @@ type AgentTraffic struct {
 	Traffic     Traffic
 	WireBytes   int64
 	Pods, Rules int
+}
+
+// completed reports whether the named phase ran to its end: it ran, and it is not the
+// phase that failed (always the last one run).
+func (r *Result) completed(name string) bool {
+	for i, p := range r.Phases {
+		if p.Name == name {
+			return r.Failure == "" || i < len(r.Phases)-1
+		}
+	}
+	return false
 }
 
 // phase returns the named phase's usage.

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -11,13 +12,13 @@ import (
 )
 
 // createNamespaces creates the model's namespaces.
-func (h *Harness) createNamespaces(ctx context.Context) error {
+func (h *Harness) createNamespaces(ctx context.Context, written *writeCount) error {
 	spaces := h.model.spaces
 	err := h.parallel(ctx, len(spaces), func(ctx context.Context, i int) error {
-		return retryWrite(ctx, func() error {
+		return written.count(retryWrite(ctx, func() error {
 			_, err := h.workload.CoreV1().Namespaces().Create(ctx, namespaceObject(spaces[i]), metav1.CreateOptions{})
 			return err
-		})
+		}))
 	})
 	if err != nil {
 		return fmt.Errorf("namespaces: %w", err)
@@ -29,13 +30,15 @@ func (h *Harness) createNamespaces(ctx context.Context) error {
 // then the policies: np-1 and np-2 of shape (a) in every namespace.
 func (h *Harness) createWorkload(ctx context.Context) error {
 	h.result.WorkloadStart = time.Now()
+	var written writeCount
+	defer func() { h.result.WorkloadObjects = written.Load() }()
 	spaces := h.model.spaces
-	if err := h.createNamespaces(ctx); err != nil {
+	if err := h.createNamespaces(ctx, &written); err != nil {
 		return err
 	}
 	err := h.parallel(ctx, h.cfg.Pods(), func(ctx context.Context, i int) error {
 		ns := spaces[i%len(spaces)]
-		return h.createPod(ctx, podRef{ns, fmt.Sprintf("pod-%d", i/len(spaces))}, 1+(i/len(spaces))%2)
+		return written.count(h.createPod(ctx, podRef{ns, fmt.Sprintf("pod-%d", i/len(spaces))}, 1+(i/len(spaces))%2))
 	})
 	if err != nil {
 		return fmt.Errorf("pods: %w", err)
@@ -43,16 +46,27 @@ func (h *Harness) createWorkload(ctx context.Context) error {
 	err = h.parallel(ctx, len(spaces)*h.cfg.PoliciesPerNS, func(ctx context.Context, i int) error {
 		sel := selector{spaces[i%len(spaces)], 1 + i/len(spaces)}
 		np := policyObject(fmt.Sprintf("np-%d", sel.App), sel)
-		return retryWrite(ctx, func() error {
+		return written.count(retryWrite(ctx, func() error {
 			_, err := h.workload.NetworkingV1().NetworkPolicies(sel.Namespace).Create(ctx, np, metav1.CreateOptions{})
 			return err
-		})
+		}))
 	})
 	if err != nil {
 		return fmt.Errorf("policies: %w", err)
 	}
 	h.result.WorkloadWritten = time.Now()
 	return nil
+}
+
+// writeCount counts the writes that succeeded.
+type writeCount struct{ atomic.Int64 }
+
+// count counts a write that returned err, and returns err.
+func (w *writeCount) count(err error) error {
+	if err == nil {
+		w.Add(1)
+	}
+	return err
 }
 
 // createPod places a pod in the model and creates it, timing its address allocation.
