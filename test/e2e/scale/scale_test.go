@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,12 +80,25 @@ func TestScaleBenchmark(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, cfg, func(res *harness.Result) {
-		if path := os.Getenv("KOVS_SCALE_REPORT"); path != "" {
-			if err := writeReport(path, res); err != nil {
-				t.Error(err)
-			}
+		path := os.Getenv("KOVS_SCALE_REPORT")
+		if path == "" {
+			return
+		}
+		if res.Failure != "" {
+			// The last complete run's report stays; the partial one goes beside it.
+			path = failedReportPath(path)
+			t.Logf("the run did not complete: its partial report is in %s", path)
+		}
+		if err := writeReport(path, res); err != nil {
+			t.Error(err)
 		}
 	})
+}
+
+// failedReportPath is where the partial report of a failed run goes: beside path, which
+// keeps the last complete run's.
+func failedReportPath(path string) string {
+	return strings.TrimSuffix(path, ".md") + "-failed-run.md"
 }
 
 // notesMarker starts the hand-written part of docs/scale.md (what limited the run, the
