@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -86,6 +87,11 @@ func subcommand(args []string) string {
 // run runs cmd and turns a failure into a *CommandError with a trimmed stderr.
 func run(ctx context.Context, e Exec, cmd Command) (string, error) {
 	stdout, stderr, err := e.Run(ctx, cmd)
+	return commandResult(ctx, cmd, stdout, stderr, err)
+}
+
+// commandResult is stdout of a run of cmd that succeeded, or a *CommandError.
+func commandResult(ctx context.Context, cmd Command, stdout, stderr []byte, err error) (string, error) {
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
@@ -93,4 +99,95 @@ func run(ctx context.Context, e Exec, cmd Command) (string, error) {
 		return "", &CommandError{Command: cmd, Stderr: strings.TrimSpace(string(stderr)), Err: err}
 	}
 	return string(stdout), nil
+}
+
+// Starter is an Exec that can start a program before its input is known: the process
+// loads, then waits on its standard input until Finish feeds it. OSExec is one; an Exec
+// that is not (a test's fake) runs each command whole.
+type Starter interface {
+	// Start starts cmd (its Stdin is ignored: Finish gives it).
+	Start(cmd Command) (Started, error)
+}
+
+// Started is a process a Starter started, waiting for its standard input.
+type Started interface {
+	// Finish writes stdin, closes it and waits for the process to exit, killing it when
+	// ctx is done first; it returns what the process wrote, as Exec.Run does.
+	Finish(ctx context.Context, stdin []byte) (stdout, stderr []byte, err error)
+	// Abandon kills the process and waits for it.
+	Abandon()
+}
+
+var _ Starter = OSExec{}
+
+// Start implements Starter.
+func (OSExec) Start(c Command) (Started, error) {
+	cmd := exec.Command(c.Path, c.Args...)
+	if len(c.Env) > 0 {
+		cmd.Env = append(os.Environ(), c.Env...)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &osStarted{cmd: cmd, stdin: stdin}
+	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// osStarted is a process OSExec started.
+type osStarted struct {
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	stdout, stderr bytes.Buffer
+}
+
+// Finish implements Started.
+func (p *osStarted) Finish(ctx context.Context, stdin []byte) ([]byte, []byte, error) {
+	done := make(chan error, 1)
+	go func() {
+		_, writeErr := p.stdin.Write(stdin)
+		closeErr := p.stdin.Close()
+		err := p.cmd.Wait()
+		// A process that exits before reading all of its input makes the write fail;
+		// its exit status says why, so that error comes first.
+		if err == nil {
+			err = firstErr(writeErr, closeErr)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return p.stdout.Bytes(), p.stderr.Bytes(), err
+	case <-ctx.Done():
+		_ = p.cmd.Process.Kill()
+		err := <-done
+		return p.stdout.Bytes(), p.stderr.Bytes(), err
+	}
+}
+
+// Abandon implements Started.
+func (p *osStarted) Abandon() {
+	_ = p.cmd.Process.Kill()
+	_ = p.stdin.Close()
+	_ = p.cmd.Wait()
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish feeds a started cmd its input and turns a failure into a *CommandError, as run
+// does.
+func finish(ctx context.Context, p Started, cmd Command) (string, error) {
+	stdout, stderr, err := p.Finish(ctx, cmd.Stdin)
+	return commandResult(ctx, cmd, stdout, stderr, err)
 }

@@ -52,6 +52,16 @@ type OpenFlowConfig struct {
 	Exec Exec
 	// Logger defaults to the logrus standard logger.
 	Logger *logrus.Entry
+	// PrestartBundles keeps one `ovs-ofctl bundle` process started ahead, waiting for its
+	// bundle, so that Bundle does not wait for ovs-ofctl to load: about 5 ms of each
+	// bundle here, most of what a pod's flows cost. For a long-running client, which
+	// calls Close when done; it needs an Exec that is a Starter (OSExec is), and is
+	// ignored otherwise.
+	PrestartBundles bool
+	// PrestartDelay is how long after a bundle the next process starts, so that its start
+	// does not take the CPU from what follows the bundle (in kovs-agent, the rest of a
+	// pod's CNI ADD). A bundle that comes sooner runs ovs-ofctl whole.
+	PrestartDelay time.Duration
 }
 
 // OpenFlow programs one bridge through ovs-ofctl, with flows and groups as text
@@ -65,6 +75,8 @@ type OpenFlow struct {
 	exec     Exec
 	vswitchd *Vswitchd
 	log      *logrus.Entry
+	// bundles is the bundle process started ahead; nil without PrestartBundles.
+	bundles *prestarted
 }
 
 var _ FlowClient = (*OpenFlow)(nil)
@@ -97,7 +109,18 @@ func NewOpenFlow(cfg OpenFlowConfig) (*OpenFlow, error) {
 		c.target = cfg.Bridge
 	}
 	c.vswitchd = NewVswitchd(VswitchdConfig{Ctl: cfg.VswitchdCtl, RunDir: cfg.RunDir, AppctlPath: cfg.AppctlPath, Exec: c.exec})
+	if starter, ok := c.exec.(Starter); ok && cfg.PrestartBundles {
+		c.bundles = newPrestarted(starter, c.bundleCommand(nil), cfg.PrestartDelay, c.log)
+	}
 	return c, nil
+}
+
+// Close stops the bundle process started ahead, if any. Bundle still works after it,
+// starting ovs-ofctl per call.
+func (c *OpenFlow) Close() {
+	if c.bundles != nil {
+		c.bundles.close()
+	}
 }
 
 // Bridge is the bridge the client programs.
@@ -119,14 +142,40 @@ func (c *OpenFlow) Bundle(ctx context.Context, mods []Mod) error {
 		return fmt.Errorf("bundle on bridge %s: %w", c.bridge, err)
 	}
 	start := time.Now()
-	// --no-names: kovs's flows and groups name ports and tables by number only, and
-	// without it ovs-ofctl asks the switch for every port's and table's name before
-	// it parses the bundle (the table features alone cost more than the bundle).
-	if _, err := c.run(ctx, []byte(text), "--no-names", "bundle", c.target, "-"); err != nil {
+	cmd := c.bundleCommand([]byte(text))
+	if p := c.takeBundleProcess(); p != nil {
+		defer c.bundles.refill()
+		_, err = finish(ctx, p, cmd)
+	} else {
+		_, err = run(ctx, c.exec, cmd)
+	}
+	if err != nil {
 		return newBundleError(c.bridge, text, err)
 	}
 	c.log.WithFields(logrus.Fields{"mods": len(mods), "elapsed": time.Since(start)}).Debug("applied openflow bundle")
 	return nil
+}
+
+// bundleCommand is the ovs-ofctl run that applies the bundle text from standard input.
+// --no-names: kovs's flows and groups name ports and tables by number only, and without
+// it ovs-ofctl asks the switch for every port's and table's name before it parses the
+// bundle (the table features alone cost more than the bundle).
+func (c *OpenFlow) bundleCommand(text []byte) Command {
+	return c.command(text, "--no-names", "bundle", c.target, "-")
+}
+
+// takeBundleProcess returns the bundle process started ahead, or nil: none is configured
+// or ready.
+func (c *OpenFlow) takeBundleProcess() Started {
+	if c.bundles == nil {
+		return nil
+	}
+	p := c.bundles.take()
+	if p == nil {
+		// Started now, it is ready for a later bundle.
+		c.bundles.refill()
+	}
+	return p
 }
 
 // DumpFlows lists the flows whose cookie matches cookie under mask; mask 0
@@ -216,8 +265,12 @@ func (c *OpenFlow) Vswitchd() *Vswitchd { return c.vswitchd }
 
 // run runs ovs-ofctl -O <protocol> args.
 func (c *OpenFlow) run(ctx context.Context, stdin []byte, args ...string) (string, error) {
-	cmd := Command{Path: c.ofctl, Args: append([]string{"-O", c.protocol}, args...), Stdin: stdin}
-	return run(ctx, c.exec, cmd)
+	return run(ctx, c.exec, c.command(stdin, args...))
+}
+
+// command is the ovs-ofctl -O <protocol> args command.
+func (c *OpenFlow) command(stdin []byte, args ...string) Command {
+	return Command{Path: c.ofctl, Args: append([]string{"-O", c.protocol}, args...), Stdin: stdin}
 }
 
 func orDefault(v, def string) string {
