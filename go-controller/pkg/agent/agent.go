@@ -98,6 +98,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	defer a.store.Close()
+	defer a.of.Close()
 	round, err := nextRound(ctx, a.of)
 	if err != nil {
 		return err
@@ -236,8 +237,12 @@ func (a *Agent) connectOVS(ctx context.Context) error {
 	}
 	a.store = store
 	a.health.setOVS(store)
+	// A pod's CNI ADD waits for a bundle, so each bundle's ovs-ofctl is started ahead of
+	// it, a while after the previous bundle: once that pod's ADD is through, and before
+	// the next sync of a burst (which the flow syncer runs minSyncGap after the previous).
 	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: a.cfg.Bridge, RunDir: a.cfg.OVSRundir,
-		VswitchdCtl: vswitchdCtl(a.cfg.VswitchdCtl, a.cfg.OVSRundir)})
+		VswitchdCtl:     vswitchdCtl(a.cfg.VswitchdCtl, a.cfg.OVSRundir),
+		PrestartBundles: true, PrestartDelay: minSyncGap / 2})
 	if err != nil {
 		return err
 	}
