@@ -23,6 +23,15 @@ func (c Command) String() string {
 	return strings.Join(append([]string{c.Path}, c.Args...), " ")
 }
 
+// environ is the command's environment for exec.Cmd.Env: nil (the inherited one) without
+// Env entries.
+func (c Command) environ() []string {
+	if len(c.Env) == 0 {
+		return nil
+	}
+	return append(os.Environ(), c.Env...)
+}
+
 // Exec runs commands. OSExec runs real programs; tests pass a fake.
 type Exec interface {
 	// Run runs cmd to completion, or until ctx is done, and returns what it
@@ -36,9 +45,7 @@ type OSExec struct{}
 // Run implements Exec.
 func (OSExec) Run(ctx context.Context, c Command) ([]byte, []byte, error) {
 	cmd := exec.CommandContext(ctx, c.Path, c.Args...)
-	if len(c.Env) > 0 {
-		cmd.Env = append(os.Environ(), c.Env...)
-	}
+	cmd.Env = c.environ()
 	if c.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(c.Stdin)
 	}
@@ -123,9 +130,7 @@ var _ Starter = OSExec{}
 // Start implements Starter.
 func (OSExec) Start(c Command) (Started, error) {
 	cmd := exec.Command(c.Path, c.Args...)
-	if len(c.Env) > 0 {
-		cmd.Env = append(os.Environ(), c.Env...)
-	}
+	cmd.Env = c.environ()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -172,8 +177,7 @@ func (p *osStarted) Finish(ctx context.Context, stdin []byte) ([]byte, []byte, e
 // Abandon implements Started.
 func (p *osStarted) Abandon() {
 	_ = p.cmd.Process.Kill()
-	_ = p.stdin.Close()
-	_ = p.cmd.Wait()
+	_ = p.cmd.Wait() // closes stdin too
 }
 
 func firstErr(errs ...error) error {

@@ -143,8 +143,12 @@ func (c *OpenFlow) Bundle(ctx context.Context, mods []Mod) error {
 	}
 	start := time.Now()
 	cmd := c.bundleCommand([]byte(text))
-	if p := c.takeBundleProcess(); p != nil {
+	var p Started
+	if c.bundles != nil {
+		p = c.bundles.take()
 		defer c.bundles.refill()
+	}
+	if p != nil {
 		_, err = finish(ctx, p, cmd)
 	} else {
 		_, err = run(ctx, c.exec, cmd)
@@ -162,20 +166,6 @@ func (c *OpenFlow) Bundle(ctx context.Context, mods []Mod) error {
 // bundle (the table features alone cost more than the bundle).
 func (c *OpenFlow) bundleCommand(text []byte) Command {
 	return c.command(text, "--no-names", "bundle", c.target, "-")
-}
-
-// takeBundleProcess returns the bundle process started ahead, or nil: none is configured
-// or ready.
-func (c *OpenFlow) takeBundleProcess() Started {
-	if c.bundles == nil {
-		return nil
-	}
-	p := c.bundles.take()
-	if p == nil {
-		// Started now, it is ready for a later bundle.
-		c.bundles.refill()
-	}
-	return p
 }
 
 // DumpFlows lists the flows whose cookie matches cookie under mask; mask 0

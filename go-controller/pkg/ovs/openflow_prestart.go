@@ -18,8 +18,8 @@ import (
 // bundle, which ovs-ofctl applies as nothing and exits.
 type prestarted struct {
 	starter Starter
-	cmd     Command // started without Stdin
-	delay   time.Duration
+	cmd     Command       // started without Stdin
+	delay   time.Duration // from a take to the next start
 	log     *logrus.Entry
 
 	mu       sync.Mutex
@@ -31,9 +31,8 @@ type prestarted struct {
 // newPrestarted starts the first process now, and each later one delay after the
 // previous one was taken.
 func newPrestarted(starter Starter, cmd Command, delay time.Duration, log *logrus.Entry) *prestarted {
-	p := &prestarted{starter: starter, cmd: cmd, log: log}
-	p.refill()
-	p.delay = delay
+	p := &prestarted{starter: starter, cmd: cmd, delay: delay, log: log}
+	p.startAfter(0)
 	return p
 }
 
@@ -50,14 +49,17 @@ func (p *prestarted) take() Started {
 
 // refill starts the next process in the background, after the delay, unless one is ready
 // or starting.
-func (p *prestarted) refill() {
+func (p *prestarted) refill() { p.startAfter(p.delay) }
+
+// startAfter starts a process in the background after delay, unless one is ready or
+// starting.
+func (p *prestarted) startAfter(delay time.Duration) {
 	p.mu.Lock()
 	if p.closed || p.next != nil || p.starting {
 		p.mu.Unlock()
 		return
 	}
 	p.starting = true
-	delay := p.delay
 	p.mu.Unlock()
 	go func() {
 		time.Sleep(delay)
