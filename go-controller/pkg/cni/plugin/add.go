@@ -11,8 +11,9 @@ import (
 
 // add is CNI ADD: it asks the agent for the pod's network config, creates the veth and
 // configures the pod end, asks the agent to attach the host end to br-int (which returns
-// once the pod's flows are installed), and prints the result. Nothing is created until
-// the agent has the pod's addresses; any later failure undoes every step taken.
+// once the pod's flows are installed), has portmap map the pod's hostPorts if it has any,
+// and prints the result. Nothing is created until the agent has the pod's addresses; any
+// later failure undoes every step taken.
 func (p *Plugin) add(inv *invocation) error {
 	pod, err := parsePod(inv.args.Args, true)
 	if err != nil {
@@ -65,9 +66,16 @@ func (p *Plugin) attach(inv *invocation, pod cni.PodRef, podNS ns.NetNS, spec *p
 	if err := attachToAgent(inv, pod, hostName, spec); err != nil {
 		return err
 	}
-	result := newResult(hostLink, spec, inv.args.Netns)
-	if err := printResult(p.stdout, result, inv.conf.CNIVersion); err != nil {
+	result, err := encodeResult(newResult(hostLink, spec, inv.args.Netns), inv.conf.CNIVersion)
+	if err != nil {
 		return err
+	}
+	if err := inv.runPortmap("ADD", result); err != nil {
+		// portmap may have made some of its rules: its DEL removes what there is.
+		return withUndo(fmt.Errorf("map the hostPorts of pod %s: %w", pod, err), inv.runPortmap("DEL", result))
+	}
+	if err := writeResult(p.stdout, result); err != nil {
+		return withUndo(err, inv.runPortmap("DEL", result))
 	}
 	success = true
 	return nil

@@ -14,14 +14,18 @@ import (
 )
 
 // check is CNI CHECK: the pod interface exists in the netns with the MAC, addresses and
-// routes of the ADD result (prevResult), the host end exists, and the agent confirms the
-// port and flows.
+// routes of the ADD result (prevResult), the host end exists, the agent confirms the
+// port and flows, and portmap the pod's hostPorts (when the runtime passed any).
 func (p *Plugin) check(inv *invocation) error {
 	pod, err := parsePod(inv.args.Args, true)
 	if err != nil {
 		return err
 	}
 	inv.log = inv.log.WithField("pod", pod.String())
+	rawPrev, err := rawPrevResult(inv.conf) // before prevResult, which drops it
+	if err != nil {
+		return err
+	}
 	prev, err := prevResult(inv.conf)
 	if err != nil {
 		return err
@@ -42,7 +46,13 @@ func (p *Plugin) check(inv *invocation) error {
 	if _, err := linkByName(hostName); err != nil {
 		return fmt.Errorf("check pod %s: host end %s of the veth: %w", pod, hostName, err)
 	}
-	return checkWithAgent(inv, pod, hostName, want)
+	if err := checkWithAgent(inv, pod, hostName, want); err != nil {
+		return err
+	}
+	if err := inv.runPortmap("CHECK", rawPrev); err != nil {
+		return fmt.Errorf("check the hostPorts of pod %s: %w", pod, err)
+	}
+	return nil
 }
 
 // checkWithAgent asks the agent to verify the port and flows.

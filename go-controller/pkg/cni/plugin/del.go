@@ -9,7 +9,8 @@ import (
 
 // del is CNI DEL. It is idempotent: a missing netns, link or port is success.
 //
-// It asks the agent to detach the sandbox, then deletes the veth (the pod end if the
+// It has portmap remove the pod's hostPorts (when the runtime passed any), asks the agent
+// to detach the sandbox, then deletes the veth (the pod end if the
 // netns still exists, and the host end if it is still around).
 //
 // When the agent is not running (nothing accepts on its socket), DEL still removes the
@@ -28,20 +29,47 @@ func (p *Plugin) del(inv *invocation) error {
 	if !pod.IsZero() {
 		inv.log = inv.log.WithField("pod", pod.String())
 	}
+	// portmap first, as when the conflist chained it after kovs-cni: a runtime deletes in
+	// reverse order.
+	portmapErr := inv.delPortmap()
 	agentErr := detach(inv, pod)
 	if errors.Is(agentErr, cni.ErrAgentUnreachable) {
 		inv.log.WithError(agentErr).Warn("kovs-agent not running: removing the veth only; the agent removes the port when it starts")
 		agentErr = nil
 	}
 	vethErr := deletePodVeth(inv)
-	switch {
-	case agentErr != nil && vethErr != nil:
-		return fmt.Errorf("%w; %w", agentErr, vethErr)
-	case agentErr != nil:
-		return agentErr
-	default:
-		return vethErr
+	return joinErrors(portmapErr, agentErr, vethErr)
+}
+
+// delPortmap removes the pod's hostPorts (when the runtime passed any) with portmap's DEL.
+// Without portmap in CNI_PATH it warns and goes on: nothing of portmap's can be removed
+// without it, and a failing DEL would keep the pod Terminating.
+func (inv *invocation) delPortmap() error {
+	prev, err := rawPrevResult(inv.conf)
+	if err != nil {
+		return err
 	}
+	err = inv.runPortmap("DEL", prev)
+	if errors.Is(err, errPortmapMissing) {
+		inv.log.WithError(err).Warn("hostPorts not unmapped")
+		return nil
+	}
+	return err
+}
+
+// joinErrors joins the errors that are not nil with "; ", keeping each for errors.Is.
+func joinErrors(errs ...error) error {
+	var joined error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case joined == nil:
+			joined = err
+		default:
+			joined = fmt.Errorf("%w; %w", joined, err)
+		}
+	}
+	return joined
 }
 
 // deletePodVeth deletes the sandbox's veth; a gone netns or link is success.

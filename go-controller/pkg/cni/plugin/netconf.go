@@ -20,11 +20,21 @@ const DefaultSocket = "/var/run/kovs/cni.sock"
 //	"socket":  the agent's unix socket (default /var/run/kovs/cni.sock)
 //	"logFile": where to log each command (optional; without it only warnings go to
 //	           stderr, which the runtime logs)
+//	"portmap": options of the portmap plugin kovs-cni runs for a pod's hostPorts
+//	           (optional; "backend", "snat", ...: portmap's own keys)
+//
+// and, with the capability portMappings declared, the runtime's runtimeConfig.portMappings.
 type NetConf struct {
 	types.NetConf
 
-	Socket  string `json:"socket,omitempty"`
-	LogFile string `json:"logFile,omitempty"`
+	Socket  string                     `json:"socket,omitempty"`
+	LogFile string                     `json:"logFile,omitempty"`
+	Portmap map[string]json.RawMessage `json:"portmap,omitempty"`
+
+	RuntimeConfig struct {
+		// PortMappings are the pod's hostPorts, passed on to portmap as they are.
+		PortMappings []json.RawMessage `json:"portMappings,omitempty"`
+	} `json:"runtimeConfig"`
 }
 
 // parseNetConf decodes and checks the network config the runtime passed on stdin.
@@ -43,6 +53,12 @@ func parseNetConf(stdin []byte) (*NetConf, error) {
 	if conf.LogFile != "" && !filepath.IsAbs(conf.LogFile) {
 		return nil, withCode(types.ErrInvalidNetworkConfig,
 			fmt.Errorf("network config %q: logFile %q is not an absolute path", conf.Name, conf.LogFile))
+	}
+	for _, k := range portmapOwnKeys {
+		if _, ok := conf.Portmap[k]; ok {
+			return nil, withCode(types.ErrInvalidNetworkConfig,
+				fmt.Errorf("network config %q: portmap option %q is kovs-cni's to set: remove it", conf.Name, k))
+		}
 	}
 	return conf, nil
 }

@@ -37,6 +37,10 @@ func TestParseNetConfErrors(t *testing.T) {
 		{"wrong type", `{"name":"kovs","socket":5}`, types.ErrDecodingFailure, "socket"},
 		{"relative socket", `{"name":"kovs","socket":"cni.sock"}`, types.ErrInvalidNetworkConfig, `socket "cni.sock" is not an absolute path`},
 		{"relative log", `{"name":"kovs","logFile":"cni.log"}`, types.ErrInvalidNetworkConfig, `logFile "cni.log"`},
+		{"portmap options not an object", `{"name":"kovs","portmap":"iptables"}`, types.ErrDecodingFailure, "portmap"},
+		{"portmap option kovs-cni sets", `{"name":"kovs","portmap":{"backend":"iptables","type":"other"}}`, types.ErrInvalidNetworkConfig,
+			`network config "kovs": portmap option "type" is kovs-cni's to set: remove it`},
+		{"portMappings not a list", `{"name":"kovs","runtimeConfig":{"portMappings":{}}}`, types.ErrDecodingFailure, "portMappings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseNetConf([]byte(tc.conf))

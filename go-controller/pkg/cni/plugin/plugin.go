@@ -54,10 +54,11 @@ func (p *Plugin) Status(args *skel.CmdArgs) error { return p.run("STATUS", args,
 
 // invocation is one command's context: its arguments, config, agent and log.
 type invocation struct {
-	args  *skel.CmdArgs
-	conf  *NetConf
-	agent *cni.Client
-	log   *logrus.Entry
+	args   *skel.CmdArgs
+	conf   *NetConf
+	agent  *cni.Client
+	log    *logrus.Entry
+	stderr io.Writer // where a delegated plugin's stderr goes
 }
 
 // run parses the config, runs cmd and turns its error into a CNI error.
@@ -68,7 +69,7 @@ func (p *Plugin) run(command string, args *skel.CmdArgs, cmd func(*invocation) e
 	}
 	log, closeLog := p.logger(conf, command, args)
 	defer closeLog()
-	inv := &invocation{args: args, conf: conf, agent: cni.NewClient(conf.Socket), log: log}
+	inv := &invocation{args: args, conf: conf, agent: cni.NewClient(conf.Socket), log: log, stderr: p.stderr}
 	start := time.Now()
 	err = cmd(inv)
 	inv.log = inv.log.WithField("duration", time.Since(start).Round(time.Millisecond))

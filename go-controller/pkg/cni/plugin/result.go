@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -38,14 +39,32 @@ func newResult(host netlink.Link, spec *podInterfaceSpec, netnsPath string) *typ
 // printResult writes result in the config's CNI version (no version means 0.1.0, as
 // for the runtime).
 func printResult(w io.Writer, result *types100.Result, cniVersion string) error {
+	b, err := encodeResult(result, cniVersion)
+	if err != nil {
+		return err
+	}
+	return writeResult(w, b)
+}
+
+// encodeResult is result in the config's CNI version, as JSON.
+func encodeResult(result *types100.Result, cniVersion string) ([]byte, error) {
 	if cniVersion == "" {
 		cniVersion = "0.1.0"
 	}
 	converted, err := result.GetAsVersion(cniVersion)
 	if err != nil {
-		return fmt.Errorf("convert the result to CNI %s: %w", cniVersion, err)
+		return nil, fmt.Errorf("convert the result to CNI %s: %w", cniVersion, err)
 	}
-	if err := converted.PrintTo(w); err != nil {
+	b, err := json.MarshalIndent(converted, "", "    ")
+	if err != nil {
+		return nil, fmt.Errorf("encode the result: %w", err)
+	}
+	return b, nil
+}
+
+// writeResult writes an encoded result.
+func writeResult(w io.Writer, b []byte) error {
+	if _, err := w.Write(b); err != nil {
 		return fmt.Errorf("write the result: %w", err)
 	}
 	return nil
