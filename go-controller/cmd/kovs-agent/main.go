@@ -36,7 +36,7 @@ func main() {
 	flag.IntVar(&cfg.MTU, "mtu", 0, "pod MTU (0: the uplink MTU minus the tunnel overhead)")
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the node's CNI config is written")
 	flag.StringVar(&cfg.CNISocket, "cni-socket", "/var/run/kovs/cni.sock", "the CNI server's unix socket")
-	flag.StringVar(&cfg.HostPortBackend, "hostport-backend", agent.HostPortBackendAuto, "the chained portmap plugin's backend (hostPort): iptables or nftables, as the node uses; auto: portmap probes for iptables on every pod start and stop")
+	flag.StringVar(&cfg.HostPortBackend, "hostport-backend", agent.HostPortBackendAuto, "the backend of the portmap plugin kovs-cni runs for hostPorts: iptables or nftables, as the node uses; auto: portmap probes for iptables on every start and stop of a pod with a hostPort")
 	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "the node's CNI plugin directory (kovs-cni is removed from it on uninstall)")
 	flag.StringVar(&cfg.PodNamespace, "pod-namespace", "", "the agent's own Pod namespace (with --pod-name: clean the node up when its DaemonSet is deleted)")
 	flag.StringVar(&cfg.PodName, "pod-name", "", "the agent's own Pod name (with --pod-namespace: clean the node up when its DaemonSet is deleted)")

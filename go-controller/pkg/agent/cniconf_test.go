@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// portmapEntry is the conflist's portmap plugin, as written for backend.
-func portmapEntry(t *testing.T, backend string) map[string]any {
+// conflistPlugins are the plugins of the conflist, as written for backend.
+func conflistPlugins(t *testing.T, backend string) ([]map[string]any, []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := writeCNIConf(dir, "/run/kovs/cni.sock", backend); err != nil {
@@ -26,25 +26,35 @@ func portmapEntry(t *testing.T, backend string) map[string]any {
 	if err := json.Unmarshal(b, &conf); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range conf.Plugins {
-		if p["type"] == "portmap" {
-			return p
-		}
-	}
-	t.Fatalf("no portmap in the conflist:\n%s", b)
-	return nil
+	return conf.Plugins, b
 }
 
-// A named backend spares every pod's ADD and DEL portmap's probe for iptables; auto
-// leaves the probe to portmap.
+// kovs-cni is the only plugin: it takes the pods' portMappings and runs portmap for the
+// pods that have any, so the runtime execs no portmap for a pod without a hostPort.
+func TestConflistHasKovsCNIAloneTakingPortMappings(t *testing.T) {
+	plugins, b := conflistPlugins(t, HostPortBackendIPTables)
+	if len(plugins) != 1 || plugins[0]["type"] != "kovs-cni" {
+		t.Fatalf("plugins of the conflist, want kovs-cni alone:\n%s", b)
+	}
+	if caps, _ := plugins[0]["capabilities"].(map[string]any); caps["portMappings"] != true {
+		t.Errorf("kovs-cni's capabilities = %v, want portMappings (the runtime passes hostPorts only to a plugin declaring it):\n%s",
+			plugins[0]["capabilities"], b)
+	}
+}
+
+// A named backend spares every hostPort pod's ADD and DEL portmap's probe for iptables;
+// auto leaves the probe to portmap.
 func TestConflistNamesTheHostPortBackend(t *testing.T) {
 	for _, backend := range []string{HostPortBackendIPTables, HostPortBackendNFTables} {
-		if got := portmapEntry(t, backend)["backend"]; got != backend {
-			t.Errorf("--hostport-backend %s: portmap's backend = %v, want %s", backend, got, backend)
+		plugins, b := conflistPlugins(t, backend)
+		opts, _ := plugins[0]["portmap"].(map[string]any)
+		if got := opts["backend"]; got != backend {
+			t.Errorf("--hostport-backend %s: portmap's backend = %v, want %s:\n%s", backend, got, backend, b)
 		}
 	}
-	if got, ok := portmapEntry(t, HostPortBackendAuto)["backend"]; ok {
-		t.Errorf("--hostport-backend auto: portmap's backend = %v, want none (portmap probes)", got)
+	plugins, b := conflistPlugins(t, HostPortBackendAuto)
+	if got, ok := plugins[0]["portmap"]; ok {
+		t.Errorf("--hostport-backend auto: portmap options = %v, want none (portmap probes):\n%s", got, b)
 	}
 }
 

@@ -36,9 +36,10 @@ type Config struct {
 	MTU        int
 	CNIConfDir string
 	CNISocket  string
-	// HostPortBackend is the chained portmap plugin's backend: "iptables" or "nftables",
-	// written into the conflist, or "auto", which leaves portmap to probe the node for
-	// iptables on every pod ADD and DEL (two iptables runs per call).
+	// HostPortBackend is the backend of the portmap plugin kovs-cni runs for hostPorts:
+	// "iptables" or "nftables", written into the conflist, or "auto", which leaves portmap
+	// to probe the node for iptables on every ADD and DEL of a pod with a hostPort (two
+	// iptables runs per call).
 	HostPortBackend string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
@@ -134,7 +135,7 @@ func (c *Config) Defaults() {
 	}
 }
 
-// The backends of the chained portmap plugin (--hostport-backend). portmap's own names.
+// The backends of the portmap plugin kovs-cni runs (--hostport-backend). portmap's own names.
 const (
 	HostPortBackendAuto     = "auto"
 	HostPortBackendIPTables = "iptables"

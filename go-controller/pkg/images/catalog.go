@@ -112,8 +112,8 @@ func agentSpec() Spec {
 			kovsBin("kovs-agent", "/usr/local/bin/kovs-agent"),
 			kovsBin("kovsctl", "/usr/local/bin/kovsctl"),
 			kovsBin("kovs-cni", "/opt/kovs/bin/kovs-cni"),
-			// Chained after kovs-cni for hostPort (the conflist's portmap), installed
-			// onto the host with it; the reference plugin, static.
+			// Run by kovs-cni for a pod's hostPorts, installed onto the host with it;
+			// the reference plugin, static.
 			kovsBin(portmapPackage, "/opt/kovs/bin/portmap"),
 		},
 		Env:        []string{DefaultPath},

@@ -29,7 +29,7 @@ const (
 	kovsController = "kovs-controller"
 	kovsAgent      = "kovs-agent"
 	kovsCNI        = "kovs-cni"
-	// portmap is chained after kovs-cni in the agent's conflist (hostPort).
+	// portmap maps hostPorts; kovs-cni runs it for the pods that have any.
 	portmap = "portmap"
 )
 
