@@ -103,6 +103,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	})
 	sweeping()
 	h.result.Churn.PolicySuperseded = h.realization.supersededCount()
+	h.result.Churn.PolicySplit = h.realization.splitResults()
 	h.result.Churn.PolicyLatency, h.result.Churn.PolicyLost, h.result.Churn.PolicyNoNode = h.realization.results()
 	h.result.Churn.Allocation, h.result.Churn.AllocationPending, h.result.Churn.DeletedBeforeAllocation = h.alloc.results()
 	h.result.Churn.Traffic = h.agentTraffic(before)

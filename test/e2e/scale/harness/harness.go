@@ -10,6 +10,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -172,11 +173,25 @@ func (h *Harness) startInformers(ctx context.Context) {
 	// Registered before Start: the listers compare() reads.
 	h.factory.Core().V1().Nodes().Informer()
 	h.factory.Core().V1().Namespaces().Informer()
-	h.factory.Networking().V1().NetworkPolicies().Informer()
+	_, _ = h.factory.Networking().V1().NetworkPolicies().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { h.policySeen(obj, true) },
+		DeleteFunc: func(obj any) { h.policySeen(obj, false) },
+	})
 	h.factory.Start(ctx.Done())
 	h.factory.WaitForCacheSync(ctx.Done())
 	for range kubeletWorkers {
 		h.wg.Go(func() { h.kubelets.work(ctx) })
+	}
+}
+
+// policySeen tells the realization tracker that the harness's watch delivered a policy's
+// creation or deletion.
+func (h *Harness) policySeen(obj any, created bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
+		h.realization.seen(policyKey{np.Namespace, np.Name}, created, time.Now())
 	}
 }
 

@@ -85,5 +85,6 @@ func (h *Harness) changePolicy(ctx context.Context, name string, sel selector, c
 		h.realization.cancel(c)
 		return nil, fmt.Errorf("policy %s/%s: %w", sel.Namespace, name, err)
 	}
+	h.realization.answered(c, time.Now())
 	return c, nil
 }

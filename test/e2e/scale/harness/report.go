@@ -75,6 +75,12 @@ func (r *Result) summary(p func(string, ...any)) {
 	row("churn", "**policy change to realized on every concerned node, under churn**",
 		"**%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
+	if sp := ch.PolicySplit; len(sp.Answered) > 0 {
+		p("| ... its write answered, from before the write | %s |", sp.Answered.Summary())
+		p("| ... delivered by the harness's own watch of NetworkPolicies, from before the write | %s |", sp.Seen.Summary())
+		p("| ... from that delivery to realized on every concerned node (kovs-controller and the stream) | %s; %d realized before the harness's watch delivered them |",
+			sp.AfterSeen.Summary(), sp.RealizedUnseen)
+	}
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
 	row("churn", "churn achieved", "%.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed)",
 		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)

@@ -53,6 +53,7 @@ type ChurnResult struct {
 	// concerned no node, PolicySuperseded the creations deleted before they were realized.
 	PolicyLatency                              Durations
 	PolicyLost, PolicyNoNode, PolicySuperseded int
+	PolicySplit                                PolicySplit
 	Traffic                                    []AgentTraffic
 	// Reconciles is what kovs-controller's pod-addresses workers did over the churn's
 	// writes (its /metrics read before and after), to tell a wait for a worker from a

@@ -14,6 +14,7 @@ type policyChange struct {
 	start    time.Time
 	waiting  map[string]bool
 	realized time.Time // the last concerned node's
+	seen     time.Time // when the harness's own watch delivered the change
 	done     chan struct{}
 	lost     []string // nodes that had not realized it by the deadline
 }
@@ -29,6 +30,19 @@ type realizationTracker struct {
 	// the controller may rightly never send them.
 	superseded int
 	deadline   time.Duration
+	split      PolicySplit
+}
+
+// PolicySplit is where a sample of policy changes spent their time, as far as the harness
+// can see it from outside kovs-controller: the write's answer, and its own watch of
+// NetworkPolicies (on the same kube-apiserver as the controller's informer) delivering the
+// change, each from before the write; and from that delivery to the last concerned agent
+// applying the change, which is what kovs-controller and the policy stream take (give or
+// take the two watches' difference).
+type PolicySplit struct {
+	Answered, Seen, AfterSeen Durations
+	// RealizedUnseen counts changes realized before the harness's watch delivered them.
+	RealizedUnseen int
 }
 
 func newRealizationTracker(deadline time.Duration) *realizationTracker {
@@ -61,6 +75,38 @@ func (t *realizationTracker) expect(p policyKey, sel selector, create bool, node
 	}
 	t.pending[p] = append(t.pending[p], c)
 	return c
+}
+
+// answered records that the write of c was answered at.
+func (t *realizationTracker) answered(c *policyChange, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.split.Answered = append(t.split.Answered, at.Sub(c.start))
+}
+
+// seen records that the harness's watch delivered the creation (or deletion) of p at: it
+// belongs to the oldest change of p of that kind still pending that no delivery has
+// matched yet.
+func (t *realizationTracker) seen(p policyKey, create bool, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.pending[p] {
+		if c.create == create && c.seen.IsZero() && !at.Before(c.start) {
+			c.seen = at
+			t.split.Seen = append(t.split.Seen, at.Sub(c.start))
+			return
+		}
+	}
+}
+
+// splitResults returns where the changes since the last results spent their time, and
+// starts a new sample.
+func (t *realizationTracker) splitResults() PolicySplit {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.split
+	t.split = PolicySplit{}
+	return s
 }
 
 // cancel forgets a change whose write failed.
@@ -110,6 +156,11 @@ func (t *realizationTracker) finishIfDone(c *policyChange) {
 	}
 	if !c.realized.IsZero() {
 		t.latency = append(t.latency, c.realized.Sub(c.start))
+		if c.seen.IsZero() {
+			t.split.RealizedUnseen++
+		} else {
+			t.split.AfterSeen = append(t.split.AfterSeen, c.realized.Sub(c.seen))
+		}
 	} else {
 		t.noNode++
 	}
@@ -161,7 +212,7 @@ func (t *realizationTracker) results() (Durations, int, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d, lost, none := t.latency, t.lost, t.noNode
-	t.latency, t.lost, t.noNode, t.superseded = nil, 0, 0, 0
+	t.latency, t.lost, t.noNode, t.superseded, t.split = nil, 0, 0, 0, PolicySplit{}
 	return d, lost, none
 }
 

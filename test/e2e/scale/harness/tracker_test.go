@@ -91,3 +91,37 @@ func TestPolicyQueue(t *testing.T) {
 		t.Error("a deletion is followed by a creation")
 	}
 }
+
+// The split of a change's time: its write's answer and the harness's watch delivering it
+// from its start, and the rest to realized from that delivery; a change realized before
+// the watch delivered it is counted, not timed from the delivery.
+func TestRealizationTrackerSplit(t *testing.T) {
+	tr := newRealizationTracker(time.Minute)
+	p, sel := policyKey{"ns", "np"}, selector{"ns", 1}
+	c := tr.expect(p, sel, true, []string{"a"}, nil)
+	tr.answered(c, c.start.Add(30*time.Millisecond))
+	tr.seen(p, false, c.start.Add(35*time.Millisecond)) // a deletion: not this change's
+	tr.seen(p, true, c.start.Add(40*time.Millisecond))
+	tr.seen(p, true, c.start.Add(45*time.Millisecond)) // matched already
+	tr.observe("a", p, true, c.start.Add(100*time.Millisecond))
+	<-c.done
+
+	d := tr.expect(p, sel, false, []string{"a"}, func(string) bool { return true })
+	tr.observe("a", p, false, d.start.Add(10*time.Millisecond))
+	<-d.done
+	tr.seen(p, false, d.start.Add(20*time.Millisecond)) // after the change was realized
+
+	s := tr.splitResults()
+	if len(s.Answered) != 1 || s.Answered[0] != 30*time.Millisecond {
+		t.Errorf("answered %v, want [30ms]", s.Answered)
+	}
+	if len(s.Seen) != 1 || s.Seen[0] != 40*time.Millisecond {
+		t.Errorf("seen %v, want [40ms]", s.Seen)
+	}
+	if len(s.AfterSeen) != 1 || s.AfterSeen[0] != 60*time.Millisecond || s.RealizedUnseen != 1 {
+		t.Errorf("after seen %v, realized unseen %d, want [60ms] and 1", s.AfterSeen, s.RealizedUnseen)
+	}
+	if s := tr.splitResults(); len(s.Answered)+len(s.Seen)+len(s.AfterSeen)+s.RealizedUnseen != 0 {
+		t.Errorf("splitResults did not start a new sample: %+v", s)
+	}
+}
