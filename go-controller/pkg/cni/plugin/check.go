@@ -22,9 +22,11 @@ func (p *Plugin) check(inv *invocation) error {
 		return err
 	}
 	inv.log = inv.log.WithField("pod", pod.String())
-	rawPrev, err := rawPrevResult(inv.conf) // before prevResult, which drops it
-	if err != nil {
-		return err
+	var rawPrev []byte // for portmap; taken before prevResult, which drops it
+	if inv.hasHostPorts() {
+		if rawPrev, err = rawPrevResult(inv.conf); err != nil {
+			return err
+		}
 	}
 	prev, err := prevResult(inv.conf)
 	if err != nil {

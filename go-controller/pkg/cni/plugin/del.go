@@ -45,6 +45,9 @@ func (p *Plugin) del(inv *invocation) error {
 // Without portmap in CNI_PATH it warns and goes on: nothing of portmap's can be removed
 // without it, and a failing DEL would keep the pod Terminating.
 func (inv *invocation) delPortmap() error {
+	if !inv.hasHostPorts() {
+		return nil
+	}
 	prev, err := rawPrevResult(inv.conf)
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ var portmapOwnKeys = []string{"cniVersion", "name", "type", "capabilities", "run
 // The network name is kept, so portmap's chains and tables are named as they were when
 // the conflist chained it: an upgrade removes the hostPorts of pods set up before it.
 func (inv *invocation) runPortmap(command string, prevResult []byte) error {
-	if len(inv.conf.RuntimeConfig.PortMappings) == 0 {
+	if !inv.hasHostPorts() {
 		return nil
 	}
 	path, err := invoke.FindInPath(portmapType, filepath.SplitList(inv.args.Path))
@@ -66,6 +66,10 @@ func (inv *invocation) runPortmap(command string, prevResult []byte) error {
 	}
 	return nil
 }
+
+// hasHostPorts reports whether the runtime passed the pod's hostPorts: only then is there
+// anything for portmap to do, or its prevResult to encode.
+func (inv *invocation) hasHostPorts() bool { return len(inv.conf.RuntimeConfig.PortMappings) > 0 }
 
 // portmapConf is portmap's network config: the "portmap" options, with the network's
 // version and name, the runtime's portMappings and prevResult.
