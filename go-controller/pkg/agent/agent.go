@@ -57,6 +57,8 @@ type Agent struct {
 	peersMu       sync.Mutex
 	rejectedPeers map[string]string
 	uninstall     uninstallWatch
+	// tables writes the node's nftables tables (Service host rules, masquerade).
+	tables *hostTables
 	// masquerade asks for the masquerade table to be rewritten (nil until it runs).
 	masquerade func()
 	// egress follows the Egresses (nil without a dynamic client).
@@ -69,7 +71,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a := &Agent{cfg: cfg, client: client}
+	a := &Agent{cfg: cfg, client: client, tables: newHostTables()}
 	a.neighbors = runner.MustNewBoundedFrequencyRunner("tunnel neighbours", func() { a.seedTunnelNeighbors(ctx) },
 		runner.Bounds{MaxInterval: neighborPeriod, Burst: 1})
 	a.ready.set(fmt.Errorf("starting"))

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -45,6 +46,7 @@ type masquerader struct {
 	routed   []netip.Prefix // --no-masquerade-cidrs
 	families map[bool]bool  // ipv6 -> the node has pods of the family
 	nodes    func() []netip.Addr
+	tables   *hostTables
 
 	mu   sync.Mutex
 	last string
@@ -54,7 +56,7 @@ type masquerader struct {
 // rewrite (the nodes' addresses changed).
 func (a *Agent) startMasquerade(ctx context.Context, families map[bool]bool) func() {
 	m := &masquerader{gateway: a.cfg.GatewayName, off: a.cfg.NoMasquerade, pods: a.cfg.ClusterCIDRs,
-		routed: a.cfg.NoMasqueradeCIDRs, families: families, nodes: a.allNodeAddresses}
+		routed: a.cfg.NoMasqueradeCIDRs, families: families, nodes: a.allNodeAddresses, tables: a.tables}
 	r := runner.MustNewBoundedFrequencyRunner("masquerade", m.sync,
 		runner.Bounds{MinInterval: 100 * time.Millisecond, MaxInterval: masqueradeResync, Burst: 2})
 	m.sync()
@@ -89,8 +91,10 @@ func (m *masquerader) sync() {
 	script := m.script(m.nodes())
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := runNFT(script); err != nil {
-		log.WithError(err).WithField("table", masqueradeNFTable).Warn("masquerade rules")
+	if err := m.tables.write(script); err != nil {
+		if !errors.Is(err, errHostTablesRemoved) {
+			log.WithError(err).WithField("table", masqueradeNFTable).Warn("masquerade rules")
+		}
 		return
 	}
 	if script != m.last {
@@ -104,7 +108,7 @@ func (m *masquerader) sync() {
 // of a table an earlier configuration left.
 func (m *masquerader) script(nodeAddrs []netip.Addr) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "table inet %s {}\ndelete table inet %s\n", masqueradeNFTable, masqueradeNFTable)
+	b.WriteString(deleteTableScript(masqueradeNFTable))
 	if m.off {
 		return b.String()
 	}
@@ -155,11 +159,4 @@ func ofFamily(prefixes []netip.Prefix, v6 bool) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// removeMasquerade deletes the table (uninstall).
-func removeMasquerade() {
-	if err := runNFT((&masquerader{off: true}).script(nil)); err != nil {
-		log.WithError(err).WithField("table", masqueradeNFTable).Warn("remove the masquerade table")
-	}
 }

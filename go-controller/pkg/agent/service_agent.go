@@ -17,7 +17,7 @@ const serviceSyncWait = 60 * time.Second
 func (a *Agent) startServiceProxy(ctx context.Context) error {
 	if a.cfg.ServiceProxy == ServiceProxyNone {
 		log.WithField("node", a.cfg.NodeName).Info("services are left to kube-proxy (--service-proxy=none)")
-		removeServiceHost(a.cfg.GatewayName)
+		removeServiceHost(a.cfg.GatewayName, a.tables)
 		return nil
 	}
 	factory := newServiceInformers(a.client)

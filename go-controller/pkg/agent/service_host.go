@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -49,6 +50,7 @@ type serviceHost struct {
 	families map[bool]bool // ipv6 -> the node has pods of the family
 	lastNFT  string
 	lastVIPs map[netip.Addr]bool
+	tables   *hostTables
 }
 
 // serviceHostHook is what the node's host networking does when Services change.
@@ -58,7 +60,7 @@ func (a *Agent) serviceHostHook() func(map[string][]pipeline.ServicePort, bool) 
 		return nil
 	}
 	blocks, _ := nodeSubnets(node)
-	h := &serviceHost{gateway: a.cfg.GatewayName, mtu: a.mtu, families: map[bool]bool{}}
+	h := &serviceHost{gateway: a.cfg.GatewayName, mtu: a.mtu, families: map[bool]bool{}, tables: a.tables}
 	for _, b := range blocks {
 		h.families[b.Addr().Is6()] = true
 	}
@@ -89,8 +91,10 @@ func (h *serviceHost) sync(all map[string][]pipeline.ServicePort, full bool) {
 	if script == h.lastNFT {
 		return
 	}
-	if err := runNFT(script); err != nil {
-		log.WithError(err).Warn("service nftables rules")
+	if err := h.tables.write(script); err != nil {
+		if !errors.Is(err, errHostTablesRemoved) {
+			log.WithError(err).Warn("service nftables rules")
+		}
 		return
 	}
 	h.lastNFT = script
@@ -124,7 +128,8 @@ func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "table inet %s {}\ndelete table inet %s\ntable inet %s {\n", serviceNFTable, serviceNFTable, serviceNFTable)
+	b.WriteString(deleteTableScript(serviceNFTable))
+	fmt.Fprintf(&b, "table inet %s {\n", serviceNFTable)
 	// Numeric priorities: nft 1.0.6 refuses the "dstnat" keyword in an output hook.
 	chain(&b, "nodeport_dnat", "type nat hook prerouting priority -100", dnat)
 	chain(&b, "nodeport_dnat_local", "type nat hook output priority -100", dnat)
@@ -289,13 +294,17 @@ func (h *serviceHost) syncRoutes(ports []pipeline.ServicePort) error {
 
 // removeServiceHost undoes what serviceHost programmed (an earlier run with
 // --service-proxy=kovs): the nftables table and the ClusterIP routes.
-func removeServiceHost(gateway string) {
+func removeServiceHost(gateway string, tables *hostTables) {
 	if _, err := exec.LookPath("nft"); err == nil {
-		script := fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", serviceNFTable, serviceNFTable)
-		if err := runNFT(script); err != nil {
+		if err := tables.write(deleteTableScript(serviceNFTable)); err != nil {
 			log.WithError(err).Warn("remove the kovs-services nftables table")
 		}
 	}
+	removeServiceRoutes(gateway)
+}
+
+// removeServiceRoutes removes the ClusterIP routes serviceHost added through the gateway.
+func removeServiceRoutes(gateway string) {
 	h := &serviceHost{gateway: gateway, families: map[bool]bool{}}
 	if err := h.syncRoutes(nil); err != nil {
 		log.WithError(err).Warn("remove the Service routes")

@@ -87,8 +87,9 @@ func (a *Agent) cleanNodeIfUninstalled() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := log.WithField("node", a.cfg.NodeName)
-	removeServiceHost(a.cfg.GatewayName)
-	removeMasquerade()
+	// After any table write in flight; none is written after this.
+	a.tables.removeForGood(serviceNFTable, masqueradeNFTable)
+	removeServiceRoutes(a.cfg.GatewayName)
 	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
 		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)
 	}

@@ -177,7 +177,7 @@ spec:
 
 // checkUninstall removes the test's workloads, then kovs with kubectl delete -k, and
 // requires every node to be left without kovs: no br-int (so no flows or ports), no
-// gateway device, no Service rules, no conflist, socket or kovs-cni binary.
+// gateway device, no Service or masquerade rules, no conflist, socket or kovs-cni binary.
 func checkUninstall(t *testing.T, s *framework.Sandbox) {
 	kubectlOK(t, s, "delete", "namespace", ns, "--wait=true", "--timeout=120s")
 	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--wait=true", "--timeout=120s")
@@ -208,8 +208,10 @@ func checkUninstall(t *testing.T, s *framework.Sandbox) {
 		if out, err := exec.Command("ip", "netns", "exec", netns, "ip", "link", "show", "kovs-gw0").CombinedOutput(); err == nil {
 			t.Errorf("%s: kovs-gw0 is still there:\n%s", n, out)
 		}
-		if out, err := exec.Command("ip", "netns", "exec", netns, "nft", "list", "table", "inet", "kovs-services").CombinedOutput(); err == nil {
-			t.Errorf("%s: nftables table kovs-services is still there:\n%s", n, out)
+		for _, table := range []string{"kovs-services", "kovs-masquerade"} {
+			if out, err := exec.Command("ip", "netns", "exec", netns, "nft", "list", "table", "inet", table).CombinedOutput(); err == nil {
+				t.Errorf("%s: nftables table %s is still there:\n%s", n, table, out)
+			}
 		}
 	}
 }
