@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
 )
@@ -72,6 +73,14 @@ func (o observer) realization(src metrics.Summarizer) func() {
 	}
 	o.metrics.Realization.Set(src)
 	return o.metrics.Realization.Clear
+}
+
+// policyBatch is what the policy compiler reports its batches to (nil: no metrics).
+func (o observer) policyBatch() func(networkpolicy.Batch) {
+	if o.metrics == nil {
+		return nil
+	}
+	return o.metrics.Batches.Observe
 }
 
 func (o observer) reconcile() *reconcile.Metrics {

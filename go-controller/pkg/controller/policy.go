@@ -80,7 +80,7 @@ type policyControllers struct {
 func newPolicyControllers(factory informers.SharedInformerFactory, client kubernetes.Interface, recorder record.EventRecorder,
 	cfg PolicyConfig, obs observer) (*policyControllers, error) {
 	cfg.defaults()
-	comp, err := networkpolicy.New(factory, networkpolicy.Options{MinSyncInterval: cfg.MinSyncInterval})
+	comp, err := networkpolicy.New(factory, networkpolicy.Options{MinSyncInterval: cfg.MinSyncInterval, Observe: obs.policyBatch()})
 	if err != nil {
 		return nil, err
 	}

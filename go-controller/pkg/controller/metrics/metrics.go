@@ -60,6 +60,7 @@ func (c RealizationCollector) Collect(ch chan<- prometheus.Metric) {
 type Set struct {
 	Reconcile   *reconcile.Metrics
 	Latency     *RealizationLatency
+	Batches     *PolicyBatches
 	Addresses   *Slot[AddressSource]
 	Realization *Slot[Summarizer]
 	leader      prometheus.Gauge
@@ -75,7 +76,11 @@ func NewSet(reg prometheus.Registerer) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{Reconcile: rec, Latency: lat, Addresses: &Slot[AddressSource]{}, Realization: &Slot[Summarizer]{},
+	batches, err := NewPolicyBatches(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Reconcile: rec, Latency: lat, Batches: batches, Addresses: &Slot[AddressSource]{}, Realization: &Slot[Summarizer]{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kovs_controller_leader",
 			Help: "1 while this replica leads (runs the controllers), 0 on standby."})}
 	for _, c := range []prometheus.Collector{s.leader, AddressCollector{Source: s.Addresses},

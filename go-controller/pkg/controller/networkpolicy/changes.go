@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -21,12 +22,15 @@ type changes struct {
 	namespaces map[types.NamespacedName]*corev1.Namespace
 	pods       map[types.NamespacedName]*corev1.Pod
 	policies   map[types.NamespacedName]*networkingv1.NetworkPolicy
+	// since is when the first change not yet taken was recorded (zero: none).
+	since time.Time
+	now   func() time.Time
 	// signal asks the worker for a batch (the compiler's runner coalesces the asks).
 	signal func()
 }
 
 func newChanges(signal func()) *changes {
-	c := &changes{signal: signal}
+	c := &changes{signal: signal, now: time.Now}
 	c.reset()
 	return c
 }
@@ -35,16 +39,18 @@ func (c *changes) reset() {
 	c.namespaces = map[types.NamespacedName]*corev1.Namespace{}
 	c.pods = map[types.NamespacedName]*corev1.Pod{}
 	c.policies = map[types.NamespacedName]*networkingv1.NetworkPolicy{}
+	c.since = time.Time{}
 }
 
-// take returns what changed and starts a new record.
+// take returns what changed, and when the first of it was recorded (zero: nothing), and
+// starts a new record.
 func (c *changes) take() (map[types.NamespacedName]*corev1.Namespace, map[types.NamespacedName]*corev1.Pod,
-	map[types.NamespacedName]*networkingv1.NetworkPolicy) {
+	map[types.NamespacedName]*networkingv1.NetworkPolicy, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ns, pods, policies := c.namespaces, c.pods, c.policies
+	ns, pods, policies, since := c.namespaces, c.pods, c.policies, c.since
 	c.reset()
-	return ns, pods, policies
+	return ns, pods, policies, since
 }
 
 func (c *changes) notify() { c.signal() }
@@ -62,6 +68,9 @@ func handler[T object](c *changes, field func(*changes) map[types.NamespacedName
 	record := func(key types.NamespacedName, obj T) {
 		c.mu.Lock()
 		field(c)[key] = obj
+		if c.since.IsZero() {
+			c.since = c.now()
+		}
 		c.mu.Unlock()
 		c.notify()
 	}

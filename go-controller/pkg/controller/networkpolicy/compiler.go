@@ -26,6 +26,18 @@ type Options struct {
 	// MinSyncInterval is the least time between two batches: changes that arrive in the
 	// meantime are compiled together. Zero compiles as soon as the worker is free.
 	MinSyncInterval time.Duration
+	// Observe, if set, is told of every batch after its subscribers were woken (metrics).
+	Observe func(Batch)
+}
+
+// Batch is what one compile batch did and how long it took.
+type Batch struct {
+	// Waited is from the first change of the batch reaching the compiler (its informer
+	// handler) to the batch starting; Took is the batch itself, up to the subscribers
+	// concerned being woken (their deltas are computed on their own goroutines).
+	Waited, Took               time.Duration
+	Namespaces, Pods, Policies int
+	Subscribers                int
 }
 
 // Compiler is the NetworkPolicy compiler of kovs-controller: it watches Namespaces, Pods
@@ -76,6 +88,17 @@ func New(factory informers.SharedInformerFactory, opts Options) (*Compiler, erro
 	return c, nil
 }
 
+// isReady tells whether the initial compile is done (the first batch, of everything the
+// informers listed, is no change's latency).
+func (c *Compiler) isReady() bool {
+	select {
+	case <-c.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // Ready is closed once the compiler has compiled everything the informers listed at
 // start: every node's share is then complete.
 func (c *Compiler) Ready() <-chan struct{} { return c.ready }
@@ -97,7 +120,8 @@ func (c *Compiler) Run(ctx context.Context) error {
 
 // sync compiles one batch of changes and wakes the subscribers it concerns.
 func (c *Compiler) sync() {
-	namespaces, pods, policies := c.changes.take()
+	namespaces, pods, policies, since := c.changes.take()
+	start := time.Now()
 	c.mu.Lock()
 	for key, ns := range namespaces {
 		c.model.setNamespace(key.Name, ns)
@@ -113,6 +137,10 @@ func (c *Compiler) sync() {
 	c.mu.Unlock()
 	for _, s := range notify {
 		s.wake()
+	}
+	if c.opts.Observe != nil && !since.IsZero() && c.isReady() {
+		c.opts.Observe(Batch{Waited: start.Sub(since), Took: time.Since(start), Namespaces: len(namespaces), Pods: len(pods),
+			Policies: len(policies), Subscribers: len(notify)})
 	}
 	log.WithField("generation", generation).WithField("namespaces", len(namespaces)).WithField("pods", len(pods)).
 		WithField("policies", len(policies)).WithField("subscribers", len(notify)).Debug("policy batch compiled")

@@ -24,6 +24,12 @@ import (
 // waits until it is ready.
 func startCompiler(t *testing.T, w *world) (*fake.Clientset, *Compiler) {
 	t.Helper()
+	return startCompilerWith(t, w, Options{})
+}
+
+// startCompilerWith is startCompiler with opts.
+func startCompilerWith(t *testing.T, w *world, opts Options) (*fake.Clientset, *Compiler) {
+	t.Helper()
 	var objs []runtime.Object
 	for _, ns := range w.namespaces {
 		objs = append(objs, ns)
@@ -36,7 +42,7 @@ func startCompiler(t *testing.T, w *world) (*fake.Clientset, *Compiler) {
 	}
 	client := fake.NewSimpleClientset(objs...)
 	factory := cachetrim.NewSharedInformerFactory(client, 0)
-	c, err := New(factory, Options{})
+	c, err := New(factory, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +230,40 @@ func TestPolicyUpdateAndDelete(t *testing.T) {
 	converge(t, deltas, &share, scratch(t, client, "node-1"))
 	if len(share.Rules)+len(share.AddressSets)+len(share.AppliedToSets)+len(share.Isolation.Ingress)+len(share.Isolation.Egress) != 0 {
 		t.Errorf("share after delete = %+v", share)
+	}
+}
+
+// Every batch after the initial compile is reported with what it took from the informers
+// and the nodes it woke; the initial compile of everything listed is not a batch.
+func TestBatchesAreObserved(t *testing.T) {
+	w := newWorld()
+	w.policies = pols(policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil))
+	batches := make(chan Batch, 16)
+	client, c := startCompilerWith(t, w, Options{Observe: func(b Batch) { batches <- b }})
+	share, deltas := watch(t, c, "node-1")
+	select {
+	case b := <-batches:
+		t.Fatalf("the initial compile was observed as a batch: %+v", b)
+	default:
+	}
+	ctx := context.Background()
+	np, _ := client.NetworkingV1().NetworkPolicies("x").Get(ctx, "np", metav1.GetOptions{})
+	np.Spec.Ingress[0].Ports = ports("tcp/443")
+	if _, err := client.NetworkingV1().NetworkPolicies("x").Update(ctx, np, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, deltas, &share, scratch(t, client, "node-1"))
+	var b Batch
+	select {
+	case b = <-batches:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch observed for the policy update")
+	}
+	if b.Policies != 1 || b.Pods != 0 || b.Namespaces != 0 || b.Subscribers != 1 {
+		t.Errorf("batch = %+v, want 1 policy and the one subscriber of node-1 it concerns", b)
+	}
+	if b.Waited < 0 || b.Took <= 0 {
+		t.Errorf("batch times = waited %s, took %s", b.Waited, b.Took)
 	}
 }
 
