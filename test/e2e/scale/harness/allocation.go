@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 	log "github.com/sirupsen/logrus"
@@ -130,24 +131,9 @@ func (h *Harness) RunAllocation(ctx context.Context) (*AllocationResult, error) 
 // reconcileStats reads kovs-controller's reconcile histograms of one controller.
 func (h *Harness) reconcileStats(ctx context.Context, controller string) (ReconcileStats, error) {
 	var s ReconcileStats
-	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(h.state.MetricsPort)) + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	families, err := h.controllerMetrics(ctx)
 	if err != nil {
 		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return s, err
-	}
-	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return s, fmt.Errorf("%s: %w", url, err)
 	}
 	sum := func(name string) (float64, uint64) {
 		var total float64
@@ -165,4 +151,28 @@ func (h *Harness) reconcileStats(ctx context.Context, controller string) (Reconc
 	s.ReconcileSeconds, s.Reconciles = sum("kovs_reconcile_duration_seconds")
 	s.WaitSeconds, s.Waits = sum("kovs_reconcile_queue_wait_seconds")
 	return s, nil
+}
+
+// controllerMetrics reads kovs-controller's /metrics.
+func (h *Harness) controllerMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(h.state.MetricsPort)) + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return families, nil
 }

@@ -31,6 +31,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	h.alloc.results() // the churn's allocation sample starts empty
 	before := h.trafficByNode()
 	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-addresses")
+	split, splitErr := h.controllerSplit(ctx)
 	start := time.Now()
 	stop := start.Add(h.cfg.ChurnDuration)
 	slots := make(chan struct{}, maxInFlight)
@@ -85,7 +86,8 @@ func (h *Harness) churn(ctx context.Context) error {
 	loops.Wait()
 	writes.Wait()
 	after, afterErr := h.reconcileStats(ctx, "pod-addresses")
-	metricsErr := errors.Join(reconcilesErr, afterErr)
+	splitAfter, splitAfterErr := h.controllerSplit(ctx)
+	metricsErr := errors.Join(reconcilesErr, afterErr, splitErr, splitAfterErr)
 	if metricsErr != nil {
 		h.logf("kovs-controller metrics: %v", metricsErr)
 	}
@@ -93,6 +95,7 @@ func (h *Harness) churn(ctx context.Context) error {
 		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}
 	if metricsErr == nil {
 		h.result.Churn.Reconciles = after.Sub(reconciles)
+		h.result.Churn.ControllerSplit = splitAfter.Sub(split)
 	}
 	h.realization.sweep(time.Now(), h.model.hosts)
 	err := waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {

@@ -81,6 +81,11 @@ func (r *Result) summary(p func(string, ...any)) {
 		p("| ... from that delivery to realized on every concerned node (kovs-controller and the stream) | %s; %d realized before the harness's watch delivered them |",
 			sp.AfterSeen.Summary(), sp.RealizedUnseen)
 	}
+	if cs := ch.ControllerSplit; cs.BatchWait.Count > 0 {
+		p("| ... inside kovs-controller (its /metrics over the churn's writes, bucket estimates): a change's wait for its compile batch, per batch | %s |", cs.BatchWait.Summary())
+		p("| ... the compile batch, per batch | %s |", cs.Batch.Summary())
+		p("| ... a node's new generation sent on its stream to the agent's report of it realized, per node generation | %s |", cs.SentToRealized.Summary())
+	}
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
 	row("churn", "churn achieved", "%.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed)",
 		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)

@@ -59,6 +59,9 @@ type ChurnResult struct {
 	// writes (its /metrics read before and after), to tell a wait for a worker from a
 	// slow Reconcile.
 	Reconciles ReconcileStats
+	// ControllerSplit is kovs-controller's histograms of its policy path over the churn's
+	// writes (its /metrics read before and after).
+	ControllerSplit ControllerSplit
 }
 
 // AgentTraffic is one agent's traffic over a phase and the size of its share at the end.
