@@ -89,7 +89,7 @@ func (h Histogram) Summary() string {
 // ControllerSplit is kovs-controller's own histograms of a NetworkPolicy change's way
 // through it (docs/networkpolicy-stream.md), over one phase.
 type ControllerSplit struct {
-	// BatchWait is a change's wait for its compile batch, Batch the batch, per batch;
+	// BatchWait is the wait of a batch's oldest change, Batch the batch, per batch;
 	// SentToRealized a node's new share generation handed to its stream to the agent's
 	// report of it, per node and generation.
 	BatchWait, Batch, SentToRealized Histogram
