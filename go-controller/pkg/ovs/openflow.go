@@ -123,6 +123,13 @@ func (c *OpenFlow) Close() {
 	}
 }
 
+// BundleProcessReady reports whether a bundle process started ahead (PrestartBundles) is
+// loaded and waiting: the next Bundle then goes through it, not through a fresh
+// ovs-ofctl. A process that has started but is not yet handed over does not count.
+func (c *OpenFlow) BundleProcessReady() bool {
+	return c.bundles != nil && c.bundles.ready()
+}
+
 // Bridge is the bridge the client programs.
 func (c *OpenFlow) Bridge() string { return c.bridge }
 

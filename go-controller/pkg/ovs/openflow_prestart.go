@@ -47,6 +47,13 @@ func (p *prestarted) take() Started {
 	return s
 }
 
+// ready reports whether a process is loaded and waiting for the next take.
+func (p *prestarted) ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next != nil
+}
+
 // refill starts the next process in the background, after the delay, unless one is ready
 // or starting.
 func (p *prestarted) refill() { p.startAfter(p.delay) }

@@ -152,10 +152,7 @@ func waitReady(t *testing.T, of *OpenFlow) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		of.bundles.mu.Lock()
-		ready := of.bundles.next != nil
-		of.bundles.mu.Unlock()
-		if ready {
+		if of.BundleProcessReady() {
 			return
 		}
 		time.Sleep(time.Millisecond)

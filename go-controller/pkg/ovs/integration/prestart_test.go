@@ -24,7 +24,7 @@ func TestPrestartedBundleOutlivesAVswitchdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(of.Close)
-	waiting := waitingOfctl(t, 0)
+	waiting := waitingOfctl(t, of, 0)
 
 	rig.StopVswitchd(t)
 	time.Sleep(200 * time.Millisecond)
@@ -41,7 +41,7 @@ func TestPrestartedBundleOutlivesAVswitchdRestart(t *testing.T) {
 		t.Fatalf("after the bundle: %d flows of round 1 (%v), want 10", len(flows), err)
 	}
 
-	next := waitingOfctl(t, waiting)
+	next := waitingOfctl(t, of, waiting)
 	mods := roundFlows(2, 10)
 	mods[6] = ovs.AddFlow("table=20, priority=200,ip actions=output:9999999")
 	err = of.Bundle(ctx, mods)
@@ -57,23 +57,25 @@ func TestPrestartedBundleOutlivesAVswitchdRestart(t *testing.T) {
 	}
 }
 
-// waitingOfctl waits for an ovs-ofctl child of this test, other than not, and returns its
-// process ID.
-func waitingOfctl(t *testing.T, not int) int {
+// waitingOfctl waits for an ovs-ofctl child of this test, other than not, that of holds
+// ready for its next bundle, and returns its process ID. The process shows in /proc as
+// soon as it has exec'd, a moment before of takes it over; a bundle in that moment runs a
+// fresh ovs-ofctl and leaves this one waiting, so the test waits for both.
+func waitingOfctl(t *testing.T, of *ovs.OpenFlow, not int) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		pids := childProcesses(t, "ovs-ofctl")
 		pids = slices.DeleteFunc(pids, func(p int) bool { return p == not })
-		if len(pids) == 1 {
-			return pids[0]
-		}
 		if len(pids) > 1 {
 			t.Fatalf("%d ovs-ofctl processes wait for a bundle, want one: %v", len(pids), pids)
 		}
+		if len(pids) == 1 && of.BundleProcessReady() {
+			return pids[0]
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatal("no ovs-ofctl started ahead within 10 s")
+	t.Fatal("no ovs-ofctl started ahead and ready within 10 s")
 	return 0
 }
 
