@@ -311,7 +311,7 @@ func checkDNS(t *testing.T, s *framework.Sandbox) {
 }
 
 // checkHostPort: a pod's hostPort answers at its node's address, from another node's
-// host network and from a pod on another node (the conflist chains portmap).
+// host network and from a pod on another node (kovs-cni runs portmap for it).
 func checkHostPort(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod) {
 	s.Apply(`apiVersion: v1
 kind: Pod
