@@ -2,8 +2,10 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -36,16 +38,25 @@ func histogramOf(families map[string]*dto.MetricFamily, name string) (Histogram,
 	return h, nil
 }
 
-// Sub is what was observed between an earlier read and h (the same buckets).
-func (h Histogram) Sub(earlier Histogram) Histogram {
-	if len(earlier.Counts) != len(h.Counts) {
-		return h
+// Sub is what was observed between an earlier read and h. It is an error when the two
+// reads have other buckets or any count went down: kovs-controller restarted (or another
+// replica took the lead) between them, and the difference would mean nothing.
+func (h Histogram) Sub(earlier Histogram) (Histogram, error) {
+	if !slices.Equal(h.Upper, earlier.Upper) {
+		return Histogram{}, fmt.Errorf("the buckets changed between the reads (%v, then %v)", earlier.Upper, h.Upper)
+	}
+	if h.Count < earlier.Count {
+		return Histogram{}, fmt.Errorf("the count went down from %d to %d: kovs-controller restarted between the reads", earlier.Count, h.Count)
 	}
 	d := Histogram{Upper: h.Upper, Counts: make([]uint64, len(h.Counts)), Count: h.Count - earlier.Count, Sum: h.Sum - earlier.Sum}
 	for i := range h.Counts {
+		if h.Counts[i] < earlier.Counts[i] {
+			return Histogram{}, fmt.Errorf("bucket le=%g went down from %d to %d: kovs-controller restarted between the reads",
+				h.Upper[i], earlier.Counts[i], h.Counts[i])
+		}
 		d.Counts[i] = h.Counts[i] - earlier.Counts[i]
 	}
-	return d
+	return d, nil
 }
 
 // Quantile estimates the q-quantile (0 < q <= 1) as Prometheus's histogram_quantile does:
@@ -95,10 +106,14 @@ type ControllerSplit struct {
 	BatchWait, Batch, SentToRealized Histogram
 }
 
-// Sub is what was observed between an earlier read and s.
-func (s ControllerSplit) Sub(earlier ControllerSplit) ControllerSplit {
-	return ControllerSplit{BatchWait: s.BatchWait.Sub(earlier.BatchWait), Batch: s.Batch.Sub(earlier.Batch),
-		SentToRealized: s.SentToRealized.Sub(earlier.SentToRealized)}
+// Sub is what was observed between an earlier read and s (see Histogram.Sub).
+func (s ControllerSplit) Sub(earlier ControllerSplit) (ControllerSplit, error) {
+	var d ControllerSplit
+	var errs [3]error
+	d.BatchWait, errs[0] = s.BatchWait.Sub(earlier.BatchWait)
+	d.Batch, errs[1] = s.Batch.Sub(earlier.Batch)
+	d.SentToRealized, errs[2] = s.SentToRealized.Sub(earlier.SentToRealized)
+	return d, errors.Join(errs[:]...)
 }
 
 // controllerSplit reads the histograms of ControllerSplit from kovs-controller's /metrics.

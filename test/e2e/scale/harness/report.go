@@ -82,7 +82,7 @@ func (r *Result) summary(p func(string, ...any)) {
 			sp.AfterSeen.Summary(), sp.RealizedUnseen)
 	}
 	if cs := ch.ControllerSplit; cs.BatchWait.Count > 0 {
-		p("| ... inside kovs-controller (its /metrics over the churn's writes, bucket estimates): the oldest change's wait for its compile batch, per batch | %s |", cs.BatchWait.Summary())
+		p("| ... inside kovs-controller (its /metrics from the churn's start to its last change realized, bucket estimates): the oldest change's wait for its compile batch, per batch | %s |", cs.BatchWait.Summary())
 		p("| ... the compile batch, per batch | %s |", cs.Batch.Summary())
 		p("| ... a node's new generation sent on its stream to the agent's report of it realized, per node generation | %s |", cs.SentToRealized.Summary())
 	}
