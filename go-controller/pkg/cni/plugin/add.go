@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -72,15 +71,11 @@ func (p *Plugin) attach(inv *invocation, pod cni.PodRef, podNS ns.NetNS, spec *p
 		return err
 	}
 	if err := inv.runPortmap("ADD", result); err != nil {
-		err = fmt.Errorf("map the hostPorts of pod %s: %w", pod, err)
-		if errors.Is(err, errPortmapMissing) {
-			return err // it never ran: nothing of its to undo, and its DEL would fail the same way
-		}
 		// portmap may have made some of its rules: its DEL removes what there is.
-		return withUndo(err, inv.runPortmap("DEL", result))
+		return withUndo(fmt.Errorf("map the hostPorts of pod %s: %w", pod, err), inv.unmapHostPorts(result))
 	}
 	if err := writeResult(p.stdout, result); err != nil {
-		return withUndo(err, inv.runPortmap("DEL", result))
+		return withUndo(err, inv.unmapHostPorts(result))
 	}
 	success = true
 	return nil

@@ -42,8 +42,6 @@ func (p *Plugin) del(inv *invocation) error {
 }
 
 // delPortmap removes the pod's hostPorts (when the runtime passed any) with portmap's DEL.
-// Without portmap in CNI_PATH it warns and goes on: nothing of portmap's can be removed
-// without it, and a failing DEL would keep the pod Terminating.
 func (inv *invocation) delPortmap() error {
 	if !inv.hasHostPorts() {
 		return nil
@@ -52,12 +50,7 @@ func (inv *invocation) delPortmap() error {
 	if err != nil {
 		return err
 	}
-	err = inv.runPortmap("DEL", prev)
-	if errors.Is(err, errPortmapMissing) {
-		inv.log.WithError(err).Warn("hostPorts not unmapped")
-		return nil
-	}
-	return err
+	return inv.unmapHostPorts(prev)
 }
 
 // joinErrors joins the errors that are not nil with "; ", keeping each for errors.Is.

@@ -67,6 +67,18 @@ func (inv *invocation) runPortmap(command string, prevResult []byte) error {
 	return nil
 }
 
+// unmapHostPorts runs portmap's DEL (DEL, and the undo of a failed ADD). Without portmap
+// in CNI_PATH it warns and succeeds: nothing of portmap's can be removed without it (at
+// ADD, nothing was made), and a failing DEL would keep the pod Terminating.
+func (inv *invocation) unmapHostPorts(prevResult []byte) error {
+	err := inv.runPortmap("DEL", prevResult)
+	if errors.Is(err, errPortmapMissing) {
+		inv.log.WithError(err).Warn("hostPorts not unmapped")
+		return nil
+	}
+	return err
+}
+
 // hasHostPorts reports whether the runtime passed the pod's hostPorts: only then is there
 // anything for portmap to do, or its prevResult to encode.
 func (inv *invocation) hasHostPorts() bool { return len(inv.conf.RuntimeConfig.PortMappings) > 0 }
