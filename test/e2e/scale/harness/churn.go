@@ -86,12 +86,12 @@ func (h *Harness) churn(ctx context.Context) error {
 	loops.Wait()
 	writes.Wait()
 	after, afterErr := h.reconcileStats(ctx, "pod-addresses")
-	if err := errors.Join(reconcilesErr, afterErr); err != nil {
-		h.logf("kovs-controller's reconcile metrics: %v", err)
-	}
+	reconcilesErr = errors.Join(reconcilesErr, afterErr)
 	h.result.Churn = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
 		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}
-	if reconcilesErr == nil && afterErr == nil {
+	if reconcilesErr != nil {
+		h.logf("kovs-controller's reconcile metrics: %v", reconcilesErr)
+	} else {
 		h.result.Churn.Reconciles = after.Sub(reconciles)
 	}
 	h.realization.sweep(time.Now(), h.model.hosts)
