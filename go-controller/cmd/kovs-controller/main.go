@@ -26,6 +26,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/transition"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
@@ -43,6 +44,7 @@ func main() {
 	apiBurst := flag.Int("kube-api-burst", 600, "burst of --kube-api-qps")
 	policyListen := flag.String("policy-listen", fmt.Sprintf(":%d", stream.DefaultPort), "where agents stream their NetworkPolicy from (HTTPS); empty: no stream")
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
+	transitionTimeout := flag.Duration("policy-transition-timeout", transition.DefaultTimeout, "how long NetworkPolicy relaxations wait for every node to realize the restrictions before them; a node that takes longer is held (no relaxation until it reports) and the others go on")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
 	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
 	metricsListen := flag.String("metrics-listen", "127.0.0.1:9091", "where /metrics, /healthz and /readyz are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
@@ -70,6 +72,9 @@ func main() {
 	}
 	if *apiQPS <= 0 || *apiBurst < 1 {
 		fatal(fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: both must be positive", *apiQPS, *apiBurst))
+	}
+	if *transitionTimeout <= 0 {
+		fatal(fmt.Errorf("--policy-transition-timeout %s: use a positive duration, such as 10s", *transitionTimeout))
 	}
 	if *reviewsInFlight < 1 {
 		fatal(fmt.Errorf("--token-review-max-in-flight %d: use at least 1", *reviewsInFlight))
@@ -111,7 +116,8 @@ func main() {
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
-			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight},
+			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight,
+			TransitionTimeout: *transitionTimeout},
 		Metrics: set, Health: health, Dynamic: dyn,
 	}, client)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/servingcert"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/transition"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
@@ -42,6 +43,9 @@ type PolicyConfig struct {
 	// TokenReviewsInFlight bounds the TokenReviews that run at once (default
 	// stream.DefaultReviewsInFlight).
 	TokenReviewsInFlight int
+	// TransitionTimeout is how long relaxations wait for the nodes to realize the
+	// restrictions before them (default transition.DefaultTimeout).
+	TransitionTimeout time.Duration
 }
 
 // DefaultPolicyTLS is the certificate configuration kovs ships with: the Secret
@@ -72,7 +76,18 @@ type policyControllers struct {
 	cfg         PolicyConfig
 	compiler    *networkpolicy.Compiler
 	realization *realization.Controller
+	gate        *transition.Gate
 	obs         observer
+}
+
+// bothReports hands every realization report to the transition gate and the realization
+// status.
+type bothReports [2]stream.Reports
+
+func (b bothReports) Realized(node string, generation uint64) {
+	for _, r := range b {
+		r.Realized(node, generation)
+	}
 }
 
 // newPolicyControllers builds the compiler and the realization status on the factory's
@@ -91,15 +106,18 @@ func newPolicyControllers(factory informers.SharedInformerFactory, client kubern
 	return &policyControllers{cfg: cfg, compiler: comp, realization: status, obs: obs}, nil
 }
 
-// run compiles, follows realization and serves the stream until ctx ends. Generations
-// are rebased on the time this replica started leading, so that agents see them grow
-// across restarts and leader changes (see stream.Rebase).
+// run compiles, follows realization and serves the stream until ctx ends. Every share
+// goes through the transition gate, which orders restrictions before relaxations across
+// nodes. Generations are rebased on the time this replica started leading, so that agents
+// see them grow across restarts and leader changes (as stream.Rebase does).
 func (p *policyControllers) run(ctx context.Context, client kubernetes.Interface, nodes cache.SharedIndexInformer) error {
-	src := stream.Rebase(p.compiler, uint64(time.Now().UnixMicro()))
+	p.gate = transition.New(p.compiler, transition.Options{Base: uint64(time.Now().UnixMicro()), Timeout: p.cfg.TransitionTimeout})
+	src := stream.Source(p.gate)
 	ctx, cancel := context.WithCancel(ctx)
 	parts := map[string]func(context.Context) error{
-		"compiler":    p.compiler.Run,
-		"realization": func(ctx context.Context) error { return p.realization.Run(ctx, src, nodes) },
+		"compiler":        p.compiler.Run,
+		"transition gate": p.gate.Run,
+		"realization":     func(ctx context.Context) error { return p.realization.Run(ctx, src, nodes) },
 	}
 	defer p.obs.realization(p.realization)()
 	if p.cfg.Listen != "" {
@@ -120,7 +138,7 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 	if err != nil {
 		return fmt.Errorf("policy stream: %w", err)
 	}
-	src, reports := p.obs.stream(src, p.realization.Reports())
+	src, reports := p.obs.stream(src, bothReports{p.gate, p.realization.Reports()})
 	reviews := p.cfg.TokenReviews
 	if reviews == nil {
 		reviews = client.AuthenticationV1().TokenReviews()

@@ -1,0 +1,79 @@
+package networkpolicy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// Feed follows the shares of many nodes at once and hands out their changes as one cut:
+// every share a Take returns is at the same generation of the compiler, so that a reader
+// never combines one node's share after a batch with another node's share before it. The
+// transition gate (package transition) reads the compiler through a Feed; Watch serves
+// one node alone.
+type Feed struct {
+	c    *Compiler
+	wake func()
+	subs map[string]*subscriber
+}
+
+// NewFeed waits until the compiler is Ready and returns a feed of no nodes; wake is called
+// (outside the compiler's lock, and never blocking on it) after every batch that changed
+// a node the feed follows.
+func (c *Compiler) NewFeed(ctx context.Context, wake func()) (*Feed, error) {
+	select {
+	case <-c.ready:
+	case <-c.stopped:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, fmt.Errorf("follow the policy compiler: %w", ctx.Err())
+	}
+	return &Feed{c: c, wake: wake, subs: map[string]*subscriber{}}, nil
+}
+
+// Stopped is closed when the compiler stops.
+func (f *Feed) Stopped() <-chan struct{} { return f.c.stopped }
+
+// Cut is what one Take returns: the shares of the nodes it started following and the
+// deltas of the nodes it already followed, all at Generation.
+type Cut struct {
+	Generation uint64
+	Shares     map[string]policy.NodeShare
+	Deltas     map[string]policy.Delta
+}
+
+// Take stops following the nodes of remove, starts following those of add, and returns
+// the new nodes' shares and the other nodes' deltas since the last Take, all under one
+// hold of the compiler's lock: one cut of the compiler's state. A node whose share did
+// not change has no delta. The shares may be shared with the compiler: Clone them before
+// changing them.
+func (f *Feed) Take(add, remove []string) Cut {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	for _, name := range remove {
+		if s, ok := f.subs[name]; ok {
+			delete(f.subs, name)
+			f.c.model.unsubscribe(s)
+		}
+	}
+	cut := Cut{Generation: f.c.model.generation, Deltas: map[string]policy.Delta{}}
+	for name, s := range f.subs {
+		if d, ok := f.c.model.delta(s); ok {
+			cut.Deltas[name] = d
+		}
+	}
+	for _, name := range add {
+		if _, ok := f.subs[name]; ok {
+			continue
+		}
+		s, share := f.c.model.subscribe(name)
+		s.wake = f.wake
+		f.subs[name] = s
+		if cut.Shares == nil {
+			cut.Shares = map[string]policy.NodeShare{}
+		}
+		cut.Shares[name] = share
+	}
+	return cut
+}

@@ -1,0 +1,228 @@
+package transition
+
+import (
+	"slices"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// cutSource is where the core takes the compiler's shares from, one consistent cut at a
+// time (networkpolicy.Feed).
+type cutSource interface {
+	Take(add, remove []string) networkpolicy.Cut
+}
+
+// nodeState is what the gate knows of one node.
+type nodeState struct {
+	// target is the compiler's share; sent is what the node's receivers are, or will
+	// be, at: target, or a meet on the way to it.
+	target, sent policy.NodeShare
+	// diverged names what may differ between sent and target.
+	diverged changed
+	// restriction is the generation of the last meet sent to the node that it has not
+	// reported realized (0: none). While any node has one, no relaxation is sent.
+	restriction uint64
+	// held: the node did not report its restriction in time; it gets no relaxation
+	// until it does, and holds up nobody else meanwhile.
+	held      bool
+	realized  uint64
+	receivers []*receiver
+}
+
+// core is the gate's logic without goroutines: the caller serializes every call.
+type core struct {
+	src     cutSource
+	timeout time.Duration
+	gen     uint64
+	nodes   map[string]*nodeState
+	// adds and removes are the nodes to start and stop following at the next cut.
+	adds, removes map[string]struct{}
+	// waitingSince is when the oldest restriction not yet realized was sent.
+	waitingSince time.Time
+	// onHeld is told of the nodes that did not realize a restriction in time.
+	onHeld func(nodes []string, gen uint64)
+}
+
+func newCore(src cutSource, base uint64, timeout time.Duration) *core {
+	return &core{src: src, timeout: timeout, gen: base, nodes: map[string]*nodeState{},
+		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}}
+}
+
+// waiting lists the nodes whose restriction holds up the relaxations (held nodes do not).
+func (c *core) waiting() []string {
+	var out []string
+	for name, n := range c.nodes {
+		if n.restriction != 0 && !n.held {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// realized records a node's report.
+func (c *core) realized(name string, gen uint64) {
+	n, ok := c.nodes[name]
+	if !ok {
+		return
+	}
+	n.realized = max(n.realized, gen)
+	if n.restriction != 0 && n.realized >= n.restriction {
+		n.restriction, n.held = 0, false
+	}
+}
+
+// advance moves every node as far as it may go now, and returns when it should be
+// called again at the latest (zero: on the next event). It sends relaxations only when no
+// restriction is waiting to be realized, and takes a new cut of the compiler only then,
+// so that one transition completes before the next begins; changes made meanwhile
+// coalesce in the compiler.
+func (c *core) advance(now time.Time) time.Time {
+	if w := c.waiting(); len(w) > 0 {
+		deadline := c.waitingSince.Add(c.timeout)
+		if now.Before(deadline) {
+			return deadline
+		}
+		for _, name := range w {
+			c.nodes[name].held = true
+		}
+		c.onHeld(w, c.gen)
+	}
+	c.release()
+	c.cut()
+	if len(c.waiting()) > 0 {
+		c.waitingSince = now
+		return now.Add(c.timeout)
+	}
+	// Nothing to wait for: what the cut relaxed goes out at once.
+	c.release()
+	return time.Time{}
+}
+
+// release sends every node that is not held its target.
+func (c *core) release() {
+	var gen uint64
+	for _, n := range c.nodes {
+		if n.held || n.diverged.empty() {
+			continue
+		}
+		if gen == 0 {
+			c.gen++
+			gen = c.gen
+		}
+		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, gen)
+		n.diverged = newChanged()
+	}
+}
+
+// cut takes the compiler's changes and sends every changed node the meet of what it was
+// sent and its new target.
+func (c *core) cut() {
+	add, remove := keysOf(c.adds), keysOf(c.removes)
+	clear(c.adds)
+	clear(c.removes)
+	cut := c.src.Take(add, remove)
+	for _, name := range remove {
+		delete(c.nodes, name)
+	}
+	var gen uint64
+	next := func() uint64 {
+		if gen == 0 {
+			c.gen++
+			gen = c.gen
+		}
+		return gen
+	}
+	for name, share := range cut.Shares {
+		// A node new to this gate (a new node, or every node after a controller
+		// start) starts from its target: nothing was sent to it before.
+		target := share.Clone()
+		sent := share.Clone()
+		sent.Generation = next()
+		c.nodes[name] = &nodeState{target: target, sent: sent, diverged: newChanged()}
+	}
+	for name, d := range cut.Deltas {
+		n, ok := c.nodes[name]
+		if !ok {
+			continue
+		}
+		if err := d.Apply(&n.target); err != nil {
+			// The compiler's deltas always follow; this is a bug, not an input error.
+			panic("transition gate: " + err.Error())
+		}
+		n.diverged.add(deltaChanged(d))
+		m := meet(&n.sent, &n.target, n.diverged)
+		if !c.differs(n, m) {
+			continue
+		}
+		g := next()
+		c.set(n, n.diverged, m.entries, m.isolation, m.pods, g)
+		n.restriction = g
+		if n.realized >= g {
+			n.restriction = 0
+		}
+	}
+}
+
+// differs reports whether the meet changes what n was sent.
+func (c *core) differs(n *nodeState, m meetResult) bool {
+	for k, e := range m.entries {
+		if !e.equal(get(&n.sent, k), k.kind) {
+			return true
+		}
+	}
+	return !m.isolation.Equal(n.sent.Isolation) || !slices.Equal(m.pods, n.sent.Pods)
+}
+
+// set changes n's sent share to the given entries, isolation and pods at generation gen,
+// recording for every receiver what it had.
+func (c *core) set(n *nodeState, what changed, entries map[key]entry, iso policy.Isolation, pods []policy.PodKey, gen uint64) {
+	for _, r := range n.receivers {
+		for k := range entries {
+			if _, ok := r.before[k]; !ok {
+				r.before[k] = get(&n.sent, k)
+			}
+		}
+		if what.isolation && r.isolation == nil {
+			was := n.sent.Isolation
+			r.isolation = &was
+		}
+		if what.pods && r.pods == nil {
+			was := n.sent.Pods
+			r.pods = &was
+		}
+	}
+	for k, e := range entries {
+		put(&n.sent, k, e)
+	}
+	if what.isolation {
+		n.sent.Isolation = iso
+	}
+	if what.pods {
+		n.sent.Pods = pods
+	}
+	n.sent.Generation = gen
+	for _, r := range n.receivers {
+		r.kick()
+	}
+}
+
+// entriesOf returns share's entries for what c names.
+func entriesOf(share *policy.NodeShare, c changed) map[key]entry {
+	out := make(map[key]entry, len(c.entries))
+	for k := range c.entries {
+		out[k] = get(share, k)
+	}
+	return out
+}
+
+func keysOf(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

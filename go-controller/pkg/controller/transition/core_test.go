@@ -1,0 +1,441 @@
+package transition
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+var seedFlag = flag.Uint64("transition.seed", 0, "seed of TestNoWindowAcrossNodes (0: a new one, printed)")
+
+// The guarantee, checked against the model and not the datapath: random sequences of API
+// writes (policies created, changed and deleted, pods relabelled, created and deleted) are
+// compiled from scratch after every write (networkpolicy.Compile, the reference the
+// incremental compiler is tested against); a fake compiler hands the gate cuts of those
+// states, and simulated agents realize what the gate sends them at random moments, in
+// every order. After every event, every connection between the pods is checked against
+// every combination of shares its two nodes may have in force (the last one each
+// reported realized, or any sent after it): if one combination lets it through, some
+// state the API passed through since the oldest of those shares must have allowed it.
+//
+// The same check without the gate (every cut sent as compiled) must find violations:
+// otherwise the test could not fail.
+func TestNoWindowAcrossNodes(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -transition.seed %d)", seed, seed)
+	const runs = 300
+	var gated, ungated, checks int
+	for i := range runs {
+		for _, withGate := range []bool{true, false} {
+			sim := newSimulation(rand.New(rand.NewPCG(seed, uint64(i))), withGate)
+			v, n := sim.run(t, 14)
+			checks += n
+			if withGate {
+				gated += v
+				if v > 0 {
+					t.Errorf("run %d (seed %d): %d connections let through that no state since allowed; first: %s", i, seed, v, sim.first)
+				}
+			} else {
+				ungated += v
+			}
+		}
+	}
+	t.Logf("%d runs, %d connection checks: %d violations with the gate, %d without", runs, checks, gated, ungated)
+	if ungated == 0 {
+		t.Errorf("without the gate no run found a window: the check cannot fail")
+	}
+}
+
+// simulation is a cluster of three nodes under random writes and realizations.
+type simulation struct {
+	rng      *rand.Rand
+	withGate bool
+	pods     map[string]*corev1.Pod
+	policies map[string]*networkingv1.NetworkPolicy
+	states   []map[string]policy.NodeShare // after every write
+	src      *fakeSource
+	core     *core
+	agents   map[string]*agent
+	first    string
+	serial   int
+}
+
+// agent is a simulated node agent: the shares it was sent in order, and the index of the
+// last one it reported realized.
+type agent struct {
+	r        *receiver
+	sent     []sentShare
+	realized int
+}
+
+type sentShare struct {
+	share policy.NodeShare
+	cut   int // the API state of the cut that produced it
+}
+
+var nodes = []string{"node-1", "node-2", "node-3"}
+
+func newSimulation(rng *rand.Rand, withGate bool) *simulation {
+	s := &simulation{rng: rng, withGate: withGate, pods: map[string]*corev1.Pod{}, policies: map[string]*networkingv1.NetworkPolicy{},
+		agents: map[string]*agent{}}
+	for i, ns := range []string{"x", "y"} {
+		for j, name := range []string{"a", "b", "c"} {
+			s.setPod(ns, name, nodes[(i+j)%3], fmt.Sprintf("10.0.%d.%d", i, j+1))
+		}
+	}
+	s.states = append(s.states, s.compile())
+	s.src = &fakeSource{sim: s}
+	s.core = newCore(s.src, 100, time.Minute)
+	for _, n := range nodes {
+		s.core.adds[n] = struct{}{}
+	}
+	s.advance()
+	for _, n := range nodes {
+		st := s.core.nodes[n]
+		r := newReceiver(st.sent.Generation)
+		st.receivers = append(st.receivers, r)
+		a := &agent{r: r, sent: []sentShare{{share: st.sent.Clone(), cut: 0}}}
+		s.agents[n] = a
+		s.core.realized(n, st.sent.Generation)
+	}
+	return s
+}
+
+func (s *simulation) setPod(ns, name, node, ip string) {
+	s.serial++
+	s.pods[ns+"/"+name] = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprint("uid-", s.serial)),
+			Labels: map[string]string{"app": s.pick("web", "db")}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: ip}}},
+	}
+}
+
+func (s *simulation) pick(options ...string) string { return options[s.rng.IntN(len(options))] }
+
+func (s *simulation) compile() map[string]policy.NodeShare {
+	nss := []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{"kubernetes.io/metadata.name": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "y", Labels: map[string]string{"kubernetes.io/metadata.name": "y"}}},
+	}
+	var pods []*corev1.Pod
+	for _, p := range s.pods {
+		pods = append(pods, p)
+	}
+	var nps []*networkingv1.NetworkPolicy
+	for _, np := range s.policies {
+		nps = append(nps, np)
+	}
+	shares := networkpolicy.Compile(nss, pods, nps)
+	for _, n := range nodes {
+		if _, ok := shares[n]; !ok {
+			shares[n] = policy.NewNodeShare(n)
+		}
+	}
+	return shares
+}
+
+// write makes one random API write.
+func (s *simulation) write() {
+	switch s.rng.IntN(6) {
+	case 0, 1, 2:
+		np := s.policy()
+		s.policies[np.Namespace+"/"+np.Name] = np
+	case 3:
+		if keys := keysOf(setOf(s.policies)); len(keys) > 0 {
+			delete(s.policies, s.pick(keys...))
+		}
+	case 4:
+		p := s.pods[s.pick(keysOf(setOf(s.pods))...)]
+		q := p.DeepCopy()
+		q.Labels = map[string]string{"app": s.pick("web", "db")}
+		s.pods[p.Namespace+"/"+p.Name] = q
+	default:
+		// A pod deleted and another of the same name created, on another node.
+		k := s.pick(keysOf(setOf(s.pods))...)
+		p := s.pods[k]
+		delete(s.pods, k)
+		s.setPod(p.Namespace, p.Name, s.pick(nodes...), p.Status.PodIPs[0].IP)
+	}
+	s.states = append(s.states, s.compile())
+}
+
+func (s *simulation) policy() *networkingv1.NetworkPolicy {
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: s.pick("x", "y"), Name: s.pick("p", "q")}}
+	np.UID = types.UID(np.Namespace + "-" + np.Name)
+	if s.rng.IntN(2) == 0 {
+		np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": s.pick("web", "db")}}
+	}
+	switch s.rng.IntN(3) {
+	case 0:
+		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	case 1:
+		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+	default:
+		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	}
+	for range s.rng.IntN(3) {
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: s.peers(), Ports: s.ports()})
+	}
+	for range s.rng.IntN(3) {
+		np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: s.peers(), Ports: s.ports()})
+	}
+	return np
+}
+
+func (s *simulation) peers() []networkingv1.NetworkPolicyPeer {
+	var out []networkingv1.NetworkPolicyPeer
+	for range s.rng.IntN(3) {
+		switch s.rng.IntN(4) {
+		case 0:
+			out = append(out, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": s.pick("web", "db")}}})
+		case 1:
+			out = append(out, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": s.pick("x", "y")}}})
+		case 2:
+			out = append(out, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16",
+				Except: []string{fmt.Sprintf("10.0.%d.%d/32", s.rng.IntN(2), 1+s.rng.IntN(3))}}})
+		default:
+			out = append(out, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: fmt.Sprintf("10.0.%d.0/24", s.rng.IntN(2))}})
+		}
+	}
+	return out
+}
+
+func (s *simulation) ports() []networkingv1.NetworkPolicyPort {
+	tcp := corev1.ProtocolTCP
+	switch s.rng.IntN(4) {
+	case 0:
+		return nil
+	case 1:
+		p := intstr.FromInt32(80)
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+	case 2:
+		p, end := intstr.FromInt32(80), int32(81)
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p, EndPort: &end}}
+	default:
+		p := intstr.FromString("http")
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+	}
+}
+
+func setOf[V any](m map[string]V) map[string]struct{} {
+	out := make(map[string]struct{}, len(m))
+	for k := range m {
+		out[k] = struct{}{}
+	}
+	return out
+}
+
+// advance steps the gate, or, without it, sends every node its target at once. What it
+// sends allows only what the state of the cut before it or a later one allowed.
+func (s *simulation) advance() {
+	prev := s.src.taken
+	if s.withGate {
+		s.core.advance(time.Unix(0, 0))
+	} else {
+		s.core.cut()
+		s.core.release()
+		for _, n := range s.core.nodes {
+			n.restriction = 0
+		}
+	}
+	for name, a := range s.agents {
+		st := s.core.nodes[name]
+		if d, ok := a.r.delta(&st.sent); ok {
+			next := a.sent[len(a.sent)-1].share.Clone()
+			if err := d.Apply(&next); err != nil {
+				panic(fmt.Sprintf("node %s: the gate's delta does not apply: %v", name, err))
+			}
+			if err := next.Validate(); err != nil {
+				panic(fmt.Sprintf("node %s: the gate sent an invalid share: %v", name, err))
+			}
+			a.sent = append(a.sent, sentShare{share: next, cut: prev})
+		}
+	}
+}
+
+// run makes steps random events and returns the violations found and the checks made.
+func (s *simulation) run(t *testing.T, writes int) (violations, checks int) {
+	for w := 0; w < writes; {
+		switch s.rng.IntN(3) {
+		case 0:
+			s.write()
+			w++
+		case 1:
+			s.advance()
+		default:
+			// An agent realizes some share it was sent, and reports it.
+			a := s.agents[s.pick(nodes...)]
+			if len(a.sent)-1 > a.realized {
+				a.realized += 1 + s.rng.IntN(len(a.sent)-1-a.realized)
+				name := a.sent[a.realized].share.Node
+				s.core.realized(name, a.sent[a.realized].share.Generation)
+				s.advance()
+			}
+		}
+		v, n := s.check()
+		violations += v
+		checks += n
+	}
+	return violations, checks
+}
+
+type conn struct {
+	src, dst *corev1.Pod
+	port     int32
+}
+
+// check tests every connection against every combination of shares in force.
+func (s *simulation) check() (violations, checks int) {
+	for _, src := range s.pods {
+		for _, dst := range s.pods {
+			if src == dst {
+				continue
+			}
+			for _, port := range []int32{80, 81} {
+				c := conn{src, dst, port}
+				oldest, allowed := s.possible(c)
+				checks++
+				if !allowed || s.allowedSince(c, oldest) {
+					continue
+				}
+				violations++
+				if s.first == "" {
+					s.first = fmt.Sprintf("%s/%s -> %s/%s TCP %d after %d writes", src.Namespace, src.Name, dst.Namespace, dst.Name, port, len(s.states)-1)
+				}
+			}
+		}
+	}
+	return violations, checks
+}
+
+// possible reports whether some combination of shares in force lets c through, and the
+// oldest API state any of those shares came from.
+func (s *simulation) possible(c conn) (oldest int, allowed bool) {
+	srcKey, dstKey := keyOf(c.src), keyOf(c.dst)
+	srcIP, dstIP := ipOf(c.src), ipOf(c.dst)
+	a, b := s.agents[c.src.Spec.NodeName], s.agents[c.dst.Spec.NodeName]
+	oldest = min(a.sent[a.realized].cut, b.sent[b.realized].cut)
+	egress := func(sh policy.NodeShare) bool {
+		return sh.HasPod(srcKey) && sh.AllowsEgress(srcKey, dstIP, policy.TCP, c.port)
+	}
+	ingress := func(sh policy.NodeShare) bool {
+		return sh.HasPod(dstKey) && sh.AllowsIngress(dstKey, srcIP, policy.TCP, c.port)
+	}
+	if a == b {
+		for _, sh := range a.sent[a.realized:] {
+			if egress(sh.share) && ingress(sh.share) {
+				return oldest, true
+			}
+		}
+		return oldest, false
+	}
+	var out, in bool
+	for _, sh := range a.sent[a.realized:] {
+		out = out || egress(sh.share)
+	}
+	for _, sh := range b.sent[b.realized:] {
+		in = in || ingress(sh.share)
+	}
+	return oldest, out && in
+}
+
+// allowedSince reports whether some API state from index oldest on allowed c, with the
+// pods as they are now (a pod of that name in that state with the same UID).
+func (s *simulation) allowedSince(c conn, oldest int) bool {
+	srcKey, dstKey := keyOf(c.src), keyOf(c.dst)
+	for _, st := range s.states[oldest:] {
+		out, in := st[c.src.Spec.NodeName], st[c.dst.Spec.NodeName]
+		if out.HasPod(srcKey) && in.HasPod(dstKey) &&
+			out.AllowsEgress(srcKey, ipOf(c.dst), policy.TCP, c.port) && in.AllowsIngress(dstKey, ipOf(c.src), policy.TCP, c.port) {
+			return true
+		}
+	}
+	return false
+}
+
+func keyOf(p *corev1.Pod) policy.PodKey {
+	return policy.PodKey{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+}
+
+func ipOf(p *corev1.Pod) netip.Addr { return netip.MustParseAddr(p.Status.PodIPs[0].IP) }
+
+// fakeSource hands the gate cuts of the simulation's latest state.
+type fakeSource struct {
+	sim   *simulation
+	last  map[string]policy.NodeShare
+	taken int
+}
+
+func (f *fakeSource) Take(add, remove []string) networkpolicy.Cut {
+	cur := f.sim.states[len(f.sim.states)-1]
+	f.taken = len(f.sim.states) - 1
+	cut := networkpolicy.Cut{Shares: map[string]policy.NodeShare{}, Deltas: map[string]policy.Delta{}}
+	if f.last == nil {
+		f.last = map[string]policy.NodeShare{}
+	}
+	for _, name := range remove {
+		delete(f.last, name)
+	}
+	for name, old := range f.last {
+		if d, ok := diffShares(old, cur[name]); ok {
+			cut.Deltas[name] = d
+			next := cur[name]
+			next.Generation = d.Generation
+			f.last[name] = next
+		}
+	}
+	for _, name := range add {
+		cut.Shares[name] = cur[name]
+		f.last[name] = cur[name]
+	}
+	return cut
+}
+
+// diffShares is the delta from a to b, through a receiver that had a.
+func diffShares(a, b policy.NodeShare) (policy.Delta, bool) {
+	r := newReceiver(a.Generation)
+	for id := range a.AddressSets {
+		r.before[key{kindAddr, id}] = get(&a, key{kindAddr, id})
+	}
+	for id := range b.AddressSets {
+		r.before[key{kindAddr, id}] = get(&a, key{kindAddr, id})
+	}
+	for id := range a.AppliedToSets {
+		r.before[key{kindAppliedTo, id}] = get(&a, key{kindAppliedTo, id})
+	}
+	for id := range b.AppliedToSets {
+		r.before[key{kindAppliedTo, id}] = get(&a, key{kindAppliedTo, id})
+	}
+	for id := range a.Rules {
+		r.before[key{kindRule, id}] = get(&a, key{kindRule, id})
+	}
+	for id := range b.Rules {
+		r.before[key{kindRule, id}] = get(&a, key{kindRule, id})
+	}
+	iso, pods := a.Isolation, a.Pods
+	r.isolation, r.pods = &iso, &pods
+	b.Generation = a.Generation + 1
+	d, _ := r.delta(&b)
+	empty := len(d.AddedAddressSets)+len(d.UpdatedAddressSets)+len(d.RemovedAddressSets)+len(d.AddedAppliedToSets)+
+		len(d.UpdatedAppliedToSets)+len(d.RemovedAppliedToSets)+len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules)+
+		len(d.AddedPods)+len(d.RemovedPods) == 0 && d.Isolation == nil
+	return d, !empty
+}

@@ -1,0 +1,30 @@
+// Package transition is the transition gate of kovs-controller: it stands between the
+// NetworkPolicy compiler and everything that receives a node's share (the agents'
+// streams, the realization tracker), so that a policy change never opens, across nodes,
+// what every state the API passed through denied.
+//
+// A connection between pods of two nodes passes the egress policy of one node and the
+// ingress policy of the other. Nodes realize their shares on their own clocks, so a write
+// that restricts on node A followed by one that relaxes on node B (a make-before-break
+// migration) would, sent as compiled, leave a moment where B has relaxed and A has not
+// yet restricted: a connection neither state allowed goes through.
+//
+// The gate moves every node through the meet of what it was sent and its new share (see
+// meet.go: a share that allows only what both allow), and sends the new shares only once
+// every node sent a meet that changed anything has reported it realized. Then, and only
+// then, it takes the compiler's next cut: one transition completes before the next
+// begins, and changes made meanwhile coalesce in the compiler. A change that only
+// restricts is complete with its meet; one that only relaxes has a meet equal to what
+// was sent and goes out at once when no restriction is waiting (a new pod's addresses,
+// a new pod listed on its node).
+//
+// A node that does not report its restriction within the timeout is held: it gets no
+// relaxation until it reports (fail closed) and stops holding up the others, and the
+// controller logs its name; the realization status of the policies it concerns shows it
+// behind. Shares a node's receivers have been sent survive a reconnect of its agent (the
+// tracker keeps following every node), so a reconnecting agent gets the share the gate
+// last sent, never a relaxation ahead of the others' restrictions.
+//
+// Generations are the gate's own, one per step that changed some node's share, counted
+// from Options.Base.
+package transition

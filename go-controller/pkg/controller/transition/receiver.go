@@ -1,0 +1,122 @@
+package transition
+
+import (
+	"slices"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
+
+// receiver is one Watch of a node's share (an agent's stream, the realization tracker):
+// it has been sent the node's share at gen, and keeps, for every entry the gate changed
+// since, the value the receiver has, so that its next delta is exact however many
+// changes it coalesces.
+type receiver struct {
+	gen    uint64
+	before map[key]entry
+	// isolation and pods, when set, are the receiver's before a change.
+	isolation *policy.Isolation
+	pods      *[]policy.PodKey
+	wake      chan struct{}
+	// done is closed when the receiver is cancelled.
+	done chan struct{}
+}
+
+func newReceiver(gen uint64) *receiver {
+	return &receiver{gen: gen, before: map[key]entry{}, wake: make(chan struct{}, 1)}
+}
+
+func (r *receiver) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// delta takes what changed for r since its last delta as a delta from the share r has to
+// sent. It reports false when r is caught up.
+func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
+	if r.gen == sent.Generation && len(r.before) == 0 && r.isolation == nil && r.pods == nil {
+		return policy.Delta{}, false
+	}
+	d := policy.Delta{Node: sent.Node, FromGeneration: r.gen, Generation: sent.Generation}
+	keys := make([]key, 0, len(r.before))
+	for k := range r.before {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	for _, k := range keys {
+		was, now := r.before[k], get(sent, k)
+		if was.equal(now, k.kind) {
+			continue
+		}
+		addChange(&d, k, was, now)
+	}
+	if r.isolation != nil && !r.isolation.Equal(sent.Isolation) {
+		iso := sent.Isolation
+		d.Isolation = &iso
+	}
+	if r.pods != nil {
+		d.AddedPods, d.RemovedPods = diffKeys(*r.pods, sent.Pods)
+	}
+	r.gen, r.before, r.isolation, r.pods = sent.Generation, map[key]entry{}, nil, nil
+	return d, true
+}
+
+func addChange(d *policy.Delta, k key, was, now entry) {
+	switch k.kind {
+	case kindAddr:
+		switch {
+		case !now.present:
+			d.RemovedAddressSets = append(d.RemovedAddressSets, k.id)
+		case !was.present:
+			d.AddedAddressSets = append(d.AddedAddressSets, now.addr)
+		default:
+			added, removed := policy.DiffPrefixes(was.addr.Addresses, now.addr.Addresses)
+			d.UpdatedAddressSets = append(d.UpdatedAddressSets, policy.AddressSetPatch{ID: k.id, Added: added, Removed: removed})
+		}
+	case kindAppliedTo:
+		switch {
+		case !now.present:
+			d.RemovedAppliedToSets = append(d.RemovedAppliedToSets, k.id)
+		case !was.present:
+			d.AddedAppliedToSets = append(d.AddedAppliedToSets, now.appliedTo)
+		default:
+			d.UpdatedAppliedToSets = append(d.UpdatedAppliedToSets, now.appliedTo)
+		}
+	default:
+		switch {
+		case !now.present:
+			d.RemovedRules = append(d.RemovedRules, k.id)
+		case !was.present:
+			d.AddedRules = append(d.AddedRules, now.rule)
+		default:
+			d.UpdatedRules = append(d.UpdatedRules, now.rule)
+		}
+	}
+}
+
+// diffKeys compares two sorted lists.
+func diffKeys(old, nu []policy.PodKey) (added, removed []policy.PodKey) {
+	for _, k := range nu {
+		if _, ok := slices.BinarySearchFunc(old, k, policy.PodKey.Compare); !ok {
+			added = append(added, k)
+		}
+	}
+	for _, k := range old {
+		if _, ok := slices.BinarySearchFunc(nu, k, policy.PodKey.Compare); !ok {
+			removed = append(removed, k)
+		}
+	}
+	return added, removed
+}
