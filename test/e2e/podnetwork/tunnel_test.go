@@ -171,7 +171,17 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 	}
 	setSubnets(badSubnets(t, good))
 	defer setSubnets(good)
-	time.Sleep(2 * time.Second) // node1's agent sees node3 change
+	// node1's agent has seen node3's bad record once it counts node3 as a rejected peer.
+	framework.Eventually(t, 30*time.Second, "node1's agent to reject node3's bad record", func() error {
+		n, err := c.s.AgentMetric("node1", "kovs_agent_tunnel_peers_rejected", nil)
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("kovs_agent_tunnel_peers_rejected is %v, want 1 (node3)", n)
+		}
+		return nil
+	})
 
 	cc := c.pods["c"]
 	if cc.Labels["app"] == "" {
