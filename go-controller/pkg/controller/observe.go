@@ -6,6 +6,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/transition"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
 )
@@ -81,6 +82,14 @@ func (o observer) policyBatch() func(networkpolicy.Batch) {
 		return nil
 	}
 	return o.metrics.Batches.Observe
+}
+
+// transitions fills the transition gate's metrics hooks (none without metrics).
+func (o observer) transitions(opts transition.Options) transition.Options {
+	if o.metrics != nil {
+		opts.Waited, opts.Held = o.metrics.Transitions.Waited, o.metrics.Transitions.Held
+	}
+	return opts
 }
 
 func (o observer) reconcile() *reconcile.Metrics {

@@ -111,7 +111,7 @@ func newPolicyControllers(factory informers.SharedInformerFactory, client kubern
 // nodes. Generations are rebased on the time this replica started leading, so that agents
 // see them grow across restarts and leader changes (as stream.Rebase does).
 func (p *policyControllers) run(ctx context.Context, client kubernetes.Interface, nodes cache.SharedIndexInformer) error {
-	p.gate = transition.New(p.compiler, transition.Options{Base: uint64(time.Now().UnixMicro()), Timeout: p.cfg.TransitionTimeout})
+	p.gate = transition.New(p.compiler, p.obs.transitions(transition.Options{Base: uint64(time.Now().UnixMicro()), Timeout: p.cfg.TransitionTimeout}))
 	src := stream.Source(p.gate)
 	ctx, cancel := context.WithCancel(ctx)
 	parts := map[string]func(context.Context) error{

@@ -61,6 +61,7 @@ type Set struct {
 	Reconcile   *reconcile.Metrics
 	Latency     *RealizationLatency
 	Batches     *PolicyBatches
+	Transitions *PolicyTransitions
 	Addresses   *Slot[AddressSource]
 	Realization *Slot[Summarizer]
 	leader      prometheus.Gauge
@@ -80,7 +81,11 @@ func NewSet(reg prometheus.Registerer) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{Reconcile: rec, Latency: lat, Batches: batches, Addresses: &Slot[AddressSource]{}, Realization: &Slot[Summarizer]{},
+	transitions, err := NewPolicyTransitions(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Reconcile: rec, Latency: lat, Batches: batches, Transitions: transitions, Addresses: &Slot[AddressSource]{}, Realization: &Slot[Summarizer]{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kovs_controller_leader",
 			Help: "1 while this replica leads (runs the controllers), 0 on standby."})}
 	for _, c := range []prometheus.Collector{s.leader, AddressCollector{Source: s.Addresses},

@@ -43,11 +43,13 @@ type core struct {
 	waitingSince time.Time
 	// onHeld is told of the nodes that did not realize a restriction in time.
 	onHeld func(nodes []string, gen uint64)
+	// onWaited is told how long each transition's relaxations waited.
+	onWaited func(time.Duration)
 }
 
 func newCore(src cutSource, base uint64, timeout time.Duration) *core {
 	return &core{src: src, timeout: timeout, gen: base, nodes: map[string]*nodeState{},
-		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}}
+		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}, onWaited: func(time.Duration) {}}
 }
 
 // waiting lists the nodes whose restriction holds up the relaxations (held nodes do not).
@@ -89,6 +91,10 @@ func (c *core) advance(now time.Time) time.Time {
 			c.nodes[name].held = true
 		}
 		c.onHeld(w, c.gen)
+	}
+	if !c.waitingSince.IsZero() {
+		c.onWaited(now.Sub(c.waitingSince))
+		c.waitingSince = time.Time{}
 	}
 	c.release()
 	c.cut()

@@ -26,6 +26,10 @@ type Options struct {
 	Timeout time.Duration
 	// Held, if set, is told of the nodes that did not realize a restriction in time.
 	Held func(nodes []string)
+	// Waited, if set, is told how long each transition's relaxations waited for its
+	// restrictions (from the restrictions sent to the last one realized, or to the
+	// timeout).
+	Waited func(time.Duration)
 }
 
 // Gate stands between the policy compiler and the nodes' receivers (the stream server
@@ -74,6 +78,9 @@ func (g *Gate) Run(ctx context.Context) error {
 		if g.opts.Held != nil {
 			g.opts.Held(nodes)
 		}
+	}
+	if g.opts.Waited != nil {
+		c.onWaited = g.opts.Waited
 	}
 	g.mu.Lock()
 	g.core = c
