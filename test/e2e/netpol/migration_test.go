@@ -165,6 +165,19 @@ func runMigration(t *testing.T, s *framework.Sandbox, mg migration, a, c *corev1
 		}
 		return nil
 	})
+	// And the restriction is in force where it was written.
+	framework.Eventually(t, 30*time.Second, mg.name+": "+mg.restrict.Name+" realized", func() error {
+		np, err := s.Client.NetworkingV1().NetworkPolicies(mg.restrict.Namespace).Get(ctx, mg.restrict.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var realized, concerned int
+		st := np.Annotations["kovs.io/realization"]
+		if _, err := fmt.Sscanf(st, "%d/%d nodes", &realized, &concerned); err != nil || concerned == 0 || realized != concerned {
+			return fmt.Errorf("kovs.io/realization is %q", st)
+		}
+		return nil
+	})
 	if r := s.Probe(a, bIP, "80/tcp", probeTimeout); r.Connected {
 		t.Errorf("%s: x/a -> y/b connects after the migration", mg.name)
 	}
