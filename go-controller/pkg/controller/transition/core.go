@@ -20,7 +20,7 @@ type nodeState struct {
 	// be, at: target, or a meet on the way to it.
 	target, sent policy.NodeShare
 	// diverged names what may differ between sent and target.
-	diverged changed
+	diverged policy.Changes
 	// restriction is the generation of the last meet sent to the node that it has not
 	// reported realized (0: none). While any node has one, no relaxation is sent.
 	restriction uint64
@@ -111,7 +111,7 @@ func (c *core) advance(now time.Time) time.Time {
 func (c *core) release() {
 	var gen uint64
 	for _, n := range c.nodes {
-		if n.held || n.diverged.empty() {
+		if n.held || n.diverged.Empty() {
 			continue
 		}
 		if gen == 0 {
@@ -119,7 +119,7 @@ func (c *core) release() {
 			gen = c.gen
 		}
 		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, gen)
-		n.diverged = newChanged()
+		n.diverged = policy.NewChanges()
 	}
 }
 
@@ -147,7 +147,7 @@ func (c *core) cut() {
 		target := share.Clone()
 		sent := share.Clone()
 		sent.Generation = next()
-		c.nodes[name] = &nodeState{target: target, sent: sent, diverged: newChanged()}
+		c.nodes[name] = &nodeState{target: target, sent: sent, diverged: policy.NewChanges()}
 	}
 	for name, d := range cut.Deltas {
 		n, ok := c.nodes[name]
@@ -158,13 +158,13 @@ func (c *core) cut() {
 			// The compiler's deltas always follow; this is a bug, not an input error.
 			panic("transition gate: " + err.Error())
 		}
-		n.diverged.add(deltaChanged(d))
-		m := meet(&n.sent, &n.target, n.diverged)
+		n.diverged.Add(policy.DeltaChanges(d))
+		m := policy.MeetOver(&n.sent, &n.target, n.diverged)
 		if !c.differs(n, m) {
 			continue
 		}
 		g := next()
-		c.set(n, n.diverged, m.entries, m.isolation, m.pods, g)
+		c.set(n, n.diverged, m.Entries, m.Isolation, m.Pods, g)
 		n.restriction = g
 		if n.realized >= g {
 			n.restriction = 0
@@ -173,40 +173,40 @@ func (c *core) cut() {
 }
 
 // differs reports whether the meet changes what n was sent.
-func (c *core) differs(n *nodeState, m meetResult) bool {
-	for k, e := range m.entries {
-		if !e.equal(get(&n.sent, k), k.kind) {
+func (c *core) differs(n *nodeState, m policy.MeetResult) bool {
+	for k, e := range m.Entries {
+		if !e.Equal(n.sent.Entry(k), k.Kind) {
 			return true
 		}
 	}
-	return !m.isolation.Equal(n.sent.Isolation) || !slices.Equal(m.pods, n.sent.Pods)
+	return !m.Isolation.Equal(n.sent.Isolation) || !slices.Equal(m.Pods, n.sent.Pods)
 }
 
 // set changes n's sent share to the given entries, isolation and pods at generation gen,
 // recording for every receiver what it had.
-func (c *core) set(n *nodeState, what changed, entries map[key]entry, iso policy.Isolation, pods []policy.PodKey, gen uint64) {
+func (c *core) set(n *nodeState, what policy.Changes, entries map[policy.EntryKey]policy.Entry, iso policy.Isolation, pods []policy.PodKey, gen uint64) {
 	for _, r := range n.receivers {
 		for k := range entries {
 			if _, ok := r.before[k]; !ok {
-				r.before[k] = get(&n.sent, k)
+				r.before[k] = n.sent.Entry(k)
 			}
 		}
-		if what.isolation && r.isolation == nil {
+		if what.Isolation && r.isolation == nil {
 			was := n.sent.Isolation
 			r.isolation = &was
 		}
-		if what.pods && r.pods == nil {
+		if what.Pods && r.pods == nil {
 			was := n.sent.Pods
 			r.pods = &was
 		}
 	}
 	for k, e := range entries {
-		put(&n.sent, k, e)
+		n.sent.SetEntry(k, e)
 	}
-	if what.isolation {
+	if what.Isolation {
 		n.sent.Isolation = iso
 	}
-	if what.pods {
+	if what.Pods {
 		n.sent.Pods = pods
 	}
 	n.sent.Generation = gen
@@ -216,10 +216,10 @@ func (c *core) set(n *nodeState, what changed, entries map[key]entry, iso policy
 }
 
 // entriesOf returns share's entries for what c names.
-func entriesOf(share *policy.NodeShare, c changed) map[key]entry {
-	out := make(map[key]entry, len(c.entries))
-	for k := range c.entries {
-		out[k] = get(share, k)
+func entriesOf(share *policy.NodeShare, c policy.Changes) map[policy.EntryKey]policy.Entry {
+	out := make(map[policy.EntryKey]policy.Entry, len(c.Entries))
+	for k := range c.Entries {
+		out[k] = share.Entry(k)
 	}
 	return out
 }

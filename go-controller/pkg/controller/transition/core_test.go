@@ -412,24 +412,17 @@ func (f *fakeSource) Take(add, remove []string) networkpolicy.Cut {
 // diffShares is the delta from a to b, through a receiver that had a.
 func diffShares(a, b policy.NodeShare) (policy.Delta, bool) {
 	r := newReceiver(a.Generation)
-	for id := range a.AddressSets {
-		r.before[key{kindAddr, id}] = get(&a, key{kindAddr, id})
+	mark := func(kind policy.EntryKind, ids ...map[string]struct{}) {
+		for _, set := range ids {
+			for id := range set {
+				k := policy.EntryKey{Kind: kind, ID: id}
+				r.before[k] = a.Entry(k)
+			}
+		}
 	}
-	for id := range b.AddressSets {
-		r.before[key{kindAddr, id}] = get(&a, key{kindAddr, id})
-	}
-	for id := range a.AppliedToSets {
-		r.before[key{kindAppliedTo, id}] = get(&a, key{kindAppliedTo, id})
-	}
-	for id := range b.AppliedToSets {
-		r.before[key{kindAppliedTo, id}] = get(&a, key{kindAppliedTo, id})
-	}
-	for id := range a.Rules {
-		r.before[key{kindRule, id}] = get(&a, key{kindRule, id})
-	}
-	for id := range b.Rules {
-		r.before[key{kindRule, id}] = get(&a, key{kindRule, id})
-	}
+	mark(policy.AddressSetEntry, setOf(a.AddressSets), setOf(b.AddressSets))
+	mark(policy.AppliedToSetEntry, setOf(a.AppliedToSets), setOf(b.AppliedToSets))
+	mark(policy.RuleEntry, setOf(a.Rules), setOf(b.Rules))
 	iso, pods := a.Isolation, a.Pods
 	r.isolation, r.pods = &iso, &pods
 	b.Generation = a.Generation + 1

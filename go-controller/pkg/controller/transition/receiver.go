@@ -7,12 +7,12 @@ import (
 )
 
 // receiver is one Watch of a node's share (an agent's stream, the realization tracker):
-// it has been sent the node's share at gen, and keeps, for every entry the gate changed
+// it has been sent the node's share at gen, and keeps, for every entry the gate changes
 // since, the value the receiver has, so that its next delta is exact however many
 // changes it coalesces.
 type receiver struct {
 	gen    uint64
-	before map[key]entry
+	before map[policy.EntryKey]policy.Entry
 	// isolation and pods, when set, are the receiver's before a change.
 	isolation *policy.Isolation
 	pods      *[]policy.PodKey
@@ -22,7 +22,7 @@ type receiver struct {
 }
 
 func newReceiver(gen uint64) *receiver {
-	return &receiver{gen: gen, before: map[key]entry{}, wake: make(chan struct{}, 1)}
+	return &receiver{gen: gen, before: map[policy.EntryKey]policy.Entry{}, wake: make(chan struct{}, 1)}
 }
 
 func (r *receiver) kick() {
@@ -39,25 +39,25 @@ func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
 		return policy.Delta{}, false
 	}
 	d := policy.Delta{Node: sent.Node, FromGeneration: r.gen, Generation: sent.Generation}
-	keys := make([]key, 0, len(r.before))
+	keys := make([]policy.EntryKey, 0, len(r.before))
 	for k := range r.before {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if a.kind != b.kind {
-			return int(a.kind) - int(b.kind)
+	slices.SortFunc(keys, func(a, b policy.EntryKey) int {
+		if a.Kind != b.Kind {
+			return int(a.Kind) - int(b.Kind)
 		}
 		switch {
-		case a.id < b.id:
+		case a.ID < b.ID:
 			return -1
-		case a.id > b.id:
+		case a.ID > b.ID:
 			return 1
 		}
 		return 0
 	})
 	for _, k := range keys {
-		was, now := r.before[k], get(sent, k)
-		if was.equal(now, k.kind) {
+		was, now := r.before[k], sent.Entry(k)
+		if was.Equal(now, k.Kind) {
 			continue
 		}
 		addChange(&d, k, was, now)
@@ -69,39 +69,39 @@ func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
 	if r.pods != nil {
 		d.AddedPods, d.RemovedPods = diffKeys(*r.pods, sent.Pods)
 	}
-	r.gen, r.before, r.isolation, r.pods = sent.Generation, map[key]entry{}, nil, nil
+	r.gen, r.before, r.isolation, r.pods = sent.Generation, map[policy.EntryKey]policy.Entry{}, nil, nil
 	return d, true
 }
 
-func addChange(d *policy.Delta, k key, was, now entry) {
-	switch k.kind {
-	case kindAddr:
+func addChange(d *policy.Delta, k policy.EntryKey, was, now policy.Entry) {
+	switch k.Kind {
+	case policy.AddressSetEntry:
 		switch {
-		case !now.present:
-			d.RemovedAddressSets = append(d.RemovedAddressSets, k.id)
-		case !was.present:
-			d.AddedAddressSets = append(d.AddedAddressSets, now.addr)
+		case !now.Present:
+			d.RemovedAddressSets = append(d.RemovedAddressSets, k.ID)
+		case !was.Present:
+			d.AddedAddressSets = append(d.AddedAddressSets, now.AddressSet)
 		default:
-			added, removed := policy.DiffPrefixes(was.addr.Addresses, now.addr.Addresses)
-			d.UpdatedAddressSets = append(d.UpdatedAddressSets, policy.AddressSetPatch{ID: k.id, Added: added, Removed: removed})
+			added, removed := policy.DiffPrefixes(was.AddressSet.Addresses, now.AddressSet.Addresses)
+			d.UpdatedAddressSets = append(d.UpdatedAddressSets, policy.AddressSetPatch{ID: k.ID, Added: added, Removed: removed})
 		}
-	case kindAppliedTo:
+	case policy.AppliedToSetEntry:
 		switch {
-		case !now.present:
-			d.RemovedAppliedToSets = append(d.RemovedAppliedToSets, k.id)
-		case !was.present:
-			d.AddedAppliedToSets = append(d.AddedAppliedToSets, now.appliedTo)
+		case !now.Present:
+			d.RemovedAppliedToSets = append(d.RemovedAppliedToSets, k.ID)
+		case !was.Present:
+			d.AddedAppliedToSets = append(d.AddedAppliedToSets, now.AppliedToSet)
 		default:
-			d.UpdatedAppliedToSets = append(d.UpdatedAppliedToSets, now.appliedTo)
+			d.UpdatedAppliedToSets = append(d.UpdatedAppliedToSets, now.AppliedToSet)
 		}
 	default:
 		switch {
-		case !now.present:
-			d.RemovedRules = append(d.RemovedRules, k.id)
-		case !was.present:
-			d.AddedRules = append(d.AddedRules, now.rule)
+		case !now.Present:
+			d.RemovedRules = append(d.RemovedRules, k.ID)
+		case !was.Present:
+			d.AddedRules = append(d.AddedRules, now.Rule)
 		default:
-			d.UpdatedRules = append(d.UpdatedRules, now.rule)
+			d.UpdatedRules = append(d.UpdatedRules, now.Rule)
 		}
 	}
 }

@@ -1,0 +1,407 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// The meet of two shares of one node, old (what it enforces, or has been sent) and new
+// (what it is to enforce next), is a share that allows nothing that either does not allow: a
+// connection the meet lets out of or into a pod, both old and new let through there.
+// It is computed entry by entry over the entries that differ, and comes as close to the
+// exact intersection as one share can say it:
+//
+//   - an address set present in both holds the addresses in both (prefixes intersected);
+//   - an applied-to set present in both holds the pods in both;
+//   - isolation is the union of both: a pod isolated by either is isolated;
+//   - the evaluated pods are those listed by both: a pod new to the node stays closed;
+//   - a rule present in both, with the same applied-to set, keeps the ports and peers
+//     both admit (a rule that would admit nothing is left out);
+//   - a rule present only in new is kept when none of the pods it applies to in the meet
+//     was isolated in its direction in old (old let their traffic through whole, so the
+//     rule's own limits are the meet: a new policy on unisolated pods is exact at once);
+//     and a rule present only in old when none of them is isolated in new (a policy being
+//     deleted keeps allowing what it allowed until the others have its restrictions);
+//   - any other rule is left out: safe, and the relaxed rule comes with the new share.
+//
+// Sets present in one share only are kept as they are: they admit nothing by
+// themselves, and the rules kept from that share name them.
+
+// Meet returns the meet of two shares of one node at new's generation: it allows only
+// what both allow (see above).
+func Meet(old, nu NodeShare) NodeShare {
+	c := NewChanges()
+	c.Isolation, c.Pods = true, true
+	for id := range old.AddressSets {
+		c.Entries[EntryKey{AddressSetEntry, id}] = struct{}{}
+	}
+	for id := range nu.AddressSets {
+		c.Entries[EntryKey{AddressSetEntry, id}] = struct{}{}
+	}
+	for id := range old.AppliedToSets {
+		c.Entries[EntryKey{AppliedToSetEntry, id}] = struct{}{}
+	}
+	for id := range nu.AppliedToSets {
+		c.Entries[EntryKey{AppliedToSetEntry, id}] = struct{}{}
+	}
+	for id := range old.Rules {
+		c.Entries[EntryKey{RuleEntry, id}] = struct{}{}
+	}
+	for id := range nu.Rules {
+		c.Entries[EntryKey{RuleEntry, id}] = struct{}{}
+	}
+	m := MeetOver(&old, &nu, c)
+	out := NewNodeShare(nu.Node)
+	out.Generation = nu.Generation
+	for k, e := range m.Entries {
+		out.SetEntry(k, e)
+	}
+	out.Isolation, out.Pods = m.Isolation, m.Pods
+	return out
+}
+
+// EntryKind tells which map of a share an entry lives in.
+type EntryKind uint8
+
+// The kinds of entries.
+const (
+	AddressSetEntry EntryKind = iota
+	AppliedToSetEntry
+	RuleEntry
+)
+
+// EntryKey names one Entry of a share.
+type EntryKey struct {
+	Kind EntryKind
+	ID   string
+}
+
+// Changes lists what may differ between two shares of a node.
+type Changes struct {
+	Entries   map[EntryKey]struct{}
+	Isolation bool
+	Pods      bool
+}
+
+// NewChanges returns an empty list.
+func NewChanges() Changes { return Changes{Entries: map[EntryKey]struct{}{}} }
+
+// Empty reports whether nothing is listed.
+func (c Changes) Empty() bool { return len(c.Entries) == 0 && !c.Isolation && !c.Pods }
+
+// Add lists what o lists too.
+func (c *Changes) Add(o Changes) {
+	for k := range o.Entries {
+		c.Entries[k] = struct{}{}
+	}
+	c.Isolation = c.Isolation || o.Isolation
+	c.Pods = c.Pods || o.Pods
+}
+
+// DeltaChanges lists what a delta changes.
+func DeltaChanges(d Delta) Changes {
+	c := NewChanges()
+	for _, s := range d.AddedAddressSets {
+		c.Entries[EntryKey{AddressSetEntry, s.ID}] = struct{}{}
+	}
+	for _, p := range d.UpdatedAddressSets {
+		c.Entries[EntryKey{AddressSetEntry, p.ID}] = struct{}{}
+	}
+	for _, id := range d.RemovedAddressSets {
+		c.Entries[EntryKey{AddressSetEntry, id}] = struct{}{}
+	}
+	for _, s := range d.AddedAppliedToSets {
+		c.Entries[EntryKey{AppliedToSetEntry, s.ID}] = struct{}{}
+	}
+	for _, s := range d.UpdatedAppliedToSets {
+		c.Entries[EntryKey{AppliedToSetEntry, s.ID}] = struct{}{}
+	}
+	for _, id := range d.RemovedAppliedToSets {
+		c.Entries[EntryKey{AppliedToSetEntry, id}] = struct{}{}
+	}
+	for _, r := range d.AddedRules {
+		c.Entries[EntryKey{RuleEntry, r.ID}] = struct{}{}
+	}
+	for _, r := range d.UpdatedRules {
+		c.Entries[EntryKey{RuleEntry, r.ID}] = struct{}{}
+	}
+	for _, id := range d.RemovedRules {
+		c.Entries[EntryKey{RuleEntry, id}] = struct{}{}
+	}
+	c.Isolation = d.Isolation != nil
+	c.Pods = len(d.AddedPods)+len(d.RemovedPods) > 0
+	return c
+}
+
+// Entry is the value of one entry of a share, or its absence.
+type Entry struct {
+	Present      bool
+	AddressSet   AddressSet
+	AppliedToSet AppliedToSet
+	Rule         Rule
+}
+
+// Entry returns the share's entry k.
+func (s *NodeShare) Entry(k EntryKey) Entry {
+	switch k.Kind {
+	case AddressSetEntry:
+		v, ok := s.AddressSets[k.ID]
+		return Entry{Present: ok, AddressSet: v}
+	case AppliedToSetEntry:
+		v, ok := s.AppliedToSets[k.ID]
+		return Entry{Present: ok, AppliedToSet: v}
+	default:
+		v, ok := s.Rules[k.ID]
+		return Entry{Present: ok, Rule: v}
+	}
+}
+
+// SetEntry sets (or, when absent, deletes) the share's entry k.
+func (s *NodeShare) SetEntry(k EntryKey, e Entry) {
+	switch {
+	case k.Kind == AddressSetEntry && e.Present:
+		s.AddressSets[k.ID] = e.AddressSet
+	case k.Kind == AddressSetEntry:
+		delete(s.AddressSets, k.ID)
+	case k.Kind == AppliedToSetEntry && e.Present:
+		s.AppliedToSets[k.ID] = e.AppliedToSet
+	case k.Kind == AppliedToSetEntry:
+		delete(s.AppliedToSets, k.ID)
+	case e.Present:
+		s.Rules[k.ID] = e.Rule
+	default:
+		delete(s.Rules, k.ID)
+	}
+}
+
+// Equal reports whether two entries of kind k are the same.
+func (e Entry) Equal(o Entry, k EntryKind) bool {
+	switch {
+	case e.Present != o.Present:
+		return false
+	case !e.Present:
+		return true
+	case k == AddressSetEntry:
+		return slices.Equal(e.AddressSet.Addresses, o.AddressSet.Addresses)
+	case k == AppliedToSetEntry:
+		return slices.EqualFunc(e.AppliedToSet.Pods, o.AppliedToSet.Pods, func(a, b AppliedPod) bool {
+			return a.PodKey == b.PodKey && slices.Equal(a.IPs, b.IPs)
+		})
+	default:
+		return e.Rule.Equal(o.Rule)
+	}
+}
+
+// MeetResult is the meet of two shares over what differs between them.
+type MeetResult struct {
+	Entries   map[EntryKey]Entry
+	Isolation Isolation
+	Pods      []PodKey
+}
+
+// MeetOver returns the entries, isolation and pods of the meet of old and new over what c
+// lists (everything else must be the same in both).
+func MeetOver(old, nu *NodeShare, c Changes) MeetResult {
+	m := MeetResult{Entries: make(map[EntryKey]Entry, len(c.Entries)), Isolation: old.Isolation, Pods: old.Pods}
+	if c.Isolation {
+		m.Isolation = Isolation{
+			Ingress: unionKeys(old.Isolation.Ingress, nu.Isolation.Ingress),
+			Egress:  unionKeys(old.Isolation.Egress, nu.Isolation.Egress),
+		}
+	}
+	if c.Pods {
+		m.Pods = intersectKeys(old.Pods, nu.Pods)
+	}
+	for k := range c.Entries {
+		if k.Kind != RuleEntry {
+			m.Entries[k] = meetSet(k, old.Entry(k), nu.Entry(k))
+		}
+	}
+	appliedTo := func(id string) AppliedToSet {
+		if e, ok := m.Entries[EntryKey{AppliedToSetEntry, id}]; ok {
+			return e.AppliedToSet
+		}
+		return old.AppliedToSets[id]
+	}
+	// unisolated reports whether no pod the rule applies to in the meet is isolated in
+	// the rule's direction in share s.
+	unisolated := func(r Rule, s *NodeShare) bool {
+		for _, p := range appliedTo(r.AppliedTo).Pods {
+			if s.Isolation.Isolated(r.Direction, p.Namespace, p.Name) {
+				return false
+			}
+		}
+		return true
+	}
+	for k := range c.Entries {
+		if k.Kind != RuleEntry {
+			continue
+		}
+		o, n := old.Entry(k), nu.Entry(k)
+		switch {
+		case o.Present && n.Present:
+			r, ok := meetRule(o.Rule, n.Rule)
+			m.Entries[k] = Entry{Present: ok, Rule: r}
+		case n.Present:
+			m.Entries[k] = Entry{Present: unisolated(n.Rule, old), Rule: n.Rule}
+		case o.Present:
+			m.Entries[k] = Entry{Present: unisolated(o.Rule, nu), Rule: o.Rule}
+		default:
+			m.Entries[k] = Entry{}
+		}
+	}
+	return m
+}
+
+// meetSet is the meet of one address or applied-to set.
+func meetSet(k EntryKey, o, n Entry) Entry {
+	switch {
+	case !o.Present:
+		return n
+	case !n.Present:
+		return o
+	case k.Kind == AddressSetEntry:
+		return Entry{Present: true, AddressSet: AddressSet{ID: k.ID, Addresses: IntersectPrefixes(o.AddressSet.Addresses, n.AddressSet.Addresses)}}
+	default:
+		set := AppliedToSet{ID: k.ID}
+		for _, p := range n.AppliedToSet.Pods {
+			if slices.ContainsFunc(o.AppliedToSet.Pods, func(q AppliedPod) bool { return q.PodKey == p.PodKey }) {
+				set.Pods = append(set.Pods, p)
+			}
+		}
+		return Entry{Present: true, AppliedToSet: set}
+	}
+}
+
+// meetRule is the rule that admits what both admit, when one rule can say it.
+func meetRule(o, n Rule) (Rule, bool) {
+	if o.Equal(n) {
+		return n, true
+	}
+	if o.AppliedTo != n.AppliedTo || o.Direction != n.Direction || o.Action != n.Action {
+		return Rule{}, false
+	}
+	ports, ok := meetPorts(o.Ports, n.Ports)
+	if !ok {
+		return Rule{}, false
+	}
+	peers, ok := meetPeers(o.Peers, n.Peers)
+	if !ok {
+		return Rule{}, false
+	}
+	r := n
+	r.Ports, r.Peers = ports, peers
+	return r, true
+}
+
+// meetPeers: no peers means any address.
+func meetPeers(a, b []string) ([]string, bool) {
+	switch {
+	case len(a) == 0:
+		return b, true
+	case len(b) == 0:
+		return a, true
+	}
+	var out []string
+	for _, id := range a {
+		if slices.Contains(b, id) {
+			out = append(out, id)
+		}
+	}
+	return out, len(out) > 0
+}
+
+// meetPorts: no ports means every port of every protocol; a Port of 0 every port of its
+// protocol.
+func meetPorts(a, b []Port) ([]Port, bool) {
+	switch {
+	case len(a) == 0:
+		return b, true
+	case len(b) == 0:
+		return a, true
+	}
+	var out []Port
+	for _, x := range a {
+		for _, y := range b {
+			if x.Protocol != y.Protocol {
+				continue
+			}
+			xlo, xhi := portRange(x)
+			ylo, yhi := portRange(y)
+			lo, hi := max(xlo, ylo), min(xhi, yhi)
+			if lo > hi {
+				continue
+			}
+			p := Port{Protocol: x.Protocol}
+			switch {
+			case lo == 0 && hi == 65535:
+			case lo == hi:
+				p.Port = lo
+			default:
+				p.Port, p.EndPort = lo, hi
+			}
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, len(out) > 0
+}
+
+func portRange(p Port) (int32, int32) {
+	switch {
+	case p.Port == 0:
+		return 0, 65535
+	case p.EndPort == 0:
+		return p.Port, p.Port
+	default:
+		return p.Port, p.EndPort
+	}
+}
+
+// IntersectPrefixes returns the addresses in both sorted, duplicate-free lists, as a
+// sorted list: each prefix of one list that a prefix of the other covers.
+func IntersectPrefixes(a, b []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	out = appendCovered(out, a, b)
+	out = appendCovered(out, b, a)
+	return SortPrefixes(out)
+}
+
+// appendCovered appends every prefix of a that some prefix of b covers.
+func appendCovered(out, a, b []netip.Prefix) []netip.Prefix {
+	set := make(map[netip.Prefix]struct{}, len(b))
+	lengths := map[int]struct{}{}
+	for _, p := range b {
+		set[p] = struct{}{}
+		lengths[p.Bits()] = struct{}{}
+	}
+	for _, p := range a {
+		for bits := range lengths {
+			if bits > p.Bits() {
+				continue
+			}
+			if _, ok := set[netip.PrefixFrom(p.Addr(), bits).Masked()]; ok {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func unionKeys(a, b []PodKey) []PodKey {
+	out := append(slices.Clone(a), b...)
+	slices.SortFunc(out, PodKey.Compare)
+	return slices.Compact(out)
+}
+
+func intersectKeys(a, b []PodKey) []PodKey {
+	var out []PodKey
+	for _, k := range a {
+		if _, ok := slices.BinarySearchFunc(b, k, PodKey.Compare); ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
