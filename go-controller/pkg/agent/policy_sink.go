@@ -27,9 +27,13 @@ type NodePolicy struct {
 	// installed returns the NodeState generation whose flows are on the switch.
 	installed func() uint64
 
-	mu      sync.Mutex
-	share   policy.NodeShare
-	have    bool // a snapshot arrived
+	mu    sync.Mutex
+	share policy.NodeShare
+	have  bool // a snapshot arrived
+	// enforced is the last version handed to the NodeState: the share, or its meet with
+	// floor while floor is set (after a snapshot with MeetPrevious, until a Release).
+	enforced policy.NodeShare
+	floor    *policy.NodeShare
 	waiting []realization
 	// realized is the share generation of the newest version whose flows are installed.
 	realized uint64
@@ -84,8 +88,18 @@ func (p *NodePolicy) Snapshot(share policy.NodeShare) error {
 	share = share.Clone() // the sender may keep using its copy
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	switch {
+	case share.MeetPrevious && p.have:
+		// A controller that does not know what this node enforces (it just started
+		// leading): keep enforcing nothing the previous version did not allow until it
+		// releases us, which it does once every node holds such a meet.
+		floor := p.enforced
+		p.floor = &floor
+	case !share.MeetPrevious:
+		p.floor = nil
+	}
 	p.share, p.have = share, true
-	p.install(share)
+	p.install(p.effective())
 	p.receivedOnce.Do(func() { close(p.received) })
 	log.WithField("node", p.node).WithField("generation", share.Generation).WithField("rules", len(share.Rules)).
 		WithField("pods", len(share.Pods)).Info("NetworkPolicy snapshot received")
@@ -107,12 +121,26 @@ func (p *NodePolicy) Delta(d policy.Delta) error {
 		return fmt.Errorf("apply policy delta: %w", err)
 	}
 	p.share = next
-	p.install(next)
+	if d.Release && p.floor != nil {
+		log.WithField("node", p.node).WithField("generation", d.Generation).Info("NetworkPolicy meet with the previous share released")
+		p.floor = nil
+	}
+	p.install(p.effective())
 	return nil
+}
+
+// effective is what the node enforces of the share: the share itself, or its meet with the
+// floor. Called with mu held.
+func (p *NodePolicy) effective() policy.NodeShare {
+	if p.floor == nil {
+		return p.share
+	}
+	return policy.Meet(*p.floor, p.share)
 }
 
 // install hands a version of the share to the NodeState. Called with mu held.
 func (p *NodePolicy) install(share policy.NodeShare) {
+	p.enforced = share
 	gen := p.state.SetPolicy(share)
 	p.waiting = append(p.waiting, realization{share: share.Generation, state: gen})
 }

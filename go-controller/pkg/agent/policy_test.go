@@ -316,3 +316,60 @@ func TestPolicyFeedIsRestarted(t *testing.T) {
 		t.Error("the feed was not given the node's sink")
 	}
 }
+
+// TestMeetPreviousUntilRelease: a snapshot with MeetPrevious (a controller that just
+// started leading) is enforced as its meet with what the node enforced before, and so are
+// the deltas after it, until a delta with Release; a snapshot without it ends the meet too.
+func TestMeetPreviousUntilRelease(t *testing.T) {
+	r := newPolicyRig(t, localPods()...)
+	old := startShare() // x/a isolated, TCP 80 from 10.244.2.10
+	if err := r.sink.Snapshot(old); err != nil {
+		t.Fatal(err)
+	}
+	// The new leader's share lets x/a receive anything: no isolation.
+	open := policy.NewNodeShare("node-1")
+	open.Generation, open.Pods, open.MeetPrevious = 100, old.Pods, true
+	if err := r.sink.Snapshot(open); err != nil {
+		t.Fatal(err)
+	}
+	from := netip.MustParseAddr("10.244.9.9")
+	enforced := func() policy.NodeShare {
+		r.sink.mu.Lock()
+		defer r.sink.mu.Unlock()
+		return r.sink.enforced
+	}
+	if got := enforced(); got.AllowsIngress(podKey("a"), from, policy.TCP, 80) || got.Generation != 100 {
+		t.Fatalf("after a MeetPrevious snapshot the node enforces generation %d, allowing %s: want the meet with the old share at 100, denying it",
+			got.Generation, from)
+	}
+	if got := enforced(); !got.AllowsIngress(podKey("a"), netip.MustParseAddr("10.244.2.10"), policy.TCP, 80) {
+		t.Fatal("the meet denies what both shares allow")
+	}
+	if err := r.sink.Delta(policy.Delta{Node: "node-1", FromGeneration: 100, Generation: 101}); err != nil {
+		t.Fatal(err)
+	}
+	if got := enforced(); got.AllowsIngress(podKey("a"), from, policy.TCP, 80) {
+		t.Fatal("a delta without Release ended the meet")
+	}
+	if err := r.sink.Delta(policy.Delta{Node: "node-1", FromGeneration: 101, Generation: 102, Release: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := enforced(); !got.AllowsIngress(podKey("a"), from, policy.TCP, 80) || got.Generation != 102 || got.MeetPrevious {
+		t.Fatalf("after Release the node enforces %+v: want the share alone at 102", got)
+	}
+	// Again, ended by a plain snapshot this time.
+	if err := r.sink.Snapshot(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sink.Snapshot(open); err != nil {
+		t.Fatal(err)
+	}
+	plain := open
+	plain.MeetPrevious, plain.Generation = false, 200
+	if err := r.sink.Snapshot(plain); err != nil {
+		t.Fatal(err)
+	}
+	if got := enforced(); !got.AllowsIngress(podKey("a"), from, policy.TCP, 80) {
+		t.Fatal("a snapshot without MeetPrevious did not end the meet")
+	}
+}

@@ -47,6 +47,10 @@ type Delta struct {
 	// list is sorted. A pod that comes with a new UID is one removed and one added.
 	AddedPods   []PodKey `json:"addedPods,omitempty"`
 	RemovedPods []PodKey `json:"removedPods,omitempty"`
+
+	// Release ends the meet a snapshot with MeetPrevious began: from this delta on, the
+	// receiver enforces its share alone.
+	Release bool `json:"release,omitempty"`
 }
 
 // Apply applies the delta to share, which must be the same node's share at
@@ -73,6 +77,9 @@ func (d Delta) Apply(share *NodeShare) error {
 	}
 	d.apply(share)
 	share.Generation = d.Generation
+	if d.Release {
+		share.MeetPrevious = false
+	}
 	return nil
 }
 

@@ -203,6 +203,12 @@ type NodeShare struct {
 	// share that lists a pod (with its UID) holds everything NetworkPolicy says about it,
 	// so an agent keeps a new pod closed until its share lists the pod.
 	Pods []PodKey `json:"pods,omitempty"`
+	// MeetPrevious, on a snapshot, says that the sender does not know what the receiver
+	// enforces (a controller that just started leading): the receiver enforces the meet
+	// of what it enforced before and this share (see Meet), and of every later version of
+	// this share, until a Delta with Release. Receivers that do not know the field enforce
+	// the share alone, as before it existed.
+	MeetPrevious bool `json:"meetPrevious,omitempty"`
 }
 
 // NewNodeShare returns an empty share of node at generation 0.

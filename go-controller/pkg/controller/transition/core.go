@@ -29,6 +29,15 @@ type nodeState struct {
 	held      bool
 	realized  uint64
 	receivers []*receiver
+	// floor is the generation of the node's first share from this gate, sent with
+	// MeetPrevious: the gate does not know what the node enforced before (another leader
+	// sent it), so the node enforces the meet of that and what it is sent, until every
+	// node with a floor has realized its first share and the gate releases them all
+	// (0: no floor).
+	floor         uint64
+	floorSince    time.Time
+	floorRealized bool
+	floorHeld     bool
 }
 
 // core is the gate's logic without goroutines: the caller serializes every call.
@@ -74,6 +83,9 @@ func (c *core) realized(name string, gen uint64) {
 	if n.restriction != 0 && n.realized >= n.restriction {
 		n.restriction, n.held = 0, false
 	}
+	if n.floor != 0 && n.realized >= n.floor {
+		n.floorRealized = true
+	}
 }
 
 // advance moves every node as far as it may go now, and returns when it should be
@@ -97,14 +109,81 @@ func (c *core) advance(now time.Time) time.Time {
 		c.waitingSince = time.Time{}
 	}
 	c.release()
-	c.cut()
+	c.cut(now)
+	floors := c.releaseFloors(now)
 	if len(c.waiting()) > 0 {
 		c.waitingSince = now
-		return now.Add(c.timeout)
+		return earliest(now.Add(c.timeout), floors)
 	}
 	// Nothing to wait for: what the cut relaxed goes out at once.
 	c.release()
+	return floors
+}
+
+// earliest is the earlier of two deadlines, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// releaseFloors ends the floors of the nodes that realized their first share once no
+// other node's floor is still waiting to be realized; a node whose floor is not realized
+// within the timeout is held (it keeps its floor until it reports) and stops holding up
+// the others. It returns when it should be called again at the latest.
+func (c *core) releaseFloors(now time.Time) time.Time {
+	var next time.Time
+	var held []string
+	waiting := false
+	for _, name := range keysOf(c.floored()) {
+		n := c.nodes[name]
+		if n.floorRealized || n.floorHeld {
+			continue
+		}
+		if deadline := n.floorSince.Add(c.timeout); now.Before(deadline) {
+			waiting = true
+			next = earliest(next, deadline)
+			continue
+		}
+		n.floorHeld = true
+		held = append(held, name)
+	}
+	if len(held) > 0 {
+		c.onHeld(held, c.gen)
+	}
+	if waiting {
+		return next
+	}
+	var gen uint64
+	for name := range c.floored() {
+		n := c.nodes[name]
+		if !n.floorRealized {
+			continue
+		}
+		if gen == 0 {
+			c.gen++
+			gen = c.gen
+		}
+		n.floor, n.floorRealized, n.floorHeld = 0, false, false
+		n.sent.Generation = gen
+		for _, r := range n.receivers {
+			r.release = true
+			r.kick()
+		}
+	}
 	return time.Time{}
+}
+
+// floored returns the nodes with a floor.
+func (c *core) floored() map[string]struct{} {
+	out := map[string]struct{}{}
+	for name, n := range c.nodes {
+		if n.floor != 0 {
+			out[name] = struct{}{}
+		}
+	}
+	return out
 }
 
 // release sends every node that is not held its target.
@@ -125,7 +204,7 @@ func (c *core) release() {
 
 // cut takes the compiler's changes and sends every changed node the meet of what it was
 // sent and its new target.
-func (c *core) cut() {
+func (c *core) cut(now time.Time) {
 	add, remove := keysOf(c.adds), keysOf(c.removes)
 	clear(c.adds)
 	clear(c.removes)
@@ -143,11 +222,14 @@ func (c *core) cut() {
 	}
 	for name, share := range cut.Shares {
 		// A node new to this gate (a new node, or every node after a controller
-		// start) starts from its target: nothing was sent to it before.
+		// start) is sent its target, to be met with whatever it enforces (a share
+		// of another leader, perhaps in the middle of a transition) until every such
+		// node has realized its first share.
 		target := share.Clone()
 		sent := share.Clone()
 		sent.Generation = next()
-		c.nodes[name] = &nodeState{target: target, sent: sent, diverged: policy.NewChanges()}
+		c.nodes[name] = &nodeState{target: target, sent: sent, diverged: policy.NewChanges(),
+			floor: sent.Generation, floorSince: now}
 	}
 	for name, d := range cut.Deltas {
 		n, ok := c.nodes[name]

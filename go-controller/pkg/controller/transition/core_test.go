@@ -30,8 +30,13 @@ var seedFlag = flag.Uint64("transition.seed", 0, "seed of TestNoWindowAcrossNode
 // reported realized, or any sent after it): if one combination lets it through, some
 // state the API passed through since the oldest of those shares must have allowed it.
 //
-// The same check without the gate (every cut sent as compiled) must find violations:
-// otherwise the test could not fail.
+// Once in a while the controller fails over: a new gate, knowing nothing, takes over while
+// the agents keep what they enforce; the agents meet their first share of it with that,
+// as kovs-agent does (MeetPrevious), until the gate releases them.
+//
+// The same check without the gate (every cut sent as compiled), and with the gate but
+// agents that ignore MeetPrevious, must find violations: otherwise the test could not
+// fail.
 func TestNoWindowAcrossNodes(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -39,46 +44,54 @@ func TestNoWindowAcrossNodes(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun with -transition.seed %d)", seed, seed)
 	const runs = 300
-	var gated, ungated, checks int
+	variants := []struct {
+		name            string
+		gate, meetFirst bool
+	}{{"the gate", true, true}, {"no gate", false, true}, {"agents that ignore MeetPrevious", true, false}}
+	violations := make([]int, len(variants))
+	checks := 0
 	for i := range runs {
-		for _, withGate := range []bool{true, false} {
-			sim := newSimulation(rand.New(rand.NewPCG(seed, uint64(i))), withGate)
-			v, n := sim.run(t, 14)
-			checks += n
-			if withGate {
-				gated += v
-				if v > 0 {
-					t.Errorf("run %d (seed %d): %d connections let through that no state since allowed; first: %s", i, seed, v, sim.first)
-				}
-			} else {
-				ungated += v
+		for v, variant := range variants {
+			sim := newSimulation(rand.New(rand.NewPCG(seed, uint64(i))), variant.gate, variant.meetFirst)
+			n, c := sim.run(t, 14)
+			checks += c
+			violations[v] += n
+			if v == 0 && n > 0 {
+				t.Errorf("run %d (seed %d): %d connections let through that no state since allowed; first: %s", i, seed, n, sim.first)
 			}
 		}
 	}
-	t.Logf("%d runs, %d connection checks: %d violations with the gate, %d without", runs, checks, gated, ungated)
-	if ungated == 0 {
-		t.Errorf("without the gate no run found a window: the check cannot fail")
+	t.Logf("%d runs, %d connection checks: violations with %s %d, with %s %d, with %s %d", runs, checks,
+		variants[0].name, violations[0], variants[1].name, violations[1], variants[2].name, violations[2])
+	for v := 1; v < len(variants); v++ {
+		if violations[v] == 0 {
+			t.Errorf("with %s no run found a window: the check cannot fail", variants[v].name)
+		}
 	}
 }
 
-// simulation is a cluster of three nodes under random writes and realizations.
+// simulation is a cluster of three nodes under random writes, realizations and failovers.
 type simulation struct {
-	rng      *rand.Rand
-	withGate bool
-	pods     map[string]*corev1.Pod
-	policies map[string]*networkingv1.NetworkPolicy
-	states   []map[string]policy.NodeShare // after every write
-	src      *fakeSource
-	core     *core
-	agents   map[string]*agent
-	first    string
-	serial   int
+	rng       *rand.Rand
+	withGate  bool
+	meetFirst bool // agents honour MeetPrevious
+	pods      map[string]*corev1.Pod
+	policies  map[string]*networkingv1.NetworkPolicy
+	states    []map[string]policy.NodeShare // after every write
+	src       *fakeSource
+	core      *core
+	agents    map[string]*agent
+	first     string
+	serial    int
 }
 
-// agent is a simulated node agent: the shares it was sent in order, and the index of the
-// last one it reported realized.
+// agent is a simulated node agent: the share it received, the floor it meets it with
+// (after a MeetPrevious snapshot), the versions it enforced in order, and the index of
+// the last one it reported realized.
 type agent struct {
 	r        *receiver
+	received policy.NodeShare
+	floor    *sentShare
 	sent     []sentShare
 	realized int
 }
@@ -90,30 +103,60 @@ type sentShare struct {
 
 var nodes = []string{"node-1", "node-2", "node-3"}
 
-func newSimulation(rng *rand.Rand, withGate bool) *simulation {
-	s := &simulation{rng: rng, withGate: withGate, pods: map[string]*corev1.Pod{}, policies: map[string]*networkingv1.NetworkPolicy{},
-		agents: map[string]*agent{}}
+func newSimulation(rng *rand.Rand, withGate, meetFirst bool) *simulation {
+	s := &simulation{rng: rng, withGate: withGate, meetFirst: meetFirst, pods: map[string]*corev1.Pod{},
+		policies: map[string]*networkingv1.NetworkPolicy{}, agents: map[string]*agent{}}
 	for i, ns := range []string{"x", "y"} {
 		for j, name := range []string{"a", "b", "c"} {
 			s.setPod(ns, name, nodes[(i+j)%3], fmt.Sprintf("10.0.%d.%d", i, j+1))
 		}
 	}
 	s.states = append(s.states, s.compile())
+	for _, n := range nodes {
+		s.agents[n] = &agent{}
+	}
+	s.failover(100)
+	for _, n := range nodes {
+		a := s.agents[n]
+		s.core.realized(n, a.sent[0].share.Generation)
+	}
+	return s
+}
+
+// failover starts a new gate, with generations from base, that the agents connect to.
+func (s *simulation) failover(base uint64) {
+	prev := len(s.states) - 1
 	s.src = &fakeSource{sim: s}
-	s.core = newCore(s.src, 100, time.Minute)
+	s.core = newCore(s.src, base, time.Minute)
 	for _, n := range nodes {
 		s.core.adds[n] = struct{}{}
 	}
-	s.advance()
+	s.step()
 	for _, n := range nodes {
-		st := s.core.nodes[n]
-		r := newReceiver(st.sent.Generation)
-		st.receivers = append(st.receivers, r)
-		a := &agent{r: r, sent: []sentShare{{share: st.sent.Clone(), cut: 0}}}
-		s.agents[n] = a
-		s.core.realized(n, st.sent.Generation)
+		st, a := s.core.nodes[n], s.agents[n]
+		a.r = newReceiver(st.sent.Generation)
+		st.receivers = append(st.receivers, a.r)
+		a.received = st.sent.Clone()
+		a.received.MeetPrevious = st.floor != 0
+		switch {
+		case len(a.sent) == 0:
+		case a.received.MeetPrevious && s.meetFirst:
+			f := a.sent[len(a.sent)-1]
+			a.floor = &f
+		default:
+			a.floor = nil
+		}
+		a.enforce(prev)
 	}
-	return s
+}
+
+// enforce appends what the agent enforces of its received share.
+func (a *agent) enforce(cut int) {
+	if a.floor == nil {
+		a.sent = append(a.sent, sentShare{share: a.received.Clone(), cut: cut})
+		return
+	}
+	a.sent = append(a.sent, sentShare{share: policy.Meet(a.floor.share, a.received), cut: min(cut, a.floor.cut)})
 }
 
 func (s *simulation) setPod(ns, name, node, ip string) {
@@ -243,43 +286,54 @@ func setOf[V any](m map[string]V) map[string]struct{} {
 	return out
 }
 
-// advance steps the gate, or, without it, sends every node its target at once. What it
-// sends allows only what the state of the cut before it or a later one allowed.
-func (s *simulation) advance() {
-	prev := s.src.taken
+// step steps the gate, or, without it, sends every node its target at once.
+func (s *simulation) step() {
 	if s.withGate {
 		s.core.advance(time.Unix(0, 0))
-	} else {
-		s.core.cut()
-		s.core.release()
-		for _, n := range s.core.nodes {
-			n.restriction = 0
-		}
+		return
 	}
+	s.core.cut(time.Unix(0, 0))
+	s.core.release()
+	for _, n := range s.core.nodes {
+		n.restriction = 0
+	}
+}
+
+// advance steps the gate and delivers what it sends. What it sends allows only what the
+// state of the cut before it or a later one allowed.
+func (s *simulation) advance() {
+	prev := s.src.taken
+	s.step()
 	for name, a := range s.agents {
 		st := s.core.nodes[name]
-		if d, ok := a.r.delta(&st.sent); ok {
-			next := a.sent[len(a.sent)-1].share.Clone()
-			if err := d.Apply(&next); err != nil {
-				panic(fmt.Sprintf("node %s: the gate's delta does not apply: %v", name, err))
-			}
-			if err := next.Validate(); err != nil {
-				panic(fmt.Sprintf("node %s: the gate sent an invalid share: %v", name, err))
-			}
-			a.sent = append(a.sent, sentShare{share: next, cut: prev})
+		d, ok := a.r.delta(&st.sent)
+		if !ok {
+			continue
 		}
+		if err := d.Apply(&a.received); err != nil {
+			panic(fmt.Sprintf("node %s: the gate's delta does not apply: %v", name, err))
+		}
+		if err := a.received.Validate(); err != nil {
+			panic(fmt.Sprintf("node %s: the gate sent an invalid share: %v", name, err))
+		}
+		if d.Release {
+			a.floor = nil
+		}
+		a.enforce(prev)
 	}
 }
 
 // run makes steps random events and returns the violations found and the checks made.
 func (s *simulation) run(t *testing.T, writes int) (violations, checks int) {
 	for w := 0; w < writes; {
-		switch s.rng.IntN(3) {
-		case 0:
+		switch s.rng.IntN(12) {
+		case 0, 1, 2, 3:
 			s.write()
 			w++
-		case 1:
+		case 4, 5, 6, 7:
 			s.advance()
+		case 8:
+			s.failover(s.core.gen + 1000)
 		default:
 			// An agent realizes some share it was sent, and reports it.
 			a := s.agents[s.pick(nodes...)]

@@ -25,6 +25,11 @@
 // tracker keeps following every node), so a reconnecting agent gets the share the gate
 // last sent, never a relaxation ahead of the others' restrictions.
 //
+// A gate that starts (a controller that starts leading) does not know what the nodes
+// enforce: the first share it sends a node carries MeetPrevious, so the agent meets it
+// with its previous share, and the gate releases all such nodes together once each has
+// realized its first share (or been held).
+//
 // Generations are the gate's own, one per step that changed some node's share, counted
 // from Options.Base.
 package transition

@@ -148,6 +148,7 @@ func (g *Gate) Watch(ctx context.Context, node string) (policy.NodeShare, <-chan
 			r := newReceiver(n.sent.Generation)
 			n.receivers = append(n.receivers, r)
 			share := n.sent.Clone()
+			share.MeetPrevious = n.floor != 0
 			g.mu.Unlock()
 			return share, g.serve(node, r), g.cancelFunc(node, r), nil
 		}

@@ -58,8 +58,18 @@ func TestGateHoldsRelaxationUntilRestrictionRealized(t *testing.T) {
 	if !share2.Isolation.Isolated(policy.Ingress, "y", "b") {
 		t.Fatalf("node-2's first share does not isolate y/b: %+v", share2.Isolation)
 	}
+	// The gate's first shares are to be met with whatever the nodes enforced before;
+	// once both nodes realized theirs, both are released.
+	if !share1.MeetPrevious || !share2.MeetPrevious {
+		t.Fatalf("the first shares of a new gate do not ask for the meet with the previous one")
+	}
 	gate.Realized("node-1", share1.Generation)
 	gate.Realized("node-2", share2.Generation)
+	for _, ch := range []<-chan policy.Delta{deltas1, deltas2} {
+		if d := receive(t, ch, "the release of the first share"); !d.Release {
+			t.Fatalf("the delta after both first shares were realized is not their release: %+v", d)
+		}
+	}
 	// A direct subscriber of the compiler tells when the deletion is compiled.
 	_, compiled2, cancelDirect, err := compiler.Watch(ctx, "node-2")
 	if err != nil {

@@ -16,7 +16,9 @@ type receiver struct {
 	// isolation and pods, when set, are the receiver's before a change.
 	isolation *policy.Isolation
 	pods      *[]policy.PodKey
-	wake      chan struct{}
+	// release: the node's floor was released since r's last delta.
+	release bool
+	wake    chan struct{}
 	// done is closed when the receiver is cancelled.
 	done chan struct{}
 }
@@ -35,10 +37,11 @@ func (r *receiver) kick() {
 // delta takes what changed for r since its last delta as a delta from the share r has to
 // sent. It reports false when r is caught up.
 func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
-	if r.gen == sent.Generation && len(r.before) == 0 && r.isolation == nil && r.pods == nil {
+	if r.gen == sent.Generation && len(r.before) == 0 && r.isolation == nil && r.pods == nil && !r.release {
 		return policy.Delta{}, false
 	}
-	d := policy.Delta{Node: sent.Node, FromGeneration: r.gen, Generation: sent.Generation}
+	d := policy.Delta{Node: sent.Node, FromGeneration: r.gen, Generation: sent.Generation, Release: r.release}
+	r.release = false
 	keys := make([]policy.EntryKey, 0, len(r.before))
 	for k := range r.before {
 		keys = append(keys, k)
