@@ -34,7 +34,7 @@ type NodePolicy struct {
 	// floor while floor is set (after a snapshot with MeetPrevious, until a Release).
 	enforced policy.NodeShare
 	floor    *policy.NodeShare
-	waiting []realization
+	waiting  []realization
 	// realized is the share generation of the newest version whose flows are installed.
 	realized uint64
 	// changed has a token when Realized may have moved on.
