@@ -1,6 +1,7 @@
 package netpol_test
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kovs-net/kovs/test/e2e/netpol/policymodel"
+	"github.com/kovs-net/kovs/test/e2e/netpol/refmodel"
 )
 
 // TestCasesAgreeWithModel checks every expectation of every case, offline, against the
@@ -24,19 +26,26 @@ func TestCasesAgreeWithModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ref, err := refmodel.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	checked := 0
 	for _, c := range cases {
 		for _, family := range sandboxFamilies(c) {
 			t.Run(family+"/"+c.Name, func(t *testing.T) {
-				checked += checkCaseWithModel(t, c, family)
+				checked += checkCaseWithModel(t, c, family, ref)
 			})
 		}
 	}
-	t.Logf("%d cells checked against the model", checked)
+	t.Logf("%d cells checked against the model and the reference", checked)
 }
 
 // checkCaseWithModel runs one case through the model and returns the cells it checked.
-func checkCaseWithModel(t *testing.T, c Case, family string) int {
+// Every expectation is also judged by the reference (kube-network-policies' evaluator,
+// package refmodel): a cell where the two models disagree fails, named with its case and
+// step, whatever the case expects.
+func checkCaseWithModel(t *testing.T, c Case, family string, ref *refmodel.Reference) int {
 	cluster := offlineCluster(c, family)
 	targets := offlineTargets(c)
 	checked := 0
@@ -65,6 +74,10 @@ func checkCaseWithModel(t *testing.T, c Case, family string) int {
 		if len(wrong) > 0 {
 			t.Errorf("step %d: %d of %d expectations disagree with the NetworkPolicy model:\n  %s",
 				i+1, len(wrong), len(cells), strings.Join(wrong, "\n  "))
+		}
+		if split := modelsDisagree(t, ref, cluster, cells, got); len(split) > 0 {
+			t.Errorf("case %s (%s) step %d: kovs's model and kube-network-policies disagree on %d of %d cells:\n  %s",
+				c.Name, family, i+1, len(split), len(cells), strings.Join(split, "\n  "))
 		}
 		checked += len(cells)
 	}
@@ -158,4 +171,33 @@ func offlineAddrOf(cl *policymodel.Cluster) func(string) ([]netip.Addr, error) {
 		}
 		return nil, fmt.Errorf("no pod %s", key)
 	}
+}
+
+// modelsDisagree judges the cells with the reference on the cluster and returns, one line
+// per cell, where its verdict is not got (kovs's model's). Cells with a hostNetwork end
+// are the node's traffic, which the reference's evaluator cannot judge
+// (refmodel.ErrNodeTraffic): they are left to kovs's model.
+func modelsDisagree(t *testing.T, ref *refmodel.Reference, cluster *policymodel.Cluster, cells []cellKey, got map[cellKey]bool) []string {
+	t.Helper()
+	if err := ref.Set(cluster); err != nil {
+		t.Fatalf("reference: %v", err)
+	}
+	var split []string
+	for _, cell := range cells {
+		p, err := parseProbePort(cell.Port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verdict, err := ref.Allowed(policymodel.Connection{From: cell.From, To: cell.To, Protocol: p.protocol, Port: p.number, IPv6: cell.IPv6})
+		if errors.Is(err, refmodel.ErrNodeTraffic) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("reference: %s: %v", cell, err)
+		}
+		if verdict != got[cell] {
+			split = append(split, fmt.Sprintf("%s: kovs's model says allowed=%v, kube-network-policies says %v", cell, got[cell], verdict))
+		}
+	}
+	return split
 }
