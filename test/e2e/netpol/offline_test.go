@@ -174,9 +174,9 @@ func offlineAddrOf(cl *policymodel.Cluster) func(string) ([]netip.Addr, error) {
 }
 
 // modelsDisagree judges the cells with the reference on the cluster and returns, one line
-// per cell, where its verdict is not got (kovs's model's). Cells with a hostNetwork end
-// are the node's traffic, which the reference's evaluator cannot judge
-// (refmodel.ErrNodeTraffic): they are left to kovs's model.
+// per cell, where its verdict is not got (kovs's model's). Cells between a node (a
+// hostNetwork pod) and a pod on it, which the API always allows and the reference's
+// evaluator cannot tell (refmodel.ErrNodeTraffic), are left to kovs's model.
 func modelsDisagree(t *testing.T, ref *refmodel.Reference, cluster *policymodel.Cluster, cells []cellKey, got map[cellKey]bool) []string {
 	t.Helper()
 	if err := ref.Set(cluster); err != nil {

@@ -41,11 +41,11 @@ func evaluator(c *knp.Controller, ctx context.Context, policies []*networkingv1.
 	policyType networkingv1.PolicyType, srcPod *corev1.Pod, srcPort int, dstPod *corev1.Pod, dstIP net.IP,
 	dstPort int, proto corev1.Protocol) bool
 
-// ErrNodeTraffic marks a connection with a hostNetwork end: the reference's evaluator
-// sees the node's address as no pod, and decides what the NetworkPolicy documentation
-// says is always allowed (a node and its own pods) by the policies alone, so its verdict
-// there is not a reading of the API (see docs/networkpolicy-semantics.md).
-var ErrNodeTraffic = errors.New("a hostNetwork end: the reference's evaluator has no notion of the node")
+// ErrNodeTraffic marks a connection between a node (a hostNetwork pod) and a pod on that
+// node, which the NetworkPolicy documentation always allows: the reference's evaluator
+// sees the node's address as no pod and would decide it by the policies alone, so its
+// verdict there is not a reading of the API (see docs/networkpolicy-semantics.md).
+var ErrNodeTraffic = errors.New("between a node and its own pod: the reference's evaluator has no notion of the node")
 
 // Reference answers for one cluster state at a time; Set replaces it.
 type Reference struct {
@@ -169,8 +169,16 @@ func (r *Reference) Allowed(conn policymodel.Connection) (bool, error) {
 	if conn.From == conn.To {
 		return true, nil
 	}
-	if src.Spec.HostNetwork || dst.Spec.HostNetwork {
+	if (src.Spec.HostNetwork || dst.Spec.HostNetwork) && src.Spec.NodeName == dst.Spec.NodeName {
 		return false, ErrNodeTraffic
+	}
+	// A hostNetwork pod's address is its node's: the reference's pod index leaves such pods
+	// out (podIPIndex in controller.go), so for it that end is no pod.
+	if src.Spec.HostNetwork {
+		src = nil
+	}
+	if dst.Spec.HostNetwork {
+		dst = nil
 	}
 	// The reference's source port is the client's ephemeral port; no rule reads it.
 	const srcPort = 40000
