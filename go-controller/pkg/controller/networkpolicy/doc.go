@@ -22,7 +22,7 @@
 // destination pod whatever the peer that matches it (a podSelector, a namespaceSelector,
 // an ipBlock with or without except, or no peers at all); an address that is not a
 // selectable pod has no container ports and matches no named port (as
-// kube-network-policies and cyclonus read it; see docs/networkpolicy-semantics.md).
+// kube-network-policies reads it; see docs/networkpolicy-semantics.md).
 //
 // # Model
 //

@@ -24,7 +24,7 @@
 //     pod, with the same protocol, whatever the peer that matched the destination (a
 //     podSelector, a namespaceSelector, an ipBlock or no peers). The documentation says a
 //     named port is "on a pod"; a destination that is not a pod (a hostNetwork pod's
-//     address is its node's) has none, as kube-network-policies and cyclonus read it.
+//     address is its node's) has none, as kube-network-policies reads it.
 //   - A peer is a podSelector (pods of the policy's namespace), a namespaceSelector (all
 //     pods of the selected namespaces), both (the selected pods of the selected
 //     namespaces), or an ipBlock (addresses in cidr and in none of except).
