@@ -65,6 +65,9 @@ func TestCasesGenerated(t *testing.T) {
 			if split := modelsDisagree(t, ref, cluster, cs, got); len(split) > 0 {
 				t.Errorf("seed %d case %d (%s): kovs's model and kube-network-policies disagree on %d of %d cells:\n  %s\npolicies:\n%s",
 					s, i, family, len(split), len(cs), strings.Join(split, "\n  "), policiesYAML(cluster.Policies))
+			} else if split := compilerDisagrees(t, cluster, cs, got); len(split) > 0 {
+				t.Errorf("seed %d case %d (%s): kovs-controller's compiled shares and the models disagree on %d of %d cells:\n  %s\npolicies:\n%s",
+					s, i, family, len(split), len(cs), strings.Join(split, "\n  "), policiesYAML(cluster.Policies))
 			}
 			cells += len(cs)
 			for _, ok := range got {

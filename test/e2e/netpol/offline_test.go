@@ -8,8 +8,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 	"github.com/kovs-net/kovs/test/e2e/netpol/policymodel"
 	"github.com/kovs-net/kovs/test/e2e/netpol/refmodel"
 )
@@ -77,6 +80,10 @@ func checkCaseWithModel(t *testing.T, c Case, family string, ref *refmodel.Refer
 		}
 		if split := modelsDisagree(t, ref, cluster, cells, got); len(split) > 0 {
 			t.Errorf("case %s (%s) step %d: kovs's model and kube-network-policies disagree on %d of %d cells:\n  %s",
+				c.Name, family, i+1, len(split), len(cells), strings.Join(split, "\n  "))
+		}
+		if split := compilerDisagrees(t, cluster, cells, got); len(split) > 0 {
+			t.Errorf("case %s (%s) step %d: kovs-controller's compiled shares and the models disagree on %d of %d cells:\n  %s",
 				c.Name, family, i+1, len(split), len(cells), strings.Join(split, "\n  "))
 		}
 		checked += len(cells)
@@ -197,6 +204,69 @@ func modelsDisagree(t *testing.T, ref *refmodel.Reference, cluster *policymodel.
 		}
 		if verdict != got[cell] {
 			split = append(split, fmt.Sprintf("%s: kovs's model says allowed=%v, kube-network-policies says %v", cell, got[cell], verdict))
+		}
+	}
+	return split
+}
+
+// compilerDisagrees compiles the cluster with kovs-controller's own compiler
+// (networkpolicy.Compile, from scratch) and returns, one line per cell, where the
+// compiled shares' meaning (policy.NodeShare's AllowsEgress and AllowsIngress, what the
+// datapath implements) is not got: a misreading of the API in the compiler fails here,
+// offline, before any sandbox runs. A pod's traffic to itself and a node's with its own
+// pods are allowed by the datapath, not by shares, and left out.
+func compilerDisagrees(t *testing.T, cluster *policymodel.Cluster, cells []cellKey, got map[cellKey]bool) []string {
+	t.Helper()
+	var namespaces []*corev1.Namespace
+	for i := range cluster.Namespaces {
+		ns := cluster.Namespaces[i].DeepCopy()
+		ns.Labels = copyLabels(ns.Labels)
+		ns.Labels[corev1.LabelMetadataName] = ns.Name // set by the API server
+		namespaces = append(namespaces, ns)
+	}
+	pods := map[string]*corev1.Pod{}
+	var podList []*corev1.Pod
+	for i := range cluster.Pods {
+		p := &cluster.Pods[i]
+		pods[p.Namespace+"/"+p.Name] = p
+		podList = append(podList, p)
+	}
+	var policies []*networkingv1.NetworkPolicy
+	for i := range cluster.Policies {
+		policies = append(policies, &cluster.Policies[i])
+	}
+	shares := networkpolicy.Compile(namespaces, podList, policies)
+	addr := func(p *corev1.Pod, v6 bool) netip.Addr {
+		for _, ip := range p.Status.PodIPs {
+			if a := netip.MustParseAddr(ip.IP); a.Is6() == v6 {
+				return a
+			}
+		}
+		t.Fatalf("pod %s/%s has no address of the cell's family", p.Namespace, p.Name)
+		return netip.Addr{}
+	}
+	var split []string
+	for _, cell := range cells {
+		src, dst := pods[cell.From], pods[cell.To]
+		if cell.From == cell.To || ((src.Spec.HostNetwork || dst.Spec.HostNetwork) && src.Spec.NodeName == dst.Spec.NodeName) {
+			continue
+		}
+		p, err := parseProbePort(cell.Port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proto := policy.Protocol(p.protocol)
+		verdict := true
+		if !src.Spec.HostNetwork {
+			verdict = shares[src.Spec.NodeName].AllowsEgress(policy.PodKey{Namespace: src.Namespace, Name: src.Name},
+				addr(dst, cell.IPv6), proto, p.number)
+		}
+		if verdict && !dst.Spec.HostNetwork {
+			verdict = shares[dst.Spec.NodeName].AllowsIngress(policy.PodKey{Namespace: dst.Namespace, Name: dst.Name},
+				addr(src, cell.IPv6), proto, p.number)
+		}
+		if verdict != got[cell] {
+			split = append(split, fmt.Sprintf("%s: the models say allowed=%v, kovs-controller's shares %v", cell, got[cell], verdict))
 		}
 	}
 	return split
