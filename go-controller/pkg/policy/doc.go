@@ -29,7 +29,9 @@
 //     identified by namespace, name and UID, so it is protected from its first packet.
 //   - Named ports are resolved by the controller, per destination pod: an ingress rule
 //     with a named port becomes one rule per number, each applied to the pods that
-//     resolve the name to that number; an egress rule splits its peers in the same way.
+//     resolve the name to that number; an egress rule splits its peers in the same way,
+//     its ipBlock peers becoming the addresses of the pods in them that resolve the name
+//     to that number (an address that is no pod has no named port).
 //     Rule IDs carry the split ("x/web/ingress/0/tcp-8080").
 //
 // # Shares and deltas

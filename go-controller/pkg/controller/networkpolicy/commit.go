@@ -56,12 +56,14 @@ func (m *model) updateAddresses(g *group) {
 	}
 }
 
-// addresses returns the sorted addresses of g's members.
+// addresses returns the sorted addresses of g's members (those in its scope).
 func (g *group) addresses() []netip.Prefix {
 	out := make([]netip.Prefix, 0, g.members.size)
 	g.members.each(func(p *pod) {
 		for _, ip := range p.ips {
-			out = append(out, policy.HostPrefix(ip))
+			if g.inScope(ip) {
+				out = append(out, policy.HostPrefix(ip))
+			}
 		}
 	})
 	return policy.SortPrefixes(out)

@@ -68,7 +68,7 @@ func (m *model) compileRule(ps *policyState, ref policy.PolicyRef, dir policy.Di
 	}
 	base := policy.Rule{ID: ruleID(ps.key, dir, index), Policy: ref, RuleIndex: index, Direction: dir, Action: policy.ActionAllow}
 	numeric, named := splitPorts(ports, logger)
-	sets, podPeers := m.compilePeers(ps, peers, logger)
+	sets, podPeers, blocks := m.compilePeers(ps, peers, logger)
 	if len(ports) == 0 || len(numeric) > 0 {
 		m.addRule(ps, base, ps.appliedTo, sets, numeric)
 	}
@@ -76,7 +76,7 @@ func (m *model) compileRule(ps *policyState, ref policy.PolicyRef, dir policy.Di
 		if dir == policy.Ingress {
 			m.splitIngress(ps, base, np, sets)
 		} else {
-			m.splitEgress(ps, base, np, podPeers, len(peers) == 0)
+			m.splitEgress(ps, base, np, podPeers, blocks, len(peers) == 0)
 		}
 	}
 }
@@ -97,12 +97,14 @@ func (m *model) addRule(ps *policyState, tmpl policy.Rule, appliedTo *group, set
 }
 
 // compilePeers returns the address sets of a rule's peers (nil: any peer), sorted by ID
-// and without duplicates, and the specs of the peers that select pods. A peer that
-// cannot be compiled (the API server rejects them) becomes an empty set: the rule still
-// matches nothing through it rather than everything.
-func (m *model) compilePeers(ps *policyState, peers []networkingv1.NetworkPolicyPeer, logger func() *log.Entry) ([]*addrSet, []groupSpec) {
+// and without duplicates, the specs of the peers that select pods, and the addresses of
+// its ipBlock peers together, sorted and without duplicates. A peer that cannot be
+// compiled (the API server rejects them) becomes an empty set: the rule still matches
+// nothing through it rather than everything.
+func (m *model) compilePeers(ps *policyState, peers []networkingv1.NetworkPolicyPeer, logger func() *log.Entry) ([]*addrSet, []groupSpec, []netip.Prefix) {
 	var sets []*addrSet
 	var podPeers []groupSpec
+	var blocks []netip.Prefix
 	for i := range peers {
 		peer := &peers[i]
 		if peer.IPBlock != nil {
@@ -111,6 +113,7 @@ func (m *model) compilePeers(ps *policyState, peers []networkingv1.NetworkPolicy
 				logger().WithError(err).Warn("ipBlock peer matches nothing")
 			}
 			sets = append(sets, m.acquireBlock(ps, prefixes))
+			blocks = append(blocks, prefixes...)
 			continue
 		}
 		spec, err := m.peerSpec(ps.key.Namespace, peer)
@@ -123,7 +126,7 @@ func (m *model) compilePeers(ps *policyState, peers []networkingv1.NetworkPolicy
 		podPeers = append(podPeers, spec)
 	}
 	slices.SortFunc(sets, func(a, b *addrSet) int { return strings.Compare(a.id, b.id) })
-	return slices.Compact(sets), podPeers
+	return slices.Compact(sets), podPeers, slices.Compact(policy.SortPrefixes(blocks))
 }
 
 // peerSpec returns the group of a pod-selecting peer: podSelector alone selects in the

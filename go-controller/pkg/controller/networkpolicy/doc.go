@@ -18,9 +18,11 @@
 // destination pod from its containers' ports. Host-network pods (their address is the
 // node's) and terminated pods are never selected; pods are selected before they have an
 // address, which comes from the kovs.io/pod-network annotation (known before the pod
-// starts) or else status.podIPs. A named port in an egress rule never matches an ipBlock
-// peer, and without peers it is resolved over every pod of the cluster: a name is a
-// container port, which only pods have (as in the upstream implementations).
+// starts) or else status.podIPs. A named port in an egress rule resolves on the
+// destination pod whatever the peer that matches it (a podSelector, a namespaceSelector,
+// an ipBlock with or without except, or no peers at all); an address that is not a
+// selectable pod has no container ports and matches no named port (as
+// kube-network-policies reads it; see docs/networkpolicy-semantics.md).
 //
 // # Model
 //
@@ -29,7 +31,9 @@
 // incrementally. A pod change evaluates only the groups of its namespace and the groups
 // with a namespaceSelector; a namespace label change only the latter. A group is an
 // applied-to set and, when a rule names it as a peer, an address set. Named ports split
-// groups by the number their pods resolve a name to.
+// groups by the number their pods resolve a name to. The ipBlock peers of an egress rule
+// with named ports are one more group: the pods with an address in the blocks (together),
+// whose address set holds only those addresses, split the same way.
 //
 // A node's share is never copied: a node holds references to the groups with rules that
 // have members on it, and counts the address sets those rules reference. A thousand

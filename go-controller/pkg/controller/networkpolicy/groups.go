@@ -1,5 +1,7 @@
 package networkpolicy
 
+import "slices"
+
 // acquire returns the group of spec, creating and filling it if needed, and records a
 // reference to it held by ps.
 func (m *model) acquire(ps *policyState, spec groupSpec) *group {
@@ -99,6 +101,9 @@ func (g *group) matchesPod(p *pod) bool {
 		return false
 	}
 	if !g.selector.Matches(p.labels) {
+		return false
+	}
+	if g.within != nil && !slices.ContainsFunc(p.ips, g.inScope) {
 		return false
 	}
 	return g.ports == nil || p.resolves(g.ports.protocol, g.ports.names, g.ports.number)

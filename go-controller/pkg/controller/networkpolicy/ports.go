@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,15 +87,23 @@ func (m *model) splitIngress(ps *policyState, base policy.Rule, np namedPorts, s
 }
 
 // splitEgress compiles the named ports of an egress rule. The destinations are the
-// peers: each peer's pods are split by the number they resolve a name to, and the rule
-// becomes one rule per number over those pods. ipBlock peers resolve no names, so a named
-// port never matches them (as in the upstream implementations: a name is a pod's
-// container port, and an address outside the pods has none). A rule without peers
+// peers, and a name means what the destination pod's container ports say, whatever the
+// kind of peer that matches it (as the API and the upstream implementations read it:
+// kube-network-policies' evaluatePorts takes the destination pod). Each peer's pods are
+// split by the number they resolve a name to, and the rule becomes one rule per number
+// over those pods. The ipBlock peers (blocks, their addresses together) count as one
+// more peer: the pods of the cluster with an address in them, whose addresses in them
+// are the set's. An address that is no pod resolves no name. A rule without peers
 // resolves names over every pod of the cluster.
-func (m *model) splitEgress(ps *policyState, base policy.Rule, np namedPorts, podPeers []groupSpec, anyPeer bool) {
-	if anyPeer {
+func (m *model) splitEgress(ps *policyState, base policy.Rule, np namedPorts, podPeers []groupSpec, blocks []netip.Prefix, anyPeer bool) {
+	switch {
+	case anyPeer:
 		podPeers = []groupSpec{allPods()}
 		m.acquire(ps, podPeers[0])
+	case len(blocks) > 0:
+		spec := allPods().withinPrefixes(blocks)
+		podPeers = append(slices.Clip(podPeers), spec)
+		m.acquire(ps, spec)
 	}
 	bases := make([]*group, len(podPeers))
 	var numbers []int32

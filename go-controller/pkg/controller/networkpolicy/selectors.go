@@ -27,6 +27,11 @@ type groupSpec struct {
 	podKey     string
 	// ports, when set, restricts the group to pods that resolve a named port to a number.
 	ports *portFilter
+	// within, when set, restricts the group to the addresses in these prefixes (the
+	// ipBlock peers of an egress rule with named ports): a member has at least one, and
+	// only those are the group's addresses. withinKey is their ipBlockKey.
+	within    []netip.Prefix
+	withinKey string
 }
 
 // groupKey is the canonical form of a spec: equal keys select the same pods. It is a
@@ -36,6 +41,7 @@ type groupKey struct {
 	scope   string // the namespace, or the namespaceSelector's key
 	pods    string // the podSelector's key
 	ports   string // the port filter's key, if any
+	within  string // the address filter's key, if any
 }
 
 func (s groupSpec) key() groupKey {
@@ -46,6 +52,7 @@ func (s groupSpec) key() groupKey {
 	if s.ports != nil {
 		k.ports = s.ports.baseKey() + "=" + strconv.Itoa(int(s.ports.number))
 	}
+	k.within = s.withinKey
 	return k
 }
 
@@ -64,6 +71,10 @@ func (k groupKey) String() string {
 		b.WriteString("|port:")
 		b.WriteString(k.ports)
 	}
+	if k.within != "" {
+		b.WriteString("|in:")
+		b.WriteString(k.within)
+	}
 	return b.String()
 }
 
@@ -71,6 +82,21 @@ func (k groupKey) String() string {
 func (s groupSpec) withPorts(protocol policy.Protocol, names []string, number int32) groupSpec {
 	s.ports = &portFilter{protocol: protocol, names: names, number: number}
 	return s
+}
+
+// withinPrefixes returns the spec restricted to the addresses in prefixes (not empty).
+func (s groupSpec) withinPrefixes(prefixes []netip.Prefix) groupSpec {
+	s.within, s.withinKey = prefixes, ipBlockKey(prefixes)
+	return s
+}
+
+// inScope reports whether addr is one of the spec's addresses: any address when the spec
+// has no address filter.
+func (s *groupSpec) inScope(addr netip.Addr) bool {
+	if s.within == nil {
+		return true
+	}
+	return slices.ContainsFunc(s.within, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // baseKey identifies the names and protocol of a filter, without its number.

@@ -21,7 +21,10 @@
 //     every end) and one of its ports matches (no ports: every port and protocol). A port
 //     matches on its protocol (default TCP) and, when set, its number, its range up to
 //     endPort, or its name: a name is looked up in the container ports of the destination
-//     pod, with the same protocol.
+//     pod, with the same protocol, whatever the peer that matched the destination (a
+//     podSelector, a namespaceSelector, an ipBlock or no peers). The documentation says a
+//     named port is "on a pod"; a destination that is not a pod (a hostNetwork pod's
+//     address is its node's) has none, as kube-network-policies reads it.
 //   - A peer is a podSelector (pods of the policy's namespace), a namespaceSelector (all
 //     pods of the selected namespaces), both (the selected pods of the selected
 //     namespaces), or an ipBlock (addresses in cidr and in none of except).
@@ -38,5 +41,5 @@
 //
 // What the documentation leaves undefined is an error here (ErrUnspecified), never a
 // guess: which address a node's traffic to a pod on another node has when an ipBlock
-// would decide it, and what a named port means for a destination that is not a pod.
+// would decide it.
 package policymodel

@@ -119,11 +119,11 @@ func portMatches(p networkingv1.NetworkPolicyPort, dst end, conn Connection) (bo
 }
 
 // namedPortIs reports whether the destination pod has a container port of that name and
-// protocol with number port.
+// protocol with number port. A hostNetwork pod's address is its node's, which is no pod
+// and has no named port, whatever the peer that matches it.
 func namedPortIs(name string, proto corev1.Protocol, dst end, port int32) (bool, error) {
 	if !dst.selectable() {
-		return false, fmt.Errorf("named port %q to hostNetwork pod %s/%s, which is its node: %w",
-			name, dst.pod.Namespace, dst.pod.Name, ErrUnspecified)
+		return false, nil
 	}
 	for _, c := range dst.pod.Spec.Containers {
 		for _, cp := range c.Ports {

@@ -114,6 +114,8 @@ func TestDocumentedSemantics(t *testing.T) {
 		{"named port resolves on the destination", []string{namedRedis}, tcp("default/frontend", "default/db", 6379), true},
 		{"named port needs the container port's protocol", []string{namedDNSOverTCP}, tcp("default/frontend", "default/db", 53), false},
 		{"named port with its protocol", []string{namedDNSOverUDP}, udp("default/frontend", "default/db", 53), true},
+		{"named port to a hostNetwork destination: the node's address has no named port", []string{namedEgress},
+			tcp("default/db", "default/host2", 6379), false},
 		{"endPort range, inclusive", []string{portRange}, tcp("default/frontend", "default/db", 32768), true},
 		{"endPort range, one past the end", []string{portRange}, tcp("default/frontend", "default/db", 32769), false},
 		{"allow rules add up across policies", []string{denyIngress, fromFrontend}, tcp("default/frontend", "default/db", 80), true},
@@ -138,7 +140,6 @@ func TestUnspecifiedIsAnError(t *testing.T) {
 		conn   Connection
 	}{
 		{"ipBlock deciding a node's traffic to a pod elsewhere", docExample, tcp("default/host2", "default/db", 6379)},
-		{"named port to a hostNetwork destination", namedEgress, tcp("default/db", "default/host2", 6379)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := docCluster(t, tc.policy).Allowed(tc.conn)
