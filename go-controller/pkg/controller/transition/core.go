@@ -251,7 +251,22 @@ func (c *core) cut(now time.Time) {
 		if n.realized >= g {
 			n.restriction = 0
 		}
+		n.diverged = diverged(&n.sent, &n.target, n.diverged)
 	}
+}
+
+// diverged returns what of c still differs between sent and target: a meet that is the
+// target already (a change that only restricts) leaves nothing to release.
+func diverged(sent, target *policy.NodeShare, c policy.Changes) policy.Changes {
+	out := policy.NewChanges()
+	for k := range c.Entries {
+		if !sent.Entry(k).Equal(target.Entry(k), k.Kind) {
+			out.Entries[k] = struct{}{}
+		}
+	}
+	out.Isolation = c.Isolation && !sent.Isolation.Equal(target.Isolation)
+	out.Pods = c.Pods && !slices.Equal(sent.Pods, target.Pods)
+	return out
 }
 
 // differs reports whether the meet changes what n was sent.
