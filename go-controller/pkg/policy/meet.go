@@ -13,8 +13,9 @@ import (
 //
 //   - an address set present in both holds the addresses in both (prefixes intersected);
 //   - an applied-to set present in both holds the pods in both;
-//   - isolation is the union of both: a pod isolated by either is isolated;
 //   - the evaluated pods are those listed by both: a pod new to the node stays closed;
+//   - isolation is the union of both over the pods the meet lists: a pod isolated by
+//     either is isolated (a pod it does not list is closed anyway);
 //   - a rule present in both, with the same applied-to set, keeps the ports and peers
 //     both admit (a rule that would admit nothing is left out);
 //   - a rule present only in new is kept when none of the pods it applies to in the meet
@@ -203,14 +204,17 @@ type MeetResult struct {
 // lists (everything else must be the same in both).
 func MeetOver(old, nu *NodeShare, c Changes) MeetResult {
 	m := MeetResult{Entries: make(map[EntryKey]Entry, len(c.Entries)), Isolation: old.Isolation, Pods: old.Pods}
-	if c.Isolation {
-		m.Isolation = Isolation{
-			Ingress: unionKeys(old.Isolation.Ingress, nu.Isolation.Ingress),
-			Egress:  unionKeys(old.Isolation.Egress, nu.Isolation.Egress),
-		}
-	}
 	if c.Pods {
 		m.Pods = intersectKeys(old.Pods, nu.Pods)
+	}
+	if c.Isolation {
+		// A pod the meet does not list is closed whatever its isolation: new's isolation
+		// of a pod new to the node waits for new itself, so that a new pod is no
+		// restriction to wait for.
+		m.Isolation = Isolation{
+			Ingress: unionKeys(old.Isolation.Ingress, intersectKeys(nu.Isolation.Ingress, m.Pods)),
+			Egress:  unionKeys(old.Isolation.Egress, intersectKeys(nu.Isolation.Egress, m.Pods)),
+		}
 	}
 	for k := range c.Entries {
 		if k.Kind != RuleEntry {
