@@ -44,8 +44,8 @@ type Gate struct {
 
 	mu   sync.Mutex
 	core *core
-	// added is closed and replaced at every advance: Watch waits on it for its node.
-	added chan struct{}
+	// added has a channel per node a Watch waits for, closed once the gate follows it.
+	added map[string]chan struct{}
 }
 
 // New returns a gate over the compiler; Run it.
@@ -54,7 +54,7 @@ func New(compiler *networkpolicy.Compiler, opts Options) *Gate {
 		opts.Timeout = DefaultTimeout
 	}
 	return &Gate{compiler: compiler, opts: opts, kicks: make(chan struct{}, 1), started: make(chan struct{}),
-		stopped: make(chan struct{}), added: make(chan struct{})}
+		stopped: make(chan struct{}), added: map[string]chan struct{}{}}
 }
 
 func (g *Gate) kick() {
@@ -92,8 +92,12 @@ func (g *Gate) Run(ctx context.Context) error {
 	for {
 		g.mu.Lock()
 		next := c.advance(time.Now())
-		close(g.added)
-		g.added = make(chan struct{})
+		for name, ch := range g.added {
+			if _, ok := c.nodes[name]; ok {
+				close(ch)
+				delete(g.added, name)
+			}
+		}
 		g.mu.Unlock()
 		if !next.IsZero() {
 			timer.Reset(time.Until(next))
@@ -153,7 +157,11 @@ func (g *Gate) Watch(ctx context.Context, node string) (policy.NodeShare, <-chan
 			return share, g.serve(node, r), g.cancelFunc(node, r), nil
 		}
 		g.core.adds[node] = struct{}{}
-		added := g.added
+		added, ok := g.added[node]
+		if !ok {
+			added = make(chan struct{})
+			g.added[node] = added
+		}
 		g.mu.Unlock()
 		g.kick()
 		select {
