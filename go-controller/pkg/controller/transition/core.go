@@ -24,6 +24,8 @@ type nodeState struct {
 	// restriction is the generation of the last meet sent to the node that it has not
 	// reported realized (0: none). While any node has one, no relaxation is sent.
 	restriction uint64
+	// restrictionSince is when the oldest restriction the node has not realized was sent.
+	restrictionSince time.Time
 	// held: the node did not report its restriction in time; it gets no relaxation
 	// until it does, and holds up nobody else meanwhile.
 	held      bool
@@ -48,8 +50,11 @@ type core struct {
 	nodes   map[string]*nodeState
 	// adds and removes are the nodes to start and stop following at the next cut.
 	adds, removes map[string]struct{}
-	// waitingSince is when the oldest restriction not yet realized was sent.
+	// waitingSince is when the relaxations started waiting for restrictions.
 	waitingSince time.Time
+	// cutWhileWaiting is how long new cuts (restrictions) still go out while relaxations
+	// wait.
+	cutWhileWaiting time.Duration
 	// onHeld is told of the nodes that did not realize a restriction in time.
 	onHeld func(nodes []string, gen uint64)
 	// onWaited is told how long each transition's relaxations waited.
@@ -57,7 +62,7 @@ type core struct {
 }
 
 func newCore(src cutSource, base uint64, timeout time.Duration) *core {
-	return &core{src: src, timeout: timeout, gen: base, nodes: map[string]*nodeState{},
+	return &core{src: src, timeout: timeout, gen: base, cutWhileWaiting: min(time.Second, timeout/2), nodes: map[string]*nodeState{},
 		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}, onWaited: func(time.Duration) {}}
 }
 
@@ -89,20 +94,23 @@ func (c *core) realized(name string, gen uint64) {
 }
 
 // advance moves every node as far as it may go now, and returns when it should be
-// called again at the latest (zero: on the next event). It sends relaxations only when no
-// restriction is waiting to be realized, and takes a new cut of the compiler only then,
-// so that one transition completes before the next begins; changes made meanwhile
-// coalesce in the compiler.
+// called again at the latest (zero: on the next event). Restrictions (meets) go out as
+// soon as the compiler has them; relaxations only when no restriction is waiting to be
+// realized. While relaxations wait, new cuts are taken for at most cutWhileWaiting, and
+// then not until the relaxations went out: a stream of restrictions never starves them
+// (changes made meanwhile coalesce in the compiler).
 func (c *core) advance(now time.Time) time.Time {
-	if w := c.waiting(); len(w) > 0 {
-		deadline := c.waitingSince.Add(c.timeout)
-		if now.Before(deadline) {
-			return deadline
-		}
-		for _, name := range w {
+	if late := c.late(now); len(late) > 0 {
+		for _, name := range late {
 			c.nodes[name].held = true
 		}
-		c.onHeld(w, c.gen)
+		c.onHeld(late, c.gen)
+	}
+	if len(c.waiting()) > 0 {
+		if now.Sub(c.waitingSince) < c.cutWhileWaiting {
+			c.cut(now)
+		}
+		return earliest(c.deadline(), c.releaseFloors(now))
 	}
 	if !c.waitingSince.IsZero() {
 		c.onWaited(now.Sub(c.waitingSince))
@@ -113,11 +121,31 @@ func (c *core) advance(now time.Time) time.Time {
 	floors := c.releaseFloors(now)
 	if len(c.waiting()) > 0 {
 		c.waitingSince = now
-		return earliest(now.Add(c.timeout), floors)
+		return earliest(c.deadline(), floors)
 	}
 	// Nothing to wait for: what the cut relaxed goes out at once.
 	c.release()
 	return floors
+}
+
+// late lists the waiting nodes whose restriction is older than the timeout.
+func (c *core) late(now time.Time) []string {
+	var out []string
+	for _, name := range c.waiting() {
+		if !now.Before(c.nodes[name].restrictionSince.Add(c.timeout)) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// deadline is when the oldest waiting restriction times out (zero: none waits).
+func (c *core) deadline() time.Time {
+	var next time.Time
+	for _, name := range c.waiting() {
+		next = earliest(next, c.nodes[name].restrictionSince.Add(c.timeout))
+	}
+	return next
 }
 
 // earliest is the earlier of two deadlines, zero meaning none.
@@ -247,6 +275,9 @@ func (c *core) cut(now time.Time) {
 		}
 		g := next()
 		c.set(n, n.diverged, m.Entries, m.Isolation, m.Pods, g)
+		if n.restriction == 0 {
+			n.restrictionSince = now
+		}
 		n.restriction = g
 		if n.realized >= g {
 			n.restriction = 0

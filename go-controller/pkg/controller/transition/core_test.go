@@ -83,6 +83,10 @@ type simulation struct {
 	agents    map[string]*agent
 	first     string
 	serial    int
+	// now is the simulated clock: it moves on by up to 600 ms a step, so that the gate
+	// both takes cuts while relaxations wait and stops taking them (but never reaches its
+	// timeout of a minute).
+	now time.Time
 }
 
 // agent is a simulated node agent: the share it received, the floor it meets it with
@@ -104,7 +108,7 @@ type sentShare struct {
 var nodes = []string{"node-1", "node-2", "node-3"}
 
 func newSimulation(rng *rand.Rand, withGate, meetFirst bool) *simulation {
-	s := &simulation{rng: rng, withGate: withGate, meetFirst: meetFirst, pods: map[string]*corev1.Pod{},
+	s := &simulation{rng: rng, withGate: withGate, meetFirst: meetFirst, pods: map[string]*corev1.Pod{}, now: time.Unix(0, 0),
 		policies: map[string]*networkingv1.NetworkPolicy{}, agents: map[string]*agent{}}
 	for i, ns := range []string{"x", "y"} {
 		for j, name := range []string{"a", "b", "c"} {
@@ -288,11 +292,12 @@ func setOf[V any](m map[string]V) map[string]struct{} {
 
 // step steps the gate, or, without it, sends every node its target at once.
 func (s *simulation) step() {
+	s.now = s.now.Add(time.Duration(s.rng.IntN(600)) * time.Millisecond)
 	if s.withGate {
-		s.core.advance(time.Unix(0, 0))
+		s.core.advance(s.now)
 		return
 	}
-	s.core.cut(time.Unix(0, 0))
+	s.core.cut(s.now)
 	s.core.release()
 	for _, n := range s.core.nodes {
 		n.restriction = 0
