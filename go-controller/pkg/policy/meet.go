@@ -28,6 +28,42 @@ import (
 // Sets present in one share only are kept as they are: they admit nothing by
 // themselves, and the rules kept from that share name them.
 
+// Gone lists pods that no longer exist (deleted, or terminated) and their addresses. A
+// meet keeps them where old had them: nothing can connect from or to a pod that is gone
+// (its addresses are not handed out again within the quarantine), so dropping them is
+// no restriction to wait for.
+type Gone struct {
+	Pods      map[PodKey]struct{}
+	Addresses map[netip.Prefix]struct{}
+}
+
+// Add lists a pod and its addresses.
+func (g *Gone) Add(k PodKey, ips []netip.Addr) {
+	if g.Pods == nil {
+		g.Pods, g.Addresses = map[PodKey]struct{}{}, map[netip.Prefix]struct{}{}
+	}
+	g.Pods[k] = struct{}{}
+	for _, ip := range ips {
+		g.Addresses[HostPrefix(ip)] = struct{}{}
+	}
+}
+
+// Merge lists what o lists too.
+func (g *Gone) Merge(o Gone) {
+	if len(o.Pods)+len(o.Addresses) == 0 {
+		return
+	}
+	if g.Pods == nil {
+		g.Pods, g.Addresses = map[PodKey]struct{}{}, map[netip.Prefix]struct{}{}
+	}
+	for k := range o.Pods {
+		g.Pods[k] = struct{}{}
+	}
+	for a := range o.Addresses {
+		g.Addresses[a] = struct{}{}
+	}
+}
+
 // Meet returns the meet of two shares of one node at new's generation: it allows only
 // what both allow (see above).
 func Meet(old, nu NodeShare) NodeShare {
@@ -51,7 +87,7 @@ func Meet(old, nu NodeShare) NodeShare {
 	for id := range nu.Rules {
 		c.Entries[EntryKey{RuleEntry, id}] = struct{}{}
 	}
-	m := MeetOver(&old, &nu, c)
+	m := MeetOver(&old, &nu, c, Gone{})
 	out := NewNodeShare(nu.Node)
 	out.Generation = nu.Generation
 	for k, e := range m.Entries {
@@ -201,11 +237,19 @@ type MeetResult struct {
 }
 
 // MeetOver returns the entries, isolation and pods of the meet of old and new over what c
-// lists (everything else must be the same in both).
-func MeetOver(old, nu *NodeShare, c Changes) MeetResult {
+// lists (everything else must be the same in both); what old has of the pods and
+// addresses of gone, it keeps.
+func MeetOver(old, nu *NodeShare, c Changes, gone Gone) MeetResult {
 	m := MeetResult{Entries: make(map[EntryKey]Entry, len(c.Entries)), Isolation: old.Isolation, Pods: old.Pods}
 	if c.Pods {
 		m.Pods = intersectKeys(old.Pods, nu.Pods)
+		for _, k := range old.Pods {
+			if _, ok := gone.Pods[k]; ok {
+				m.Pods = append(m.Pods, k)
+			}
+		}
+		slices.SortFunc(m.Pods, PodKey.Compare)
+		m.Pods = slices.Compact(m.Pods)
 	}
 	if c.Isolation {
 		// A pod the meet does not list is closed whatever its isolation: new's isolation
@@ -218,7 +262,7 @@ func MeetOver(old, nu *NodeShare, c Changes) MeetResult {
 	}
 	for k := range c.Entries {
 		if k.Kind != RuleEntry {
-			m.Entries[k] = meetSet(k, old.Entry(k), nu.Entry(k))
+			m.Entries[k] = meetSet(k, old.Entry(k), nu.Entry(k), gone)
 		}
 	}
 	appliedTo := func(id string) AppliedToSet {
@@ -258,14 +302,20 @@ func MeetOver(old, nu *NodeShare, c Changes) MeetResult {
 }
 
 // meetSet is the meet of one address or applied-to set.
-func meetSet(k EntryKey, o, n Entry) Entry {
+func meetSet(k EntryKey, o, n Entry, gone Gone) Entry {
 	switch {
 	case !o.Present:
 		return n
 	case !n.Present:
 		return o
 	case k.Kind == AddressSetEntry:
-		return Entry{Present: true, AddressSet: AddressSet{ID: k.ID, Addresses: IntersectPrefixes(o.AddressSet.Addresses, n.AddressSet.Addresses)}}
+		addrs := IntersectPrefixes(o.AddressSet.Addresses, n.AddressSet.Addresses)
+		for _, a := range o.AddressSet.Addresses {
+			if _, ok := gone.Addresses[a]; ok {
+				addrs = append(addrs, a)
+			}
+		}
+		return Entry{Present: true, AddressSet: AddressSet{ID: k.ID, Addresses: SortPrefixes(addrs)}}
 	default:
 		set := AppliedToSet{ID: k.ID}
 		for _, p := range n.AppliedToSet.Pods {
@@ -273,6 +323,12 @@ func meetSet(k EntryKey, o, n Entry) Entry {
 				set.Pods = append(set.Pods, p)
 			}
 		}
+		for _, p := range o.AppliedToSet.Pods {
+			if _, ok := gone.Pods[p.PodKey]; ok && !slices.ContainsFunc(set.Pods, func(q AppliedPod) bool { return q.PodKey == p.PodKey }) {
+				set.Pods = append(set.Pods, p)
+			}
+		}
+		slices.SortFunc(set.Pods, func(a, b AppliedPod) int { return a.PodKey.Compare(b.PodKey) })
 		return Entry{Present: true, AppliedToSet: set}
 	}
 }

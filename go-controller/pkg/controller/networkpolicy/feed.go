@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -29,6 +31,9 @@ func (c *Compiler) NewFeed(ctx context.Context, wake func()) (*Feed, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("follow the policy compiler: %w", ctx.Err())
 	}
+	c.mu.Lock()
+	c.model.trackGone = true
+	c.mu.Unlock()
 	return &Feed{c: c, wake: wake, subs: map[string]*subscriber{}}, nil
 }
 
@@ -36,11 +41,14 @@ func (c *Compiler) NewFeed(ctx context.Context, wake func()) (*Feed, error) {
 func (f *Feed) Stopped() <-chan struct{} { return f.c.stopped }
 
 // Cut is what one Take returns: the shares of the nodes it started following and the
-// deltas of the nodes it already followed, all at Generation.
+// deltas of the nodes it already followed, all at Generation, and the pods removed since
+// the last Take (deleted or terminated, not back under the same UID) with their
+// addresses.
 type Cut struct {
 	Generation uint64
 	Shares     map[string]policy.NodeShare
 	Deltas     map[string]policy.Delta
+	Gone       policy.Gone
 }
 
 // Take stops following the nodes of remove, starts following those of add, and returns
@@ -57,7 +65,7 @@ func (f *Feed) Take(add, remove []string) Cut {
 			f.c.model.unsubscribe(s)
 		}
 	}
-	cut := Cut{Generation: f.c.model.generation, Deltas: map[string]policy.Delta{}}
+	cut := Cut{Generation: f.c.model.generation, Deltas: map[string]policy.Delta{}, Gone: f.c.model.takeGone()}
 	for name, s := range f.subs {
 		if d, ok := f.c.model.delta(s); ok {
 			cut.Deltas[name] = d
@@ -76,4 +84,18 @@ func (f *Feed) Take(add, remove []string) Cut {
 		cut.Shares[name] = share
 	}
 	return cut
+}
+
+// takeGone returns the pods removed since the last call that are not back (a pod that
+// moved is removed and added again under its UID), with their addresses.
+func (m *model) takeGone() policy.Gone {
+	g := policy.Gone{}
+	for _, p := range m.gone {
+		if now, ok := m.pods[types.NamespacedName{Namespace: p.key.Namespace, Name: p.key.Name}]; ok && now.uid == p.key.UID {
+			continue
+		}
+		g.Add(p.key, p.ips)
+	}
+	m.gone = m.gone[:0]
+	return g
 }

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // model is the compiler's state: the cluster as NetworkPolicy sees it (namespaces,
@@ -31,6 +33,17 @@ type model struct {
 
 	generation uint64
 	batch      batch
+	// gone are the pods removed since a Feed last took them (recorded only while a Feed
+	// follows the model).
+	gone      []gonePod
+	trackGone bool
+}
+
+// gonePod is a pod removed from the model: deleted, terminated, or replaced by one of
+// another UID.
+type gonePod struct {
+	key policy.PodKey
+	ips []netip.Addr
 }
 
 // batch is what the current batch of changes touched.
@@ -168,6 +181,9 @@ func (m *model) addPod(key types.NamespacedName, obj *corev1.Pod, n *node, ips [
 }
 
 func (m *model) removePod(p *pod) {
+	if m.trackGone {
+		m.gone = append(m.gone, gonePod{key: p.apiKey(), ips: p.ips})
+	}
 	for _, g := range p.groups {
 		m.removeMember(g, p)
 	}

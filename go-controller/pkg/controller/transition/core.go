@@ -59,6 +59,9 @@ type core struct {
 	onHeld func(nodes []string, gen uint64)
 	// onWaited is told how long each transition's relaxations waited.
 	onWaited func(time.Duration)
+	// gone are the pods removed (and their addresses) since no node that is not held
+	// had anything left to release: meets keep them (package policy, Gone).
+	gone policy.Gone
 }
 
 func newCore(src cutSource, base uint64, timeout time.Duration) *core {
@@ -214,7 +217,9 @@ func (c *core) floored() map[string]struct{} {
 	return out
 }
 
-// release sends every node that is not held its target.
+// release sends every node that is not held its target. Then only held nodes may differ
+// from their targets, and the gone pods are forgotten (a held node's next meet drops
+// them: more than it needs to, never less).
 func (c *core) release() {
 	var gen uint64
 	for _, n := range c.nodes {
@@ -228,6 +233,7 @@ func (c *core) release() {
 		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, gen)
 		n.diverged = policy.NewChanges()
 	}
+	c.gone = policy.Gone{}
 }
 
 // cut takes the compiler's changes and sends every changed node the meet of what it was
@@ -237,6 +243,7 @@ func (c *core) cut(now time.Time) {
 	clear(c.adds)
 	clear(c.removes)
 	cut := c.src.Take(add, remove)
+	c.gone.Merge(cut.Gone)
 	for _, name := range remove {
 		delete(c.nodes, name)
 	}
@@ -269,7 +276,7 @@ func (c *core) cut(now time.Time) {
 			panic("transition gate: " + err.Error())
 		}
 		n.diverged.Add(policy.DeltaChanges(d))
-		m := policy.MeetOver(&n.sent, &n.target, n.diverged)
+		m := policy.MeetOver(&n.sent, &n.target, n.diverged, c.gone)
 		if !c.differs(n, m) {
 			continue
 		}

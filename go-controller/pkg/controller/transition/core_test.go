@@ -83,6 +83,8 @@ type simulation struct {
 	agents    map[string]*agent
 	first     string
 	serial    int
+	// gone are the pods deleted since the gate's last cut.
+	gone policy.Gone
 	// now is the simulated clock: it moves on by up to 600 ms a step, so that the gate
 	// both takes cuts while relaxations wait and stops taking them (but never reaches its
 	// timeout of a minute).
@@ -214,11 +216,13 @@ func (s *simulation) write() {
 		q.Labels = map[string]string{"app": s.pick("web", "db")}
 		s.pods[p.Namespace+"/"+p.Name] = q
 	default:
-		// A pod deleted and another of the same name created, on another node.
+		// A pod deleted and another of the same name created, on another node, with a
+		// new address (kovs quarantines freed addresses).
 		k := s.pick(keysOf(setOf(s.pods))...)
 		p := s.pods[k]
 		delete(s.pods, k)
-		s.setPod(p.Namespace, p.Name, s.pick(nodes...), p.Status.PodIPs[0].IP)
+		s.gone.Add(keyOf(p), []netip.Addr{ipOf(p)})
+		s.setPod(p.Namespace, p.Name, s.pick(nodes...), fmt.Sprintf("10.1.%d.%d", s.serial/250, s.serial%250))
 	}
 	s.states = append(s.states, s.compile())
 }
@@ -446,7 +450,8 @@ type fakeSource struct {
 func (f *fakeSource) Take(add, remove []string) networkpolicy.Cut {
 	cur := f.sim.states[len(f.sim.states)-1]
 	f.taken = len(f.sim.states) - 1
-	cut := networkpolicy.Cut{Shares: map[string]policy.NodeShare{}, Deltas: map[string]policy.Delta{}}
+	cut := networkpolicy.Cut{Shares: map[string]policy.NodeShare{}, Deltas: map[string]policy.Delta{}, Gone: f.sim.gone}
+	f.sim.gone = policy.Gone{}
 	if f.last == nil {
 		f.last = map[string]policy.NodeShare{}
 	}
