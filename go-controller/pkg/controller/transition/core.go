@@ -98,10 +98,11 @@ func (c *core) realized(name string, gen uint64) {
 
 // advance moves every node as far as it may go now, and returns when it should be
 // called again at the latest (zero: on the next event). Restrictions (meets) go out as
-// soon as the compiler has them; relaxations only when no restriction is waiting to be
-// realized. While relaxations wait, new cuts are taken for at most cutWhileWaiting, and
-// then not until the relaxations went out: a stream of restrictions never starves them
-// (changes made meanwhile coalesce in the compiler).
+// soon as the compiler has them, unless a relaxation is waiting; relaxations only when no
+// restriction is waiting to be realized. So new cuts are taken while restrictions are
+// being realized only until some relaxation waits (and for at most cutWhileWaiting):
+// a stream of restrictions never starves a relaxation, which waits only for the
+// restrictions sent before it (changes made meanwhile coalesce in the compiler).
 func (c *core) advance(now time.Time) time.Time {
 	if late := c.late(now); len(late) > 0 {
 		for _, name := range late {
@@ -110,7 +111,7 @@ func (c *core) advance(now time.Time) time.Time {
 		c.onHeld(late, c.gen)
 	}
 	if len(c.waiting()) > 0 {
-		if now.Sub(c.waitingSince) < c.cutWhileWaiting {
+		if !c.relaxing() && now.Sub(c.waitingSince) < c.cutWhileWaiting {
 			c.cut(now)
 		}
 		return earliest(c.deadline(), c.releaseFloors(now))
@@ -129,6 +130,18 @@ func (c *core) advance(now time.Time) time.Time {
 	// Nothing to wait for: what the cut relaxed goes out at once.
 	c.release()
 	return floors
+}
+
+// relaxing reports whether some node that is not held waits for its relaxation: then no
+// new cut is taken until it goes out, so that it waits only for the restrictions already
+// sent.
+func (c *core) relaxing() bool {
+	for _, n := range c.nodes {
+		if !n.held && !n.diverged.Empty() {
+			return true
+		}
+	}
+	return false
 }
 
 // late lists the waiting nodes whose restriction is older than the timeout.
