@@ -102,17 +102,20 @@ func (h Histogram) Summary() string {
 type ControllerSplit struct {
 	// BatchWait is the wait of a batch's oldest change, Batch the batch, per batch;
 	// SentToRealized a node's new share generation handed to its stream to the agent's
-	// report of it, per node and generation.
-	BatchWait, Batch, SentToRealized Histogram
+	// report of it, per node and generation; TransitionWait the wait of a transition's
+	// relaxations for its restrictions, per transition that had both (the transition
+	// gate, docs/networkpolicy-stream.md).
+	BatchWait, Batch, SentToRealized, TransitionWait Histogram
 }
 
 // Sub is what was observed between an earlier read and s (see Histogram.Sub).
 func (s ControllerSplit) Sub(earlier ControllerSplit) (ControllerSplit, error) {
 	var d ControllerSplit
-	var errs [3]error
+	var errs [4]error
 	d.BatchWait, errs[0] = s.BatchWait.Sub(earlier.BatchWait)
 	d.Batch, errs[1] = s.Batch.Sub(earlier.Batch)
 	d.SentToRealized, errs[2] = s.SentToRealized.Sub(earlier.SentToRealized)
+	d.TransitionWait, errs[3] = s.TransitionWait.Sub(earlier.TransitionWait)
 	return d, errors.Join(errs[:]...)
 }
 
@@ -130,6 +133,7 @@ func (h *Harness) controllerSplit(ctx context.Context) (ControllerSplit, error) 
 		{"kovs_controller_policy_batch_wait_seconds", &s.BatchWait},
 		{"kovs_controller_policy_batch_seconds", &s.Batch},
 		{"kovs_controller_policy_realization_seconds", &s.SentToRealized},
+		{"kovs_controller_policy_transition_wait_seconds", &s.TransitionWait},
 	} {
 		if *m.to, err = histogramOf(families, m.name); err != nil {
 			return s, err
