@@ -8,8 +8,11 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -86,9 +89,34 @@ func NewServiceProxy(node string, state *NodeState, factory informers.SharedInfo
 	return p, nil
 }
 
-// newServiceInformers is the informer factory of the Service proxy.
+// LabelServiceProxyName on a Service names the proxy that serves it; kovs, like
+// kube-proxy, leaves every Service that carries it (whatever the name) to that proxy.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
+// serviceProxySelector selects what kube-proxy selects: Services and EndpointSlices
+// without LabelServiceProxyName (another proxy serves them) and without
+// service.kubernetes.io/headless (they are not load-balanced by the node; the
+// EndpointSlice controller copies a Service's labels to its slices). A Service that gains
+// either label leaves the informers as if deleted, and comes back when it loses it.
+func serviceProxySelector() string {
+	sel := labels.NewSelector()
+	for _, key := range []string{LabelServiceProxyName, corev1.IsHeadlessService} {
+		req, err := labels.NewRequirement(key, selection.DoesNotExist, nil)
+		if err != nil {
+			panic(fmt.Sprintf("label requirement !%s: %v", key, err)) // constant keys: a programming error
+		}
+		sel = sel.Add(*req)
+	}
+	return sel.String()
+}
+
+// newServiceInformers is the informer factory of the Service proxy: Services and
+// EndpointSlices of serviceProxySelector only.
 func newServiceInformers(client kubernetes.Interface) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactory(client, 0)
+	sel := serviceProxySelector()
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = sel
+	}))
 }
 
 func (p *ServiceProxy) recordService(o interface{}) {
