@@ -46,6 +46,9 @@ type ServiceProxy struct {
 	// sctp: load-balance SCTP ports too (the kernel datapath; the userspace datapath's
 	// conntrack cannot NAT SCTP).
 	sctp bool
+	// health, if set, follows every change from its event to the switch (the proxy
+	// health URLs).
+	health *proxyHealth
 
 	mu      sync.Mutex
 	changed map[string]bool // Service keys (namespace/name) to recompute
@@ -141,6 +144,9 @@ func (p *ServiceProxy) recordSlice(o interface{}) {
 func (p *ServiceProxy) record(key string) {
 	p.mu.Lock()
 	p.changed[key] = true
+	if p.health != nil {
+		p.health.queued()
+	}
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -155,6 +161,7 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 	}
 	p.mu.Lock()
 	p.changed = map[string]bool{}
+	since := p.takeQueued()
 	p.mu.Unlock()
 	svcs, err := p.services.List(labels.Everything())
 	if err != nil {
@@ -166,8 +173,9 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 			p.current[key] = ports
 		}
 	}
-	p.state.SetServices(p.current)
+	gen := p.state.SetServices(p.current)
 	p.notify(true)
+	p.handedTo(since, gen)
 	p.hostSynced = time.Now()
 	log.WithField("node", p.node).WithField("services", len(p.current)).Info("service proxy synced")
 	go p.runner.Loop(ctx)
@@ -180,6 +188,7 @@ func (p *ServiceProxy) sync() {
 	p.mu.Lock()
 	keys := p.changed
 	p.changed = map[string]bool{}
+	since := p.takeQueued()
 	p.mu.Unlock()
 	for key := range keys {
 		ports := p.compute(key)
@@ -196,6 +205,24 @@ func (p *ServiceProxy) sync() {
 		p.hostSynced = time.Now()
 	}
 	p.notify(full)
+	p.handedTo(since, p.state.Generation())
+}
+
+// takeQueued is when the oldest of the changes being taken came (zero without health);
+// called with mu held.
+func (p *ServiceProxy) takeQueued() time.Time {
+	if p.health == nil {
+		return time.Time{}
+	}
+	return p.health.take()
+}
+
+// handedTo tells the health that the changes that came from since on are in generation
+// gen of the state, and in the host networking.
+func (p *ServiceProxy) handedTo(since time.Time, gen uint64) {
+	if p.health != nil {
+		p.health.handedTo(since, gen)
+	}
 }
 
 func (p *ServiceProxy) notify(full bool) {

@@ -37,6 +37,7 @@ func TestServicesIPv4(t *testing.T) {
 	t.Run("ClusterIPFromNode", c.testClusterIPFromNode)
 	t.Run("HostNetworkEndpoint", c.testHostNetworkEndpoint)
 	t.Run("HeadlessAndServiceProxyNameLabels", c.testProxyLabels)
+	t.Run("ProxyHealthURL", c.testProxyHealthURL)
 	t.Run("InternalTrafficPolicyLocal", c.testInternalTrafficPolicyLocal)
 	t.Run("NodePortFromOwnNode", c.testNodePortFromOwnNode)
 	t.Run("NodePortFromOtherNode", c.testNodePortFromOtherNode)
