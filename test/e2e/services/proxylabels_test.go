@@ -26,7 +26,8 @@ import (
 // A Service kovs serves has a ServiceLB flow matching its ClusterIP on every node, so
 // "not served" is read positively from br-int: no flow matches the labelled ClusterIP.
 // The labelled Services are created before a plain one and come through the same watch,
-// in order: once the plain one answers, kovs has seen the labelled ones too.
+// in order: once a node's br-int load-balances the plain one, its agent has seen the
+// labelled ones too.
 func (c *svcCluster) testProxyLabels(t *testing.T) {
 	ns := c.namespace(t, "proxylabels")
 	pods := c.createPods(t, framework.PodSpec{Namespace: ns, Name: "pl", Node: "node2", Labels: map[string]string{"app": "pl"},
@@ -45,6 +46,12 @@ func (c *svcCluster) testProxyLabels(t *testing.T) {
 	ipOf := func(s *corev1.Service) netip.Addr { return framework.ClusterIPs(s)[0] }
 	c.waitAnswered(t, from, ipOf(plain), "80/tcp", "the unlabelled Service")
 	for _, node := range nodeNames {
+		framework.Eventually(t, programTimeout, node+"'s br-int to load-balance the unlabelled Service", func() error {
+			if c.notServed(t, node, ipOf(plain)) == nil {
+				return fmt.Errorf("no flow matches %s", ipOf(plain))
+			}
+			return nil
+		})
 		for _, svc := range []*corev1.Service{headless, other} {
 			if err := c.notServed(t, node, ipOf(svc)); err != nil {
 				t.Errorf("Service %s labelled %v: %v", svc.Name, svc.Labels, err)

@@ -36,6 +36,7 @@ func TestServicesIPv4(t *testing.T) {
 	t.Run("SCTPHairpin", c.testSCTPHairpin)
 	t.Run("ClusterIPFromNode", c.testClusterIPFromNode)
 	t.Run("HostNetworkEndpoint", c.testHostNetworkEndpoint)
+	t.Run("HostNetworkEndpointsOnEveryNode", c.testHostNetworkEndpointsEverywhere)
 	t.Run("HeadlessAndServiceProxyNameLabels", c.testProxyLabels)
 	t.Run("ProxyHealthURL", c.testProxyHealthURL)
 	t.Run("InternalTrafficPolicyLocal", c.testInternalTrafficPolicyLocal)
