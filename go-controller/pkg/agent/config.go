@@ -60,6 +60,15 @@ type Config struct {
 	PolicyWait time.Duration
 	// ServiceProxy is "kovs" (br-int load-balances Services) or "none" (kube-proxy does).
 	ServiceProxy string
+	// ProxyHealthListen is where kube-proxy's health URLs (/healthz, /livez) are served
+	// with --service-proxy=kovs (kube-proxy's --healthz-bind-address, :10256; empty: not
+	// served). ProxyHealthTimeout is how long a Service change may wait to be installed
+	// before they say unhealthy (0: DefaultProxyHealthTimeout).
+	ProxyHealthListen  string
+	ProxyHealthTimeout time.Duration
+	// ProxyModeListen is where kube-proxy's /proxyMode is served with --service-proxy=kovs
+	// (kube-proxy's --metrics-bind-address, 127.0.0.1:10249; empty: not served).
+	ProxyModeListen string
 	// PolicyFeedConnected, if set, reports whether the PolicyFeed is connected now (for
 	// readiness and status).
 	PolicyFeedConnected func() bool
@@ -114,6 +123,9 @@ func (c *Config) Defaults() {
 	}
 	if c.ServiceProxy == "" {
 		c.ServiceProxy = ServiceProxyKovs
+	}
+	if c.ProxyHealthTimeout == 0 {
+		c.ProxyHealthTimeout = DefaultProxyHealthTimeout
 	}
 	if c.HostPortBackend == "" {
 		c.HostPortBackend = HostPortBackendAuto
@@ -172,6 +184,8 @@ func (c *Config) Validate() error {
 	case c.FullResyncPeriod < c.ResyncPeriod:
 		return fmt.Errorf("--full-resync-period %s: use at least --resync-period (%s); %s is the default, --resync-period's value makes every resync a full one",
 			c.FullResyncPeriod, c.ResyncPeriod, DefaultFullResyncPeriod)
+	case c.ProxyHealthTimeout < time.Second:
+		return fmt.Errorf("--proxy-healthz-timeout %s: use at least 1s (%s is the default, as kube-proxy's)", c.ProxyHealthTimeout, DefaultProxyHealthTimeout)
 	case c.LearnedFlowLimit < 16:
 		return fmt.Errorf("--learned-flow-limit %d: use at least 16 (flows per learned table; %d is the default)", c.LearnedFlowLimit, DefaultLearnedFlowLimit)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // serviceSyncWait bounds how long the agent waits for the Service informers before its
@@ -27,9 +28,26 @@ func (a *Agent) startServiceProxy(ctx context.Context) error {
 	}
 	proxy.onChange = a.serviceHostHook()
 	proxy.sctp = !a.netdev
+	if a.cfg.ProxyHealthListen != "" {
+		proxy.health = newProxyHealth(a.cfg.ProxyHealthTimeout, a.syncer.installedGeneration)
+		a.syncer.OnSynced(proxy.health.synced)
+		serveProxyURLs(ctx, a.cfg.ProxyHealthListen, "health URLs /healthz and /livez", proxyHealthHandler(proxy.health, a.ownNode))
+	}
+	if a.cfg.ProxyModeListen != "" {
+		serveProxyURLs(ctx, a.cfg.ProxyModeListen, "/proxyMode", proxyModeHandler())
+	}
 	factory.Start(ctx.Done())
 	if err := proxy.Start(ctx, serviceSyncWait); err != nil {
 		return fmt.Errorf("service proxy: %w", err)
 	}
 	return nil
+}
+
+// ownNode is the agent's Node from the informer (nil: not known yet).
+func (a *Agent) ownNode() *corev1.Node {
+	n, err := a.nodes.Get(a.cfg.NodeName)
+	if err != nil {
+		return nil
+	}
+	return n
 }

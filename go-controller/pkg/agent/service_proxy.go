@@ -8,8 +8,11 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -43,6 +46,9 @@ type ServiceProxy struct {
 	// sctp: load-balance SCTP ports too (the kernel datapath; the userspace datapath's
 	// conntrack cannot NAT SCTP).
 	sctp bool
+	// health, if set, follows every change from its event to the switch (the proxy
+	// health URLs).
+	health *proxyHealth
 
 	mu      sync.Mutex
 	changed map[string]bool // Service keys (namespace/name) to recompute
@@ -86,9 +92,34 @@ func NewServiceProxy(node string, state *NodeState, factory informers.SharedInfo
 	return p, nil
 }
 
-// newServiceInformers is the informer factory of the Service proxy.
+// LabelServiceProxyName on a Service names the proxy that serves it; kovs, like
+// kube-proxy, leaves every Service that carries it (whatever the name) to that proxy.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
+// serviceProxySelector selects what kube-proxy selects: Services and EndpointSlices
+// without LabelServiceProxyName (another proxy serves them) and without
+// service.kubernetes.io/headless (they are not load-balanced by the node; the
+// EndpointSlice controller copies a Service's labels to its slices). A Service that gains
+// either label leaves the informers as if deleted, and comes back when it loses it.
+func serviceProxySelector() string {
+	sel := labels.NewSelector()
+	for _, key := range []string{LabelServiceProxyName, corev1.IsHeadlessService} {
+		req, err := labels.NewRequirement(key, selection.DoesNotExist, nil)
+		if err != nil {
+			panic(fmt.Sprintf("label requirement !%s: %v", key, err)) // constant keys: a programming error
+		}
+		sel = sel.Add(*req)
+	}
+	return sel.String()
+}
+
+// newServiceInformers is the informer factory of the Service proxy: Services and
+// EndpointSlices of serviceProxySelector only.
 func newServiceInformers(client kubernetes.Interface) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactory(client, 0)
+	sel := serviceProxySelector()
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = sel
+	}))
 }
 
 func (p *ServiceProxy) recordService(o interface{}) {
@@ -113,6 +144,9 @@ func (p *ServiceProxy) recordSlice(o interface{}) {
 func (p *ServiceProxy) record(key string) {
 	p.mu.Lock()
 	p.changed[key] = true
+	if p.health != nil {
+		p.health.queued()
+	}
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -127,6 +161,7 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 	}
 	p.mu.Lock()
 	p.changed = map[string]bool{}
+	since := p.takeQueued()
 	p.mu.Unlock()
 	svcs, err := p.services.List(labels.Everything())
 	if err != nil {
@@ -138,8 +173,9 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 			p.current[key] = ports
 		}
 	}
-	p.state.SetServices(p.current)
+	gen := p.state.SetServices(p.current)
 	p.notify(true)
+	p.handedTo(since, gen)
 	p.hostSynced = time.Now()
 	log.WithField("node", p.node).WithField("services", len(p.current)).Info("service proxy synced")
 	go p.runner.Loop(ctx)
@@ -152,6 +188,7 @@ func (p *ServiceProxy) sync() {
 	p.mu.Lock()
 	keys := p.changed
 	p.changed = map[string]bool{}
+	since := p.takeQueued()
 	p.mu.Unlock()
 	for key := range keys {
 		ports := p.compute(key)
@@ -168,6 +205,24 @@ func (p *ServiceProxy) sync() {
 		p.hostSynced = time.Now()
 	}
 	p.notify(full)
+	p.handedTo(since, p.state.Generation())
+}
+
+// takeQueued is when the oldest of the changes being taken came (zero without health);
+// called with mu held.
+func (p *ServiceProxy) takeQueued() time.Time {
+	if p.health == nil {
+		return time.Time{}
+	}
+	return p.health.take()
+}
+
+// handedTo tells the health that the changes that came from since on are in generation
+// gen of the state, and in the host networking.
+func (p *ServiceProxy) handedTo(since time.Time, gen uint64) {
+	if p.health != nil {
+		p.health.handedTo(since, gen)
+	}
 }
 
 func (p *ServiceProxy) notify(full bool) {

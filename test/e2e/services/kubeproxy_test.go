@@ -3,6 +3,7 @@ package services_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +103,14 @@ func (k *kubeProxyFixture) testNoKovsServices(t *testing.T) {
 		}
 		for _, err := range k.kubeProxyHostState(t, node) {
 			t.Errorf("%s: %v", node, err)
+		}
+		// kube-proxy's URLs are kube-proxy's: kovs-agent serves them only with
+		// --service-proxy=kovs.
+		for _, port := range []string{"10256", "10249"} {
+			out := inNode(t, k.s.Layout.NodeNetNS(node), "ss", "-ltnpH", "sport = :"+port)
+			if !strings.Contains(out, `"kube-proxy"`) || strings.Contains(out, `"kovs-agent"`) {
+				t.Errorf("%s: port %s should be kube-proxy's alone; listeners:\n%s", node, port, out)
+			}
 		}
 	}
 }
