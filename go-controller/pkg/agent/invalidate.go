@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -46,11 +47,14 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     learned translations of stateless SCTP Services (pipeline.SCTPPin and SCTPUnNAT)
 //     stay: they let nothing skip policy, and a live association needs them to keep its
 //     endpoint.
-func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) {
+//
+// Any of them failing fails the sync (FlowSyncer.OnApplied): the policy is not reported
+// realized, and the next sync invalidates again.
+func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) error {
 	if !touchesPolicy(changedFlows(p)) {
-		return
+		return nil
 	}
-	invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev)
+	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev)
 }
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
@@ -64,19 +68,20 @@ type flowDeleter interface {
 	DeleteFlows(ctx context.Context, cookie, mask uint64) error
 }
 
-func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) {
+func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) error {
 	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {
-			log.WithError(err).Warn("flush SCTP conntrack after a policy change")
+			return fmt.Errorf("after a policy change: %w", err)
 		}
 	}
 	if err := v.PurgeDatapathFlows(ctx); err != nil {
-		log.WithError(err).Warn("purge datapath flows after a policy change")
+		return fmt.Errorf("after a policy change: %w", err)
 	}
 	learned := pipeline.LearnedReplyFilter()
 	if err := of.DeleteFlows(ctx, uint64(learned.Value), uint64(learned.Mask)); err != nil {
-		log.WithError(err).WithField("cookie", learned).Warn("delete learned SCTP replies after a policy change")
+		return fmt.Errorf("after a policy change: delete the learned SCTP replies (cookie %s): %w", learned, err)
 	}
+	return nil
 }
 
 // evictTranslations deletes the learned SCTP translations to endpoints that left their
