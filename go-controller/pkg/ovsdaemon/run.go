@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,12 @@ import (
 
 // Run prepares the database, starts ovsdb-server and then ovs-vswitchd, and supervises
 // them. It returns nil after a clean stop (ctx ended: SIGTERM or SIGINT), stopping
-// ovs-vswitchd first and then ovsdb-server, and an error naming the daemon when either
-// exits on its own (after stopping the other) or cannot be set up.
+// ovs-vswitchd first and then ovsdb-server. When ovs-vswitchd exits on its own, or cannot
+// be set up, it stops ovsdb-server and returns an error naming the daemon. When
+// ovsdb-server exits on its own, it starts ovsdb-server again alone: ovs-vswitchd keeps
+// forwarding with the flows it has and reconnects to the database, so a database crash is
+// no datapath outage. Only ovsdb-server exiting maxDBRestarts times within dbRestartWindow
+// ends the supervisor (then the kubelet restarts the container, both daemons with it).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -44,15 +49,7 @@ func Run(ctx context.Context, cfg Config) error {
 		vswitchd.stop(cfg.StopTimeout, cfg.Log)
 		db.stop(cfg.StopTimeout, cfg.Log)
 	}()
-	db, err := startDaemon("ovsdb-server", cfg.ovsdbServerArgs(), cfg.env())
-	if err != nil {
-		return err
-	}
-	cfg.Log.WithFields(log.Fields{"daemon": "ovsdb-server", "pid": db.cmd.Process.Pid, "db": cfg.DBFile}).Info("started")
-	err = waitUntil(ctx, cfg.StartTimeout, "ovsdb-server", []*daemon{db}, func() error {
-		_, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait", "init")
-		return err
-	})
+	db, err := startOVSDB(ctx, cfg, nil)
 	if err != nil {
 		return startupError(err)
 	}
@@ -72,15 +69,53 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	linkPidCtl(cfg, vswitchd.cmd.Process.Pid)
 	cfg.Log.WithField("run-dir", cfg.RunDir).Info("ovsdb-server and ovs-vswitchd are up and answering")
-	select {
-	case <-ctx.Done():
-		cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
-		return nil
-	case <-db.done:
-		return db.exitError()
-	case <-vswitchd.done:
-		return vswitchd.exitError()
+	var dbExits []time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
+			return nil
+		case <-vswitchd.done:
+			return vswitchd.exitError()
+		case <-db.done:
+		}
+		exit := db.exitError()
+		now := time.Now()
+		dbExits = append(slices.DeleteFunc(dbExits, func(t time.Time) bool { return now.Sub(t) > dbRestartWindow }), now)
+		if len(dbExits) > maxDBRestarts {
+			return fmt.Errorf("%w; it exited %d times within %s: giving up", exit, len(dbExits), dbRestartWindow)
+		}
+		cfg.Log.WithError(exit).Warn("ovsdb-server exited: starting it again; ovs-vswitchd keeps forwarding and reconnects")
+		if db, err = startOVSDB(ctx, cfg, vswitchd); err != nil {
+			return startupError(err)
+		}
 	}
+}
+
+// ovsdb-server may exit maxDBRestarts times within dbRestartWindow and be started again
+// alone; once more and the supervisor gives up.
+const (
+	maxDBRestarts   = 5
+	dbRestartWindow = 5 * time.Minute
+)
+
+// startOVSDB starts ovsdb-server and waits until it serves the database (while vswitchd,
+// when running, stays up).
+func startOVSDB(ctx context.Context, cfg Config, vswitchd *daemon) (*daemon, error) {
+	db, err := startDaemon("ovsdb-server", cfg.ovsdbServerArgs(), cfg.env())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log.WithFields(log.Fields{"daemon": "ovsdb-server", "pid": db.cmd.Process.Pid, "db": cfg.DBFile}).Info("started")
+	watched := []*daemon{db}
+	if vswitchd != nil {
+		watched = append(watched, vswitchd)
+	}
+	err = waitUntil(ctx, cfg.StartTimeout, "ovsdb-server", watched, func() error {
+		_, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait", "init")
+		return err
+	})
+	return db, err
 }
 
 // startupError maps a stop during startup to success (the container was asked to stop).

@@ -73,19 +73,53 @@ func TestVswitchdDeathEndsAll(t *testing.T) {
 	}
 }
 
-// ovsdb-server dies: kovs-ovs stops ovs-vswitchd and exits non-zero.
-func TestOvsdbServerDeathEndsAll(t *testing.T) {
+// ovsdb-server dies: kovs-ovs starts it again alone. ovs-vswitchd keeps running with its
+// flows (a database crash is no datapath outage) and takes configuration from the new
+// ovsdb-server. Once, kovs-ovs stopped ovs-vswitchd and exited.
+func TestOvsdbServerDeathRestartsItAlone(t *testing.T) {
 	n := newNode(t)
 	n.start()
 	n.waitReady()
+	n.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev", "fail_mode=secure")
+	mgmt := "unix:" + filepath.Join(n.runDir(), "br0.mgmt")
+	if out, err := exec.Command("ovs-ofctl", "add-flow", mgmt, "priority=7,ip,nw_dst=192.0.2.7,actions=drop").CombinedOutput(); err != nil {
+		t.Fatalf("ovs-ofctl add-flow: %v: %s", err, out)
+	}
 	db, vswitchd := n.pid("ovsdb-server"), n.pid("ovs-vswitchd")
 	if err := syscall.Kill(db, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := n.waitExit(30 * time.Second); code == 0 {
-		t.Error("kovs-ovs exited 0 after ovsdb-server died, want non-zero")
+	waitGone(t, "the killed ovsdb-server", db)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(n.runDir(), "ovsdb-server.pid"))
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid != db && alive(pid) {
+			break
+		}
+		select {
+		case <-n.done:
+			t.Fatalf("kovs-ovs exited (%v) after ovsdb-server died, want it to start ovsdb-server again:\n%s", n.exit, n.output.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new ovsdb-server 30s after the old one died:\n%s", n.output.String())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	waitGone(t, "ovs-vswitchd", vswitchd)
+	n.waitReady()
+	if !alive(vswitchd) || n.pid("ovs-vswitchd") != vswitchd {
+		t.Fatalf("ovs-vswitchd (pid %d) did not outlive ovsdb-server's crash", vswitchd)
+	}
+	out, err := exec.Command("ovs-ofctl", "dump-flows", mgmt).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nw_dst=192.0.2.7") {
+		t.Errorf("ovs-vswitchd lost its flows across ovsdb-server's restart (%v):\n%s", err, out)
+	}
+	// ovs-vsctl without --no-wait returns once ovs-vswitchd applied the change: it
+	// reconnected to the new ovsdb-server.
+	n.vsctl("add-port", "br0", "p1", "--", "set", "interface", "p1", "type=internal")
+	if ofport := n.vsctl("get", "interface", "p1", "ofport"); ofport == "-1" || ofport == "[]" {
+		t.Errorf("ovs-vswitchd did not add port p1 after ovsdb-server's restart: ofport %s", ofport)
+	}
 }
 
 // The system-id survives a clean restart, a SIGKILL of kovs-ovs (whose daemons must not
