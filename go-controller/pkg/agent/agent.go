@@ -112,6 +112,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
+	a.syncer.OnSynced(a.endFlowRestoreWait)
 	a.syncer.metrics = a.metrics
 	if cfg.PolicyFeed != nil {
 		// Pods stay closed until their policy arrives, restored ones included.
