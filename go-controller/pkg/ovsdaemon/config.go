@@ -46,6 +46,12 @@ type Config struct {
 	StartTimeout time.Duration
 	// StopTimeout bounds the wait for a daemon to exit after SIGTERM, before SIGKILL.
 	StopTimeout time.Duration
+	// FlowRestoreWaitTimeout bounds how long ovs-vswitchd, started with
+	// flow-restore-wait=true because kovs-agent's bridge is in the database, waits for
+	// the agent to restore its flows and clear the key: after it kovs-ovs clears the key
+	// itself, so the node's other bridges do not wait for an agent that never comes.
+	// 0: wait for the agent however long it takes.
+	FlowRestoreWaitTimeout time.Duration
 	// Hostname is recorded as external_ids:hostname; empty: os.Hostname.
 	Hostname string
 	Log      log.FieldLogger

@@ -53,7 +53,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return startupError(err)
 	}
-	if err := initSwitch(ctx, cfg); err != nil {
+	restoring, err := initSwitch(ctx, cfg)
+	if err != nil {
 		return err
 	}
 	vswitchd, err = startDaemon("ovs-vswitchd", cfg.ovsVswitchdArgs(), cfg.env())
@@ -69,6 +70,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	linkPidCtl(cfg, vswitchd.cmd.Process.Pid)
 	cfg.Log.WithField("run-dir", cfg.RunDir).Info("ovsdb-server and ovs-vswitchd are up and answering")
+	var restoreDeadline <-chan time.Time
+	if restoring && cfg.FlowRestoreWaitTimeout > 0 {
+		timer := time.NewTimer(cfg.FlowRestoreWaitTimeout)
+		defer timer.Stop()
+		restoreDeadline = timer.C
+	}
 	var dbExits []time.Time
 	for {
 		select {
@@ -77,6 +84,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		case <-vswitchd.done:
 			return vswitchd.exitError()
+		case <-restoreDeadline:
+			endRestoreWait(ctx, cfg)
+			continue
 		case <-db.done:
 		}
 		exit := db.exitError()
@@ -169,12 +179,23 @@ func prepareDatabase(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// kovsBridges selects the bridges kovs-agent made (its EnsureBridge records this owner).
+const kovsBridges = "external_ids:kovs.io/owner=kovs-agent"
+
+// flowRestoreWait is the Open_vSwitch other_config key kovs-agent clears once it has
+// restored its flows (agent.FlowRestoreWait).
+const flowRestoreWait = "flow-restore-wait"
+
 // initSwitch records the versions, the hostname and a system-id that stays the same
-// across restarts in the Open_vSwitch record, as ovs-ctl does.
-func initSwitch(ctx context.Context, cfg Config) error {
+// across restarts in the Open_vSwitch record, as ovs-ctl does. When the database holds a
+// bridge of kovs-agent's, ovs-vswitchd restarts under a node's running pods: it sets
+// other_config:flow-restore-wait=true, so that ovs-vswitchd keeps the datapath flows and
+// handles no packet until the agent has put its flows back and cleared the key (no packet
+// meets an empty table). It reports whether it did.
+func initSwitch(ctx context.Context, cfg Config) (restoring bool, err error) {
 	id, err := systemID(ctx, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	host := cfg.Hostname
 	if host == "" {
@@ -189,12 +210,46 @@ func initSwitch(ctx context.Context, cfg Config) error {
 			set = append(set, "ovs_version="+strconv.Quote(f[len(f)-1]))
 		}
 	}
+	owned, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
+		"--bare", "--columns=name", "find", "Bridge", kovsBridges)
+	if err != nil {
+		return false, fmt.Errorf("look for kovs-agent's bridges: %w", err)
+	}
+	restoring = strings.TrimSpace(owned) != ""
+	if restoring {
+		set = append(set, "other_config:"+flowRestoreWait+"=true")
+	}
 	args := append([]string{"--db=unix:" + cfg.dbSocket(), "--timeout=5", "--no-wait", "set", "Open_vSwitch", "."}, set...)
 	if _, err := run(ctx, cfg.env(), "ovs-vsctl", args...); err != nil {
-		return fmt.Errorf("initialize the Open_vSwitch record: %w", err)
+		return false, fmt.Errorf("initialize the Open_vSwitch record: %w", err)
 	}
 	cfg.Log.WithFields(log.Fields{"system-id": id, "hostname": host}).Info("switch initialized")
-	return nil
+	if restoring {
+		cfg.Log.WithField("bridges", strings.Fields(owned)).Info("kovs-agent's bridges are in the database: " +
+			"ovs-vswitchd starts with " + flowRestoreWait + "=true and forwards once kovs-agent has restored their flows")
+	}
+	return restoring, nil
+}
+
+// endRestoreWait clears flow-restore-wait when kovs-agent has not done it within
+// FlowRestoreWaitTimeout.
+func endRestoreWait(ctx context.Context, cfg Config) {
+	out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--if-exists",
+		"get", "Open_vSwitch", ".", "other_config:"+flowRestoreWait)
+	if err != nil {
+		cfg.Log.WithError(err).Warn("read " + flowRestoreWait)
+		return
+	}
+	if strings.Trim(strings.TrimSpace(out), `"`) != "true" {
+		return
+	}
+	if _, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
+		"remove", "Open_vSwitch", ".", "other_config", flowRestoreWait); err != nil {
+		cfg.Log.WithError(err).Warn("clear " + flowRestoreWait)
+		return
+	}
+	cfg.Log.WithField("timeout", cfg.FlowRestoreWaitTimeout).Warn("kovs-agent did not restore its flows in time: " +
+		flowRestoreWait + " cleared, ovs-vswitchd forwards with the tables it has")
 }
 
 // systemID returns the switch's system-id: the one in SystemIDFile, else the one the

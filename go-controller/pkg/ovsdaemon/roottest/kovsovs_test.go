@@ -122,6 +122,51 @@ func TestOvsdbServerDeathRestartsItAlone(t *testing.T) {
 	}
 }
 
+// ovs-vswitchd restarted under kovs-agent's bridge starts with flow-restore-wait=true
+// (it keeps the datapath flows and handles no packet until the agent has restored its
+// tables and cleared the key); on a node kovs-agent never set up it does not wait; and
+// when no agent clears the key within --flow-restore-wait-timeout, kovs-ovs does.
+func TestFlowRestoreWaitAfterARestart(t *testing.T) {
+	n := newNode(t)
+	n.extra = []string{"--flow-restore-wait-timeout=0"}
+	n.start()
+	n.waitReady()
+	waiting := func() string {
+		return n.vsctl("--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")
+	}
+	if w := waiting(); w != "" {
+		t.Errorf("flow-restore-wait %s on a node without kovs-agent's bridge: nothing would clear it", w)
+	}
+	n.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
+		"external_ids:kovs.io/owner=kovs-agent")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+
+	n.start()
+	n.waitReady()
+	if w := waiting(); w != `"true"` {
+		t.Fatalf("after a restart under kovs-agent's br-int: flow-restore-wait %q, want \"true\"", w)
+	}
+	// What kovs-agent does once br-int's flows are back.
+	n.vsctl("remove", "Open_vSwitch", ".", "other_config", "flow-restore-wait")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+
+	n.extra = []string{"--flow-restore-wait-timeout=1s"}
+	n.start()
+	n.waitReady()
+	deadline := time.Now().Add(30 * time.Second)
+	for waiting() != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("flow-restore-wait still %s 30s after a 1s --flow-restore-wait-timeout:\n%s", waiting(), n.output.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(n.output.String(), "did not restore its flows in time") {
+		t.Errorf("kovs-ovs cleared flow-restore-wait without saying why:\n%s", n.output.String())
+	}
+}
+
 // The system-id survives a clean restart, a SIGKILL of kovs-ovs (whose daemons must not
 // outlive it), and the loss of the system-id file (it is taken back from the database).
 func TestRestartKeepsSystemID(t *testing.T) {
