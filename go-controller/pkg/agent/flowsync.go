@@ -226,13 +226,7 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 // earlier bundles whose hooks failed changed. An error leaves all of it unsettled, for the
 // next sync to settle again.
 func (s *FlowSyncer) settle(ctx context.Context, plan SwitchPlan) error {
-	p := SwitchPlan{
-		AddGroups:    slices.Concat(s.unsettled.AddGroups, plan.AddGroups),
-		ModifyGroups: slices.Concat(s.unsettled.ModifyGroups, plan.ModifyGroups),
-		DeleteFlows:  slices.Concat(s.unsettled.DeleteFlows, plan.DeleteFlows),
-		AddFlows:     slices.Concat(s.unsettled.AddFlows, plan.AddFlows),
-		DeleteGroups: slices.Concat(s.unsettled.DeleteGroups, plan.DeleteGroups),
-	}
+	p := mergePlans(s.unsettled, plan)
 	if p.Empty() {
 		return nil
 	}
@@ -272,6 +266,49 @@ func (s *FlowSyncer) record(installed pipeline.Desired, gen uint64, full bool, e
 	s.synced = gen
 	s.release(gen)
 	return true
+}
+
+// mergePlans is what a and then b changed, each flow and group once (b's wins), so what
+// stays unsettled through many failed syncs is bounded by the flows and groups there are.
+func mergePlans(a, b SwitchPlan) SwitchPlan {
+	if a.Empty() {
+		return b
+	}
+	groups := func(x, y []ovs.Group) []ovs.Group {
+		byID := map[uint32]int{}
+		var out []ovs.Group
+		for _, g := range slices.Concat(x, y) {
+			if i, ok := byID[g.ID]; ok {
+				out[i] = g
+				continue
+			}
+			byID[g.ID] = len(out)
+			out = append(out, g)
+		}
+		return out
+	}
+	flows := map[ovs.FlowKey]int{}
+	var added []ovs.Flow
+	for _, f := range slices.Concat(a.AddFlows, b.AddFlows) {
+		if i, ok := flows[f.FlowKey]; ok {
+			added[i] = f
+			continue
+		}
+		flows[f.FlowKey] = len(added)
+		added = append(added, f)
+	}
+	var deleted []ovs.FlowKey
+	seen := map[ovs.FlowKey]bool{}
+	for _, k := range slices.Concat(a.DeleteFlows, b.DeleteFlows) {
+		if !seen[k] {
+			seen[k] = true
+			deleted = append(deleted, k)
+		}
+	}
+	deletedGroups := slices.Concat(a.DeleteGroups, b.DeleteGroups)
+	slices.Sort(deletedGroups)
+	return SwitchPlan{AddGroups: groups(a.AddGroups, b.AddGroups), ModifyGroups: groups(a.ModifyGroups, b.ModifyGroups),
+		DeleteFlows: deleted, AddFlows: added, DeleteGroups: slices.Compact(deletedGroups)}
 }
 
 // OnApplied registers f to be called after every bundle the switch accepted, with what it
