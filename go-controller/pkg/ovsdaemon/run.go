@@ -187,8 +187,8 @@ const kovsBridges = "external_ids:kovs.io/owner=kovs-agent"
 const flowRestoreWait = "flow-restore-wait"
 
 // initSwitch records the versions, the hostname and a system-id that stays the same
-// across restarts in the Open_vSwitch record, as ovs-ctl does. When the database holds a
-// bridge of kovs-agent's, ovs-vswitchd restarts under a node's running pods: it sets
+// across restarts in the Open_vSwitch record, as ovs-ctl does. When the database holds
+// kovs-agent's bridges and no other, ovs-vswitchd restarts under a node's running pods: it sets
 // other_config:flow-restore-wait=true, so that ovs-vswitchd keeps the datapath flows and
 // handles no packet until the agent has put its flows back and cleared the key (no packet
 // meets an empty table). It reports whether it did.
@@ -210,22 +210,41 @@ func initSwitch(ctx context.Context, cfg Config) (restoring bool, err error) {
 			set = append(set, "ovs_version="+strconv.Quote(f[len(f)-1]))
 		}
 	}
-	owned, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
-		"--bare", "--columns=name", "find", "Bridge", kovsBridges)
+	bridges := func(conditions ...string) ([]string, error) {
+		out, err := run(ctx, cfg.env(), "ovs-vsctl", append([]string{"--db=unix:" + cfg.dbSocket(), "--timeout=5", "--no-wait",
+			"--bare", "--columns=name", "find", "Bridge"}, conditions...)...)
+		return strings.Fields(out), err
+	}
+	owned, err := bridges(kovsBridges)
 	if err != nil {
 		return false, fmt.Errorf("look for kovs-agent's bridges: %w", err)
 	}
-	restoring = strings.TrimSpace(owned) != ""
+	all, err := bridges()
+	if err != nil {
+		return false, fmt.Errorf("list the bridges: %w", err)
+	}
+	// Any other bridge (an uplink bridge holding the node's address, on the userspace
+	// datapath) would wait for kovs-agent too, and a restarted agent may need the node's
+	// address to reach kube-apiserver before it can restore anything.
+	restoring = len(owned) > 0 && len(all) == len(owned)
+	if len(owned) > 0 && !restoring {
+		cfg.Log.WithField("bridges", all).Info("bridges other than kovs-agent's are in the database: " +
+			"ovs-vswitchd starts without " + flowRestoreWait + ", its tables empty until kovs-agent restores them")
+	}
 	if restoring {
 		set = append(set, "other_config:"+flowRestoreWait+"=true")
 	}
 	args := append([]string{"--db=unix:" + cfg.dbSocket(), "--timeout=5", "--no-wait", "set", "Open_vSwitch", "."}, set...)
+	if !restoring {
+		// Left by an earlier run whose agent never cleared it: nothing would clear it now.
+		args = append(args, "--", "remove", "Open_vSwitch", ".", "other_config", flowRestoreWait)
+	}
 	if _, err := run(ctx, cfg.env(), "ovs-vsctl", args...); err != nil {
 		return false, fmt.Errorf("initialize the Open_vSwitch record: %w", err)
 	}
 	cfg.Log.WithFields(log.Fields{"system-id": id, "hostname": host}).Info("switch initialized")
 	if restoring {
-		cfg.Log.WithField("bridges", strings.Fields(owned)).Info("kovs-agent's bridges are in the database: " +
+		cfg.Log.WithField("bridges", owned).Info("kovs-agent's bridges are in the database: " +
 			"ovs-vswitchd starts with " + flowRestoreWait + "=true and forwards once kovs-agent has restored their flows")
 	}
 	return restoring, nil

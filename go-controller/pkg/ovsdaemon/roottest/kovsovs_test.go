@@ -124,8 +124,9 @@ func TestOvsdbServerDeathRestartsItAlone(t *testing.T) {
 
 // ovs-vswitchd restarted under kovs-agent's bridge starts with flow-restore-wait=true
 // (it keeps the datapath flows and handles no packet until the agent has restored its
-// tables and cleared the key); on a node kovs-agent never set up it does not wait; and
-// when no agent clears the key within --flow-restore-wait-timeout, kovs-ovs does.
+// tables and cleared the key); on a node kovs-agent never set up, or with another bridge
+// beside br-int, it does not wait; and when no agent clears the key within
+// --flow-restore-wait-timeout, kovs-ovs does.
 func TestFlowRestoreWaitAfterARestart(t *testing.T) {
 	n := newNode(t)
 	n.extra = []string{"--flow-restore-wait-timeout=0"}
@@ -149,6 +150,22 @@ func TestFlowRestoreWaitAfterARestart(t *testing.T) {
 	}
 	// What kovs-agent does once br-int's flows are back.
 	n.vsctl("remove", "Open_vSwitch", ".", "other_config", "flow-restore-wait")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+
+	// Another bridge (an uplink bridge with the node's address) would wait for an agent
+	// that may need that address to come back: no wait then.
+	n.start()
+	n.waitReady()
+	n.vsctl("add-br", "br-ex", "--", "set", "bridge", "br-ex", "datapath_type=netdev")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+	n.start()
+	n.waitReady()
+	if w := waiting(); w != "" {
+		t.Errorf("flow-restore-wait %s with br-ex beside br-int: br-ex would wait for kovs-agent", w)
+	}
+	n.vsctl("del-br", "br-ex")
 	n.signal(syscall.SIGTERM)
 	n.waitExit(30 * time.Second)
 
