@@ -40,10 +40,9 @@ var errFlowsMissing = errors.New("the switch does not hold every flow installed"
 
 func endFlowRestoreWait(ctx context.Context, store restoreWaitSwitch, syncer *FlowSyncer) error {
 	cfg, err := store.OtherConfig(ctx)
-	if err != nil {
-		return err
-	}
-	if cfg[FlowRestoreWait] != "true" {
+	if err != nil || cfg[FlowRestoreWait] != "true" {
+		// Unreadable (OVSDB away): the next sync reads it again; the agent's OVSDB
+		// health check reports the connection.
 		return nil
 	}
 	if err := syncer.holdsInstalled(ctx); err != nil {
