@@ -29,6 +29,9 @@ commands:
         node cap, pods per node, pod capacity per family and every overlap; without
         --cluster-cidr the live cluster's plan (and nodes whose max pods exceed their
         block); exit 1 on an overlap
+  uninstall [--namespace kube-system] [--daemonset kovs-agent] [--withdraw]
+        ask for kovs to be removed from the nodes when its DaemonSet is deleted next
+        (then: kubectl delete -k dist/); without it, deleting the DaemonSet removes nothing
 
 --ovs-dir is a node's OVS run directory; "{node}" in it stands for the node name
 (in a sandbox: /run/kovs-sandbox/<name>/nodes/{node}/ovs). Default ` + kovsctl.DefaultOVSDir + `.
@@ -78,6 +81,13 @@ func main() {
 		ns := fs.String("namespace", "", "namespace (default: all)")
 		_ = fs.Parse(args[1:])
 		err = access.Policies(ctx, *ns, os.Stdout)
+	case "uninstall":
+		fs := flag.NewFlagSet("uninstall", flag.ExitOnError)
+		ns := fs.String("namespace", "kube-system", "the agent DaemonSet's namespace")
+		ds := fs.String("daemonset", "kovs-agent", "the agent DaemonSet")
+		withdraw := fs.Bool("withdraw", false, "take the request back")
+		_ = fs.Parse(args[1:])
+		err = access.Uninstall(ctx, *ns, *ds, *withdraw, os.Stdout)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n\n%s", args[0], usage)
 		os.Exit(2)

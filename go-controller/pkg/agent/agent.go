@@ -112,6 +112,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
+	a.syncer.OnSynced(a.endFlowRestoreWait)
 	a.syncer.metrics = a.metrics
 	if cfg.PolicyFeed != nil {
 		// Pods stay closed until their policy arrives, restored ones included.
@@ -243,7 +244,10 @@ func (a *Agent) connectOVS(ctx context.Context) error {
 	// it, a while after the previous bundle: once that pod's ADD is through, and before
 	// the next sync of a burst (which the flow syncer runs minSyncGap after the previous).
 	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: a.cfg.Bridge, RunDir: a.cfg.OVSRundir,
-		VswitchdCtl:     vswitchdCtl(a.cfg.VswitchdCtl, a.cfg.OVSRundir),
+		VswitchdCtl: vswitchdCtl(a.cfg.VswitchdCtl, a.cfg.OVSRundir),
+		// Found again for every command: ovs-ctl's socket is named after the pid of an
+		// ovs-vswitchd that a restart replaces.
+		VswitchdLocate:  func() string { return vswitchdCtl(a.cfg.VswitchdCtl, a.cfg.OVSRundir) },
 		PrestartBundles: true, PrestartDelay: minSyncGap / 2})
 	if err != nil {
 		return err

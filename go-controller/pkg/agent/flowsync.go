@@ -85,7 +85,11 @@ type FlowSyncer struct {
 	lastErr         error
 	waiters         []waiter
 	onSynced        []func(generation uint64)
-	onApplied       []func(ctx context.Context, p SwitchPlan)
+	onApplied       []func(ctx context.Context, p SwitchPlan) error
+	// unsettled is what the bundles whose OnApplied hooks failed changed: the switch holds
+	// it, but the sync is not done until the hooks succeed for it (read and written only by
+	// the runner's function).
+	unsettled SwitchPlan
 	// health is when syncs were last attempted and succeeded (see syncHealth).
 	health  syncHealth
 	metrics *Metrics
@@ -195,13 +199,14 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 		applyStart := time.Now()
 		err = s.sw.Apply(ctx, plan)
 		s.metrics.bundleApplied(time.Since(applyStart), err)
-		if err == nil {
+	}
+	if err == nil {
+		if err = s.settle(ctx, plan); err != nil {
+			// The switch holds the bundle: later plans start from it, but generation gen
+			// is not synced until the hooks succeed, at the next sync.
 			s.mu.Lock()
-			applied := slices.Clone(s.onApplied)
+			s.installed, s.installedGroups = want.Flows, want.Groups
 			s.mu.Unlock()
-			for _, h := range applied {
-				h(ctx, plan)
-			}
 		}
 	}
 	s.metrics.synced(full, time.Since(start), err)
@@ -215,6 +220,27 @@ func (s *FlowSyncer) sync(ctx context.Context, full bool) {
 			WithField("took", time.Since(start).Round(time.Millisecond)).Info("flows synced")
 	}
 	s.notifySynced(gen)
+}
+
+// settle runs the OnApplied hooks for the bundle just applied, plan, together with what
+// earlier bundles whose hooks failed changed. An error leaves all of it unsettled, for the
+// next sync to settle again.
+func (s *FlowSyncer) settle(ctx context.Context, plan SwitchPlan) error {
+	p := mergePlans(s.unsettled, plan)
+	if p.Empty() {
+		return nil
+	}
+	s.mu.Lock()
+	hooks := slices.Clone(s.onApplied)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		if err := h(ctx, p); err != nil {
+			s.unsettled = p
+			return fmt.Errorf("bundle applied, but not in force: %w", err)
+		}
+	}
+	s.unsettled = SwitchPlan{}
+	return nil
 }
 
 // notifySynced tells the OnSynced hooks that generation gen is what the switch holds.
@@ -242,9 +268,55 @@ func (s *FlowSyncer) record(installed pipeline.Desired, gen uint64, full bool, e
 	return true
 }
 
+// mergePlans is what a and then b changed, each flow and group once (b's wins), so what
+// stays unsettled through many failed syncs is bounded by the flows and groups there are.
+func mergePlans(a, b SwitchPlan) SwitchPlan {
+	if a.Empty() {
+		return b
+	}
+	groups := func(x, y []ovs.Group) []ovs.Group {
+		byID := map[uint32]int{}
+		var out []ovs.Group
+		for _, g := range slices.Concat(x, y) {
+			if i, ok := byID[g.ID]; ok {
+				out[i] = g
+				continue
+			}
+			byID[g.ID] = len(out)
+			out = append(out, g)
+		}
+		return out
+	}
+	flows := map[ovs.FlowKey]int{}
+	var added []ovs.Flow
+	for _, f := range slices.Concat(a.AddFlows, b.AddFlows) {
+		if i, ok := flows[f.FlowKey]; ok {
+			added[i] = f
+			continue
+		}
+		flows[f.FlowKey] = len(added)
+		added = append(added, f)
+	}
+	var deleted []ovs.FlowKey
+	seen := map[ovs.FlowKey]bool{}
+	for _, k := range slices.Concat(a.DeleteFlows, b.DeleteFlows) {
+		if !seen[k] {
+			seen[k] = true
+			deleted = append(deleted, k)
+		}
+	}
+	deletedGroups := slices.Concat(a.DeleteGroups, b.DeleteGroups)
+	slices.Sort(deletedGroups)
+	return SwitchPlan{AddGroups: groups(a.AddGroups, b.AddGroups), ModifyGroups: groups(a.ModifyGroups, b.ModifyGroups),
+		DeleteFlows: deleted, AddFlows: added, DeleteGroups: slices.Compact(deletedGroups)}
+}
+
 // OnApplied registers f to be called after every bundle the switch accepted, with what it
-// changed.
-func (s *FlowSyncer) OnApplied(f func(ctx context.Context, p SwitchPlan)) {
+// changed: what makes the bundle take effect. An error from f fails the sync: its
+// generation is not synced (waiters keep waiting, the policy is not reported realized)
+// and the next sync, at the latest the next resync, calls f again with the same changes
+// and any newer ones.
+func (s *FlowSyncer) OnApplied(f func(ctx context.Context, p SwitchPlan) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onApplied = append(s.onApplied, f)

@@ -226,3 +226,31 @@ func TestTriggerFullRepairsAtOnce(t *testing.T) {
 		t.Fatalf("after TriggerFull: %d flows, want 3", n)
 	}
 }
+
+// What stays unsettled through failed OnApplied hooks holds each flow and group once,
+// however many syncs failed: it does not grow with them.
+func TestMergePlansKeepsEachFlowOnce(t *testing.T) {
+	flows := testFlows(1, 3)
+	var plans []SwitchPlan
+	for i := range 3 {
+		plans = append(plans, SwitchPlan{
+			AddFlows:     []ovs.Flow{dumpedFlow(t, flows[i].String()), dumpedFlow(t, flows[0].String())},
+			DeleteFlows:  []ovs.FlowKey{flows[2].Key()},
+			AddGroups:    []ovs.Group{{ID: 7}},
+			DeleteGroups: []uint32{9},
+		})
+	}
+	var unsettled SwitchPlan
+	for range 100 {
+		for _, p := range plans {
+			unsettled = mergePlans(unsettled, p)
+		}
+	}
+	if len(unsettled.AddFlows) != 3 || len(unsettled.DeleteFlows) != 1 || len(unsettled.AddGroups) != 1 || len(unsettled.DeleteGroups) != 1 {
+		t.Errorf("after 300 merges: %d added flows (want 3), %d deleted (1), %d added groups (1), %d deleted groups (1)",
+			len(unsettled.AddFlows), len(unsettled.DeleteFlows), len(unsettled.AddGroups), len(unsettled.DeleteGroups))
+	}
+	if !touchesPolicy(changedFlows(mergePlans(SwitchPlan{DeleteFlows: keysOf(t, []string{"table=70,priority=100,reg1=0x5"})}, plans[0]))) {
+		t.Error("a merge lost the policy flow the first plan deleted")
+	}
+}

@@ -14,21 +14,34 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 )
 
 // cniBinary is the plugin binary the DaemonSet's init container installs.
 const cniBinary = "kovs-cni"
 
-// uninstallWatch tells whether the DaemonSet running this agent has been deleted: then
-// kovs is being uninstalled, not restarted, and the agent's shutdown cleans the node.
+// uninstallWatch tells whether the operator asked for kovs to be removed from the node:
+// the DaemonSet running this agent was deleted while it carried
+// nodestatus.UninstallAnnotation ("true"). Then the agent's shutdown cleans the node.
 //
-// The signal is the DaemonSet's deletion as the agent's watch delivers it. `kubectl
+// The deletion alone is no such request: `kubectl delete ds --cascade=orphan` followed
+// by a new apply (how immutable fields are changed, what GitOps tools do on replace)
+// deletes the DaemonSet too, and its pods go on forwarding every pod's traffic. A
+// DaemonSet of the same name that appears again takes the request back.
+//
+// The signal is the DaemonSet's last state as the agent's watch delivers it. `kubectl
 // delete -k dist/` deletes the RBAC objects and the ServiceAccount before the DaemonSet,
 // so the agent cannot ask the API at shutdown; a watch opened earlier keeps delivering
-// events. When the agent does not see the deletion, it leaves the node as it is: tearing
-// the datapath down on a guess would cut traffic on a plain restart.
+// events. When the agent does not see the request or the deletion, it leaves the node as
+// it is: tearing the datapath down on a guess would cut traffic.
 type uninstallWatch struct {
 	removed atomic.Bool
+}
+
+// uninstallRequested tells whether d carries the operator's request to uninstall.
+func uninstallRequested(d *appsv1.DaemonSet) bool {
+	return d != nil && d.Annotations[nodestatus.UninstallAnnotation] == "true"
 }
 
 // watchUninstall starts watching the DaemonSet that owns the agent's pod. Without a pod
@@ -57,26 +70,45 @@ func (a *Agent) watchUninstall(ctx context.Context) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ds).String()
 		}))
 	informer := factory.Apps().V1().DaemonSets().Informer()
-	mark := func(obj any, deleted bool) {
-		d, ok := obj.(*appsv1.DaemonSet)
-		if deleted || (ok && d.DeletionTimestamp != nil) {
+	l := log.WithField("daemonset", pod.Namespace+"/"+ds)
+	// mark records the DaemonSet's state d; deleted when it is gone.
+	mark := func(d *appsv1.DaemonSet, deleted bool) {
+		deleting := deleted || (d != nil && d.DeletionTimestamp != nil)
+		switch {
+		case deleting && uninstallRequested(d):
 			if !a.uninstall.removed.Swap(true) {
-				log.WithField("daemonset", pod.Namespace+"/"+ds).Info("DaemonSet deleted: kovs is being uninstalled; the node is cleaned up at shutdown")
+				l.Info("DaemonSet deleted with " + nodestatus.UninstallAnnotation + "=true: kovs is being uninstalled; the node is cleaned up at shutdown")
+			}
+		case deleting:
+			a.uninstall.removed.Store(false)
+			if deleted {
+				l.Info("DaemonSet deleted without " + nodestatus.UninstallAnnotation + "=true: the node is left as it is (orphaned pods, a new apply)")
+			}
+		default:
+			if a.uninstall.removed.Swap(false) {
+				l.Info("DaemonSet is back: the node is no longer cleaned up at shutdown")
 			}
 		}
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { mark(obj, false) },
-		UpdateFunc: func(_, obj any) { mark(obj, false) },
-		DeleteFunc: func(obj any) { mark(obj, true) },
+		AddFunc:    func(obj any) { d, _ := obj.(*appsv1.DaemonSet); mark(d, false) },
+		UpdateFunc: func(_, obj any) { d, _ := obj.(*appsv1.DaemonSet); mark(d, false) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			d, _ := obj.(*appsv1.DaemonSet)
+			mark(d, true)
+		},
 	}); err != nil {
-		log.WithError(err).Warn("watch own DaemonSet")
+		l.WithError(err).Warn("watch own DaemonSet")
 		return
 	}
 	factory.Start(ctx.Done())
 }
 
-// cleanNodeIfUninstalled removes what kovs put on the node, once its DaemonSet is gone:
+// cleanNodeIfUninstalled removes what kovs put on the node, once the operator asked for it
+// and its DaemonSet is gone:
 // br-int (its ports, flows and groups go with it; the gateway's addresses and routes with
 // its port), the Service host rules, the masquerade table, the CNI socket and the kovs-cni binary. The CNI
 // config was removed already, so the runtime starts no new pod on kovs meanwhile.

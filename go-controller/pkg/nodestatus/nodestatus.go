@@ -72,3 +72,10 @@ type Check struct {
 	// Message says what is wrong, or a detail when OK.
 	Message string `json:"message,omitempty"`
 }
+
+// UninstallAnnotation, set to "true" on the agent's DaemonSet (`kovsctl uninstall`), is
+// the operator's request to remove kovs from every node: an agent cleans its node up at
+// shutdown only when its DaemonSet is deleted carrying it. A DaemonSet deleted without it
+// (`kubectl delete ds --cascade=orphan` and a new apply, a GitOps replace) leaves the
+// nodes as they are.
+const UninstallAnnotation = "kovs.io/uninstall"

@@ -42,6 +42,9 @@ type OpenFlowConfig struct {
 	// VswitchdCtl is ovs-vswitchd's unixctl socket (its --unixctl path), for
 	// ofproto/trace. Default: found through the pidfile in RunDir.
 	VswitchdCtl string
+	// VswitchdLocate, when set, finds ovs-vswitchd's unixctl socket again before every
+	// ovs-appctl command (VswitchdConfig.Locate); its "" means VswitchdCtl.
+	VswitchdLocate func() string
 	// Protocol is the OpenFlow version ovs-ofctl speaks (default OpenFlow15);
 	// the bridge's protocols column must include it.
 	Protocol string
@@ -108,7 +111,7 @@ func NewOpenFlow(cfg OpenFlowConfig) (*OpenFlow, error) {
 	default:
 		c.target = cfg.Bridge
 	}
-	c.vswitchd = NewVswitchd(VswitchdConfig{Ctl: cfg.VswitchdCtl, RunDir: cfg.RunDir, AppctlPath: cfg.AppctlPath, Exec: c.exec})
+	c.vswitchd = NewVswitchd(VswitchdConfig{Ctl: cfg.VswitchdCtl, Locate: cfg.VswitchdLocate, RunDir: cfg.RunDir, AppctlPath: cfg.AppctlPath, Exec: c.exec})
 	if starter, ok := c.exec.(Starter); ok && cfg.PrestartBundles {
 		c.bundles = newPrestarted(starter, c.bundleCommand(nil), cfg.PrestartDelay, c.log)
 	}

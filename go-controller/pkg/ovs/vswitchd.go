@@ -15,6 +15,10 @@ type VswitchdConfig struct {
 	// was started with (--unixctl), or a daemon name. Default "ovs-vswitchd",
 	// which ovs-appctl resolves through the pidfile in RunDir.
 	Ctl string
+	// Locate, when set, finds the target again before every command; its "" means Ctl.
+	// For a socket named after ovs-vswitchd's pid (ovs-ctl's layout), which another
+	// path replaces each time ovs-vswitchd restarts.
+	Locate func() string
 	// RunDir is ovs-vswitchd's OVS_RUNDIR; "" for the OVS default.
 	RunDir string
 	// AppctlPath defaults to "ovs-appctl".
@@ -26,6 +30,7 @@ type VswitchdConfig struct {
 // Vswitchd runs ovs-appctl commands against one ovs-vswitchd.
 type Vswitchd struct {
 	ctl    string
+	locate func() string
 	rundir string
 	appctl string
 	exec   Exec
@@ -35,6 +40,7 @@ type Vswitchd struct {
 func NewVswitchd(cfg VswitchdConfig) *Vswitchd {
 	v := &Vswitchd{
 		ctl:    orDefault(cfg.Ctl, "ovs-vswitchd"),
+		locate: cfg.Locate,
 		rundir: cfg.RunDir,
 		appctl: orDefault(cfg.AppctlPath, "ovs-appctl"),
 		exec:   cfg.Exec,
@@ -75,15 +81,22 @@ func (v *Vswitchd) TunnelNeighborSet(ctx context.Context, bridge string, ip neti
 
 // run runs ovs-appctl -t <ctl> args.
 func (v *Vswitchd) run(ctx context.Context, args ...string) (string, error) {
-	cmd := Command{Path: v.appctl, Args: append([]string{"-t", v.ctl}, args...)}
+	cmd := Command{Path: v.appctl, Args: append([]string{"-t", v.Ctl()}, args...)}
 	if v.rundir != "" {
 		cmd.Env = []string{"OVS_RUNDIR=" + v.rundir}
 	}
 	return run(ctx, v.exec, cmd)
 }
 
-// Ctl is the ovs-appctl -t target.
-func (v *Vswitchd) Ctl() string { return v.ctl }
+// Ctl is the ovs-appctl -t target now.
+func (v *Vswitchd) Ctl() string {
+	if v.locate != nil {
+		if ctl := v.locate(); ctl != "" {
+			return ctl
+		}
+	}
+	return v.ctl
+}
 
 // PurgeDatapathFlows removes every cached datapath flow (revalidator/purge): the next
 // packets are classified again against the OpenFlow tables.

@@ -1,10 +1,12 @@
 // Package ovsdaemon runs Open vSwitch's two daemons, ovsdb-server and ovs-vswitchd, in
 // the foreground as children of one supervisor (kovs-ovs, the kovs/ovs image's
 // entrypoint), the way ovs-ctl sets them up: the database created or converted, the
-// switch record initialized with a stable system-id. The supervisor lives exactly as
-// long as both daemons do: when either exits it stops the other and fails, so the
-// kubelet restarts the container; on SIGTERM it stops ovs-vswitchd, then ovsdb-server.
-// Probe answers whether both daemons answer, for readiness and liveness probes.
+// switch record initialized with a stable system-id. The supervisor lives as long as
+// ovs-vswitchd does: when it exits the supervisor stops ovsdb-server and fails, so the
+// kubelet restarts the container. ovsdb-server exiting is no datapath outage: it is
+// started again alone, and ovs-vswitchd keeps forwarding and reconnects. On SIGTERM the
+// supervisor stops ovs-vswitchd, then ovsdb-server. Probe answers whether both daemons
+// answer, for readiness and liveness probes.
 package ovsdaemon
 
 import (
@@ -44,6 +46,12 @@ type Config struct {
 	StartTimeout time.Duration
 	// StopTimeout bounds the wait for a daemon to exit after SIGTERM, before SIGKILL.
 	StopTimeout time.Duration
+	// FlowRestoreWaitTimeout bounds how long ovs-vswitchd, started with
+	// flow-restore-wait=true because kovs-agent's bridge is in the database, waits for
+	// the agent to restore its flows and clear the key: after it kovs-ovs clears the key
+	// itself, so the node's other bridges do not wait for an agent that never comes.
+	// 0: wait for the agent however long it takes.
+	FlowRestoreWaitTimeout time.Duration
 	// Hostname is recorded as external_ids:hostname; empty: os.Hostname.
 	Hostname string
 	Log      log.FieldLogger

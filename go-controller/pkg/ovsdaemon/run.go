@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,12 @@ import (
 
 // Run prepares the database, starts ovsdb-server and then ovs-vswitchd, and supervises
 // them. It returns nil after a clean stop (ctx ended: SIGTERM or SIGINT), stopping
-// ovs-vswitchd first and then ovsdb-server, and an error naming the daemon when either
-// exits on its own (after stopping the other) or cannot be set up.
+// ovs-vswitchd first and then ovsdb-server. When ovs-vswitchd exits on its own, or cannot
+// be set up, it stops ovsdb-server and returns an error naming the daemon. When
+// ovsdb-server exits on its own, it starts ovsdb-server again alone: ovs-vswitchd keeps
+// forwarding with the flows it has and reconnects to the database, so a database crash is
+// no datapath outage. Only ovsdb-server exiting maxDBRestarts times within dbRestartWindow
+// ends the supervisor (then the kubelet restarts the container, both daemons with it).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -44,19 +49,12 @@ func Run(ctx context.Context, cfg Config) error {
 		vswitchd.stop(cfg.StopTimeout, cfg.Log)
 		db.stop(cfg.StopTimeout, cfg.Log)
 	}()
-	db, err := startDaemon("ovsdb-server", cfg.ovsdbServerArgs(), cfg.env())
-	if err != nil {
-		return err
-	}
-	cfg.Log.WithFields(log.Fields{"daemon": "ovsdb-server", "pid": db.cmd.Process.Pid, "db": cfg.DBFile}).Info("started")
-	err = waitUntil(ctx, cfg.StartTimeout, "ovsdb-server", []*daemon{db}, func() error {
-		_, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait", "init")
-		return err
-	})
+	db, err := startOVSDB(ctx, cfg, nil)
 	if err != nil {
 		return startupError(err)
 	}
-	if err := initSwitch(ctx, cfg); err != nil {
+	restoring, err := initSwitch(ctx, cfg)
+	if err != nil {
 		return err
 	}
 	vswitchd, err = startDaemon("ovs-vswitchd", cfg.ovsVswitchdArgs(), cfg.env())
@@ -72,15 +70,62 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	linkPidCtl(cfg, vswitchd.cmd.Process.Pid)
 	cfg.Log.WithField("run-dir", cfg.RunDir).Info("ovsdb-server and ovs-vswitchd are up and answering")
-	select {
-	case <-ctx.Done():
-		cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
-		return nil
-	case <-db.done:
-		return db.exitError()
-	case <-vswitchd.done:
-		return vswitchd.exitError()
+	var restoreDeadline <-chan time.Time
+	if restoring && cfg.FlowRestoreWaitTimeout > 0 {
+		timer := time.NewTimer(cfg.FlowRestoreWaitTimeout)
+		defer timer.Stop()
+		restoreDeadline = timer.C
 	}
+	var dbExits []time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
+			return nil
+		case <-vswitchd.done:
+			return vswitchd.exitError()
+		case <-restoreDeadline:
+			endRestoreWait(ctx, cfg)
+			continue
+		case <-db.done:
+		}
+		exit := db.exitError()
+		now := time.Now()
+		dbExits = append(slices.DeleteFunc(dbExits, func(t time.Time) bool { return now.Sub(t) > dbRestartWindow }), now)
+		if len(dbExits) > maxDBRestarts {
+			return fmt.Errorf("%w; it exited %d times within %s: giving up", exit, len(dbExits), dbRestartWindow)
+		}
+		cfg.Log.WithError(exit).Warn("ovsdb-server exited: starting it again; ovs-vswitchd keeps forwarding and reconnects")
+		if db, err = startOVSDB(ctx, cfg, vswitchd); err != nil {
+			return startupError(err)
+		}
+	}
+}
+
+// ovsdb-server may exit maxDBRestarts times within dbRestartWindow and be started again
+// alone; once more and the supervisor gives up.
+const (
+	maxDBRestarts   = 5
+	dbRestartWindow = 5 * time.Minute
+)
+
+// startOVSDB starts ovsdb-server and waits until it serves the database (while vswitchd,
+// when running, stays up).
+func startOVSDB(ctx context.Context, cfg Config, vswitchd *daemon) (*daemon, error) {
+	db, err := startDaemon("ovsdb-server", cfg.ovsdbServerArgs(), cfg.env())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log.WithFields(log.Fields{"daemon": "ovsdb-server", "pid": db.cmd.Process.Pid, "db": cfg.DBFile}).Info("started")
+	watched := []*daemon{db}
+	if vswitchd != nil {
+		watched = append(watched, vswitchd)
+	}
+	err = waitUntil(ctx, cfg.StartTimeout, "ovsdb-server", watched, func() error {
+		_, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait", "init")
+		return err
+	})
+	return db, err
 }
 
 // startupError maps a stop during startup to success (the container was asked to stop).
@@ -134,12 +179,23 @@ func prepareDatabase(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// kovsBridges selects the bridges kovs-agent made (its EnsureBridge records this owner).
+const kovsBridges = "external_ids:kovs.io/owner=kovs-agent"
+
+// flowRestoreWait is the Open_vSwitch other_config key kovs-agent clears once it has
+// restored its flows (agent.FlowRestoreWait).
+const flowRestoreWait = "flow-restore-wait"
+
 // initSwitch records the versions, the hostname and a system-id that stays the same
-// across restarts in the Open_vSwitch record, as ovs-ctl does.
-func initSwitch(ctx context.Context, cfg Config) error {
+// across restarts in the Open_vSwitch record, as ovs-ctl does. When the database holds
+// kovs-agent's bridges and no other, ovs-vswitchd restarts under a node's running pods: it sets
+// other_config:flow-restore-wait=true, so that ovs-vswitchd keeps the datapath flows and
+// handles no packet until the agent has put its flows back and cleared the key (no packet
+// meets an empty table). It reports whether it did.
+func initSwitch(ctx context.Context, cfg Config) (restoring bool, err error) {
 	id, err := systemID(ctx, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	host := cfg.Hostname
 	if host == "" {
@@ -154,12 +210,65 @@ func initSwitch(ctx context.Context, cfg Config) error {
 			set = append(set, "ovs_version="+strconv.Quote(f[len(f)-1]))
 		}
 	}
+	bridges := func(conditions ...string) ([]string, error) {
+		out, err := run(ctx, cfg.env(), "ovs-vsctl", append([]string{"--db=unix:" + cfg.dbSocket(), "--timeout=5", "--no-wait",
+			"--bare", "--columns=name", "find", "Bridge"}, conditions...)...)
+		return strings.Fields(out), err
+	}
+	owned, err := bridges(kovsBridges)
+	if err != nil {
+		return false, fmt.Errorf("look for kovs-agent's bridges: %w", err)
+	}
+	all, err := bridges()
+	if err != nil {
+		return false, fmt.Errorf("list the bridges: %w", err)
+	}
+	// Any other bridge (an uplink bridge holding the node's address, on the userspace
+	// datapath) would wait for kovs-agent too, and a restarted agent may need the node's
+	// address to reach kube-apiserver before it can restore anything.
+	restoring = len(owned) > 0 && len(all) == len(owned)
+	if len(owned) > 0 && !restoring {
+		cfg.Log.WithField("bridges", all).Info("bridges other than kovs-agent's are in the database: " +
+			"ovs-vswitchd starts without " + flowRestoreWait + ", its tables empty until kovs-agent restores them")
+	}
+	if restoring {
+		set = append(set, "other_config:"+flowRestoreWait+"=true")
+	}
 	args := append([]string{"--db=unix:" + cfg.dbSocket(), "--timeout=5", "--no-wait", "set", "Open_vSwitch", "."}, set...)
+	if !restoring {
+		// Left by an earlier run whose agent never cleared it: nothing would clear it now.
+		args = append(args, "--", "remove", "Open_vSwitch", ".", "other_config", flowRestoreWait)
+	}
 	if _, err := run(ctx, cfg.env(), "ovs-vsctl", args...); err != nil {
-		return fmt.Errorf("initialize the Open_vSwitch record: %w", err)
+		return false, fmt.Errorf("initialize the Open_vSwitch record: %w", err)
 	}
 	cfg.Log.WithFields(log.Fields{"system-id": id, "hostname": host}).Info("switch initialized")
-	return nil
+	if restoring {
+		cfg.Log.WithField("bridges", owned).Info("kovs-agent's bridges are in the database: " +
+			"ovs-vswitchd starts with " + flowRestoreWait + "=true and forwards once kovs-agent has restored their flows")
+	}
+	return restoring, nil
+}
+
+// endRestoreWait clears flow-restore-wait when kovs-agent has not done it within
+// FlowRestoreWaitTimeout.
+func endRestoreWait(ctx context.Context, cfg Config) {
+	out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--if-exists",
+		"get", "Open_vSwitch", ".", "other_config:"+flowRestoreWait)
+	if err != nil {
+		cfg.Log.WithError(err).Warn("read " + flowRestoreWait)
+		return
+	}
+	if strings.Trim(strings.TrimSpace(out), `"`) != "true" {
+		return
+	}
+	if _, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
+		"remove", "Open_vSwitch", ".", "other_config", flowRestoreWait); err != nil {
+		cfg.Log.WithError(err).Warn("clear " + flowRestoreWait)
+		return
+	}
+	cfg.Log.WithField("timeout", cfg.FlowRestoreWaitTimeout).Warn("kovs-agent did not restore its flows in time: " +
+		flowRestoreWait + " cleared, ovs-vswitchd forwards with the tables it has")
 }
 
 // systemID returns the switch's system-id: the one in SystemIDFile, else the one the

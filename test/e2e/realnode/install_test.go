@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -175,11 +177,15 @@ spec:
 	t.Logf("pod %s got %v through an ADD that outlived an install-cni rerun", p.Name, p.Status.PodIPs)
 }
 
-// checkUninstall removes the test's workloads, then kovs with kubectl delete -k, and
-// requires every node to be left without kovs: no br-int (so no flows or ports), no
-// gateway device, no Service or masquerade rules, no conflist, socket or kovs-cni binary.
+// checkUninstall removes the test's workloads, asks for the uninstall as an operator
+// does (kovsctl uninstall), then removes kovs with kubectl delete -k, and requires every
+// node to be left without kovs: no br-int (so no flows or ports), no gateway device, no
+// Service or masquerade rules, no conflist, socket or kovs-cni binary.
 func checkUninstall(t *testing.T, s *framework.Sandbox) {
 	kubectlOK(t, s, "delete", "namespace", ns, "--wait=true", "--timeout=120s")
+	if err := (kovsctl.Access{Client: s.Client}).Uninstall(context.Background(), "kube-system", "kovs-agent", false, io.Discard); err != nil {
+		t.Fatal(err)
+	}
 	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--wait=true", "--timeout=120s")
 	ctx := context.Background()
 	framework.Eventually(t, 120*time.Second, "kovs pods gone", func() error {

@@ -337,7 +337,7 @@ type invalidation struct {
 	err   error
 }
 
-func (i *invalidation) after(ctx context.Context, _ agent.SwitchPlan) {
+func (i *invalidation) after(ctx context.Context, _ agent.SwitchPlan) error {
 	start := time.Now()
 	err := i.vswitchd.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP)
 	if err == nil {
@@ -347,6 +347,7 @@ func (i *invalidation) after(ctx context.Context, _ agent.SwitchPlan) {
 	defer i.mu.Unlock()
 	i.total += time.Since(start)
 	i.err = cmp.Or(i.err, err)
+	return err
 }
 
 // took is the time spent since the last reset, and the first error.

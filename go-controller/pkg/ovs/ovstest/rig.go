@@ -79,6 +79,17 @@ func (r *Rig) StartVswitchd(t testing.TB) {
 	r.waitUnixSocket(t, r.VswitchdCtl)
 }
 
+// StartVswitchdAsOVSCtl starts ovs-vswitchd as ovs-ctl (host OVS) does: with a pidfile,
+// <Dir>/ovs-vswitchd.pid, and its unixctl socket named after its pid,
+// <Dir>/ovs-vswitchd.<pid>.ctl, which VswitchdCtl then names. A restart changes the path.
+func (r *Rig) StartVswitchdAsOVSCtl(t testing.TB) {
+	t.Helper()
+	r.vswitchd = r.daemon(t, syscall.CLONE_NEWNET, "ovs-vswitchd", "unix:"+r.DBSocket,
+		"--pidfile="+filepath.Join(r.Dir, "ovs-vswitchd.pid"))
+	r.VswitchdCtl = filepath.Join(r.Dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", r.vswitchd.Process.Pid))
+	r.waitUnixSocket(t, r.VswitchdCtl)
+}
+
 // VswitchdPID is ovs-vswitchd's process ID (0 while it is stopped): its network
 // namespace, /proc/<pid>/ns/net, holds the taps of the bridges' internal ports.
 func (r *Rig) VswitchdPID() int {

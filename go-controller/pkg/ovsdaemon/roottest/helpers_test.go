@@ -81,6 +81,8 @@ type node struct {
 	done   chan struct{}
 	exit   error
 	output *syncBuffer
+	// extra are more kovs-ovs flags for the next start.
+	extra []string
 }
 
 // newNode makes the directories and the network namespace kovs-imgovs-<random>, and
@@ -108,7 +110,7 @@ func (n *node) dbFile() string { return filepath.Join(n.dir, "etc", "conf.db") }
 func (n *node) idFile() string { return filepath.Join(n.dir, "etc", "system-id.conf") }
 
 func (n *node) flags() []string {
-	return []string{"--db-file=" + n.dbFile(), "--run-dir=" + n.runDir(), "--system-id-file=" + n.idFile(), "--load-kernel-module=false"}
+	return append([]string{"--db-file=" + n.dbFile(), "--run-dir=" + n.runDir(), "--system-id-file=" + n.idFile(), "--load-kernel-module=false"}, n.extra...)
 }
 
 // start runs kovs-ovs in the node's network namespace (nsenter execs it: the process is

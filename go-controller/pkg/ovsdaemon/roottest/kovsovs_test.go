@@ -73,19 +73,115 @@ func TestVswitchdDeathEndsAll(t *testing.T) {
 	}
 }
 
-// ovsdb-server dies: kovs-ovs stops ovs-vswitchd and exits non-zero.
-func TestOvsdbServerDeathEndsAll(t *testing.T) {
+// ovsdb-server dies: kovs-ovs starts it again alone. ovs-vswitchd keeps running with its
+// flows (a database crash is no datapath outage) and takes configuration from the new
+// ovsdb-server. Once, kovs-ovs stopped ovs-vswitchd and exited.
+func TestOvsdbServerDeathRestartsItAlone(t *testing.T) {
 	n := newNode(t)
 	n.start()
 	n.waitReady()
+	n.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev", "fail_mode=secure")
+	mgmt := "unix:" + filepath.Join(n.runDir(), "br0.mgmt")
+	if out, err := exec.Command("ovs-ofctl", "add-flow", mgmt, "priority=7,ip,nw_dst=192.0.2.7,actions=drop").CombinedOutput(); err != nil {
+		t.Fatalf("ovs-ofctl add-flow: %v: %s", err, out)
+	}
 	db, vswitchd := n.pid("ovsdb-server"), n.pid("ovs-vswitchd")
 	if err := syscall.Kill(db, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := n.waitExit(30 * time.Second); code == 0 {
-		t.Error("kovs-ovs exited 0 after ovsdb-server died, want non-zero")
+	waitGone(t, "the killed ovsdb-server", db)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(n.runDir(), "ovsdb-server.pid"))
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid != db && alive(pid) {
+			break
+		}
+		select {
+		case <-n.done:
+			t.Fatalf("kovs-ovs exited (%v) after ovsdb-server died, want it to start ovsdb-server again:\n%s", n.exit, n.output.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new ovsdb-server 30s after the old one died:\n%s", n.output.String())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	waitGone(t, "ovs-vswitchd", vswitchd)
+	n.waitReady()
+	if !alive(vswitchd) || n.pid("ovs-vswitchd") != vswitchd {
+		t.Fatalf("ovs-vswitchd (pid %d) did not outlive ovsdb-server's crash", vswitchd)
+	}
+	out, err := exec.Command("ovs-ofctl", "dump-flows", mgmt).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nw_dst=192.0.2.7") {
+		t.Errorf("ovs-vswitchd lost its flows across ovsdb-server's restart (%v):\n%s", err, out)
+	}
+	// ovs-vsctl without --no-wait returns once ovs-vswitchd applied the change: it
+	// reconnected to the new ovsdb-server.
+	n.vsctl("add-port", "br0", "p1", "--", "set", "interface", "p1", "type=internal")
+	if ofport := n.vsctl("get", "interface", "p1", "ofport"); ofport == "-1" || ofport == "[]" {
+		t.Errorf("ovs-vswitchd did not add port p1 after ovsdb-server's restart: ofport %s", ofport)
+	}
+}
+
+// ovs-vswitchd restarted under kovs-agent's bridge starts with flow-restore-wait=true
+// (it keeps the datapath flows and handles no packet until the agent has restored its
+// tables and cleared the key); on a node kovs-agent never set up, or with another bridge
+// beside br-int, it does not wait; and when no agent clears the key within
+// --flow-restore-wait-timeout, kovs-ovs does.
+func TestFlowRestoreWaitAfterARestart(t *testing.T) {
+	n := newNode(t)
+	n.extra = []string{"--flow-restore-wait-timeout=0"}
+	n.start()
+	n.waitReady()
+	waiting := func() string {
+		return n.vsctl("--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")
+	}
+	if w := waiting(); w != "" {
+		t.Errorf("flow-restore-wait %s on a node without kovs-agent's bridge: nothing would clear it", w)
+	}
+	n.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
+		"external_ids:kovs.io/owner=kovs-agent")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+
+	n.start()
+	n.waitReady()
+	if w := waiting(); w != `"true"` {
+		t.Fatalf("after a restart under kovs-agent's br-int: flow-restore-wait %q, want \"true\"", w)
+	}
+	// What kovs-agent does once br-int's flows are back.
+	n.vsctl("remove", "Open_vSwitch", ".", "other_config", "flow-restore-wait")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+
+	// Another bridge (an uplink bridge with the node's address) would wait for an agent
+	// that may need that address to come back: no wait then.
+	n.start()
+	n.waitReady()
+	n.vsctl("add-br", "br-ex", "--", "set", "bridge", "br-ex", "datapath_type=netdev")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+	n.start()
+	n.waitReady()
+	if w := waiting(); w != "" {
+		t.Errorf("flow-restore-wait %s with br-ex beside br-int: br-ex would wait for kovs-agent", w)
+	}
+	n.vsctl("del-br", "br-ex")
+	n.signal(syscall.SIGTERM)
+	n.waitExit(30 * time.Second)
+
+	n.extra = []string{"--flow-restore-wait-timeout=1s"}
+	n.start()
+	n.waitReady()
+	deadline := time.Now().Add(30 * time.Second)
+	for waiting() != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("flow-restore-wait still %s 30s after a 1s --flow-restore-wait-timeout:\n%s", waiting(), n.output.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(n.output.String(), "did not restore its flows in time") {
+		t.Errorf("kovs-ovs cleared flow-restore-wait without saying why:\n%s", n.output.String())
+	}
 }
 
 // The system-id survives a clean restart, a SIGKILL of kovs-ovs (whose daemons must not

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovstest"
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+)
+
+// A policy bundle whose datapath caches cannot be invalidated (revalidator/purge, the
+// SCTP conntrack flush) is not in force: stale megaflows keep serving the old policy.
+// Its generation must stay unsynced (so the policy is not reported realized and CNI
+// waiters keep waiting) until a later sync invalidates them, even one that finds nothing
+// left to install. Once, the failure was a warning and the generation was reported synced.
+// Real OVS (userspace datapath): the bundle goes through br-int.mgmt, the invalidation
+// through ovs-vswitchd's unixctl socket, which the test takes away and gives back.
+func TestFailedInvalidationKeepsThePolicyUnrealized(t *testing.T) {
+	rig := ovstest.Start(t)
+	rig.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev",
+		"fail_mode=secure", "protocols=OpenFlow13,OpenFlow14,OpenFlow15")
+	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: "br-int", RunDir: rig.Dir, VswitchdCtl: rig.VswitchdCtl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer of.Close()
+	a := &Agent{of: of, netdev: true}
+
+	// Generation g holds one policy flow per generation up to g.
+	gen := uint64(1)
+	desired := func() (pipeline.Desired, uint64, error) {
+		var flows []pipeline.Flow
+		for i := uint64(1); i <= gen; i++ {
+			flows = append(flows, pipeline.Flow{Table: pipeline.IngressPolicy, Priority: uint16(100 + i),
+				Cookie: pipeline.NewCookie(1, pipeline.CategoryPolicy, uint32(i)), Match: pipeline.MatchAll(),
+				Actions: []pipeline.Action{pipeline.Goto(pipeline.Output)}})
+		}
+		return pipeline.Desire(flows, nil), gen, nil
+	}
+	s := NewFlowSyncer(OpenFlowSwitch(of), desired, time.Hour)
+	s.OnApplied(a.invalidateAfterPolicyChange)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	policyFlows := func() int {
+		flows, err := OpenFlowSwitch(of).Flows(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range flows {
+			if f.Table == pipeline.IngressPolicy.ID {
+				n++
+			}
+		}
+		return n
+	}
+
+	s.sync(ctx, true)
+	if synced, err := s.Synced(); synced != 1 || err != nil {
+		t.Fatalf("first sync: generation %d synced (%v), want 1", synced, err)
+	}
+
+	// ovs-vswitchd's control socket is gone (as a stale pid-named path is): the bundle
+	// goes in, the purge fails.
+	away := rig.VswitchdCtl + ".away"
+	if err := os.Rename(rig.VswitchdCtl, away); err != nil {
+		t.Fatal(err)
+	}
+	gen = 2
+	s.sync(ctx, false)
+	if n := policyFlows(); n != 2 {
+		t.Fatalf("br-int holds %d policy flows after the second bundle, want 2", n)
+	}
+	synced, err := s.Synced()
+	if synced != 1 {
+		t.Errorf("generation %d reported synced though its datapath caches were not invalidated (sync error: %v)", synced, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "after a policy change") {
+		t.Errorf("sync error %v, want the failed invalidation after a policy change", err)
+	}
+
+	// The periodic resync finds every flow in place; the purge still fails: still unsynced.
+	s.sync(ctx, true)
+	if synced, err := s.Synced(); synced != 1 || err == nil {
+		t.Errorf("a resync with nothing to install reported generation %d synced (%v) though the purge still fails", synced, err)
+	}
+
+	// The socket is back: the next resync invalidates, and the generation is synced.
+	if err := os.Rename(away, rig.VswitchdCtl); err != nil {
+		t.Fatal(err)
+	}
+	s.sync(ctx, true)
+	if synced, err := s.Synced(); synced != 2 || err != nil {
+		t.Errorf("after the control socket came back: generation %d synced (%v), want 2", synced, err)
+	}
+}
