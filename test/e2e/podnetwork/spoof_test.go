@@ -94,12 +94,23 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		if neighbourIP.Is6() {
 			announce = sendUnsolicitedNA
 		}
-		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, 5); err != nil {
+		// Each round is a request and a reply on IPv4, one advertisement on IPv6.
+		const rounds = 5
+		guard, frames := spoofGuardMiss, 2*rounds
+		if neighbourIP.Is6() {
+			guard, frames = spoofGuardNA, rounds
+		}
+		dropped := c.dropped(t, "node1", guard)
+		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, rounds); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
-		out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
-		if strings.Contains(string(out), attackerMAC) {
+		if out := c.awaitVerdict(t, "node1", guard, dropped, frames, func() string {
+			out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
+			if strings.Contains(string(out), attackerMAC) {
+				return string(out)
+			}
+			return ""
+		}); out != "" {
 			t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
 		}
 		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
@@ -242,3 +253,50 @@ func arpFrame(mac net.HardwareAddr, ip netip.Addr, op uint16) []byte {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// dropFlow names the br-int flow that decides a drop: its table, its priority and a part
+// of its text that tells it from the table's other flows at that priority.
+type dropFlow struct {
+	table, priority int
+	match           string
+}
+
+// The drop flows the attack tests expect to take their packets (ovs-flows/README.md).
+var (
+	classifierMiss  = dropFlow{0, 0, "actions=drop"}                       // a tunnel packet of no known peer and inner source
+	spoofGuardMiss  = dropFlow{10, 0, "actions=drop"}                      // a pod's frame from another MAC or address
+	spoofGuardNS    = dropFlow{10, 205, "icmp_type=135"}                   // an NS from a pod not its own (a DAD probe from ::)
+	spoofGuardNA    = dropFlow{10, 205, "icmp_type=136"}                   // an NA from a pod not for its own address
+	ndRouterAdvert  = dropFlow{21, 90, "icmp_type=134"}                    // a router advertisement
+	linkLocalSource = dropFlow{60, 300, "ipv6_src=fe80::/10 actions=drop"} // a link-local source routed
+)
+
+func (f dropFlow) String() string {
+	return fmt.Sprintf("table %d priority %d (%s)", f.table, f.priority, f.match)
+}
+
+// dropped is how many packets node's drop flow f has taken so far.
+func (c *cluster) dropped(t *testing.T, node string, f dropFlow) uint64 {
+	t.Helper()
+	return c.s.FlowPackets(t, node, f.table, f.priority, f.match)
+}
+
+// awaitVerdict waits for the positive sign of an attack's outcome, never for time alone:
+// node's drop flow f has taken n packets more than before (the attack's packets were seen
+// and dropped there), or leaked reports what got through. It returns what leaked found
+// last ("" when the drop flow counted the packets and nothing leaked). OVS pushes a
+// datapath flow's counters to its OpenFlow flow within about a second.
+func (c *cluster) awaitVerdict(t *testing.T, node string, f dropFlow, before uint64, n int, leaked func() string) string {
+	t.Helper()
+	var got string
+	framework.Eventually(t, 10*time.Second, fmt.Sprintf("%d packets dropped by %s's %s, or one of them through", n, node, f), func() error {
+		if got = leaked(); got != "" {
+			return nil
+		}
+		if now := c.dropped(t, node, f); now < before+uint64(n) {
+			return fmt.Errorf("the drop flow took %d packets of %d", now-before, n)
+		}
+		return nil
+	})
+	return got
+}
