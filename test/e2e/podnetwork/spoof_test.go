@@ -36,6 +36,15 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}
 	}
 	mustConnect("before")
+	// While it forges, the attacker knows the gateway's MAC for good: it sends no ARP or NS
+	// of its own, so what the spoof guard drops is the forged datagram.
+	gatewayMAC := c.gatewayMAC(t, "node1").String()
+	pinGateway := func(t *testing.T) {
+		c.execOK(t, attacker, append(ip, "neigh", "replace", gateway.String(), "lladdr", gatewayMAC, "dev", "eth0", "nud", "permanent")...)
+	}
+	unpinGateway := func(t *testing.T) {
+		c.execOK(t, attacker, append(ip, "neigh", "del", gateway.String(), "dev", "eth0")...)
+	}
 
 	t.Run("forged source IP", func(t *testing.T) {
 		host := fmt.Sprintf("/%d", targetIP.BitLen())
@@ -45,20 +54,23 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}
 		c.execOK(t, attacker, append(ip, addArgs...)...)
 		c.execOK(t, attacker, append(ip, "route", "replace", targetIP.String()+host, "via", gateway.String(), "dev", "eth0", "src", victimIP.String())...)
+		pinGateway(t)
 		defer func() {
+			unpinGateway(t)
 			c.execOK(t, attacker, append(ip, "route", "del", targetIP.String()+host)...)
 			c.execOK(t, attacker, append(ip, "addr", "del", victimIP.String()+host, "dev", "eth0")...)
 		}()
 		// Port 82 is served by nobody and probed by no other test: any conntrack entry for
 		// it from the victim's address can only be the forged datagram.
-		r := c.s.Probe(attacker, targetIP, "82/udp", 2*time.Second)
+		dropped := c.dropped(t, "node1", spoofGuardMiss)
+		r := c.s.Probe(attacker, targetIP, "82/udp", probeTimeout)
 		if r.Connected || r.Refused {
 			t.Errorf("a datagram from forged source %s got an answer: %s", victimIP, framework.Describe(r))
 		}
-		for _, node := range []string{"node1", "node2"} {
-			if entries := c.conntrack(t, node, victimIP, targetIP, 82); entries != "" {
-				t.Errorf("node %s tracked a connection from the forged source:\n%s", node, entries)
-			}
+		if entries := c.awaitVerdict(t, "node1", spoofGuardMiss, dropped, 1, func() string {
+			return c.conntrack(t, "node1", victimIP, targetIP, 82) + c.conntrack(t, "node2", victimIP, targetIP, 82)
+		}); entries != "" {
+			t.Errorf("a connection from the forged source was tracked:\n%s", entries)
 		}
 	})
 	mustConnect("after forging an IP")
@@ -68,12 +80,24 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		forged := strings.TrimSpace(c.execOK(t, neighbour, "cat", "/sys/class/net/eth0/address"))
 		c.execOK(t, attacker, "ip", "link", "set", "eth0", "address", forged)
 		c.execOK(t, attacker, "ip", "neigh", "flush", "all")
+		pinGateway(t)
 		defer func() {
+			unpinGateway(t)
 			c.execOK(t, attacker, "ip", "link", "set", "eth0", "address", orig)
 			c.execOK(t, attacker, "ip", "neigh", "flush", "all")
 		}()
-		if r := c.s.Probe(attacker, targetIP, "80/udp", 2*time.Second); r.Connected {
+		// The answer, if any, goes to the attacker's recorded MAC, which its kernel no
+		// longer has: the verdict is the spoof guard's drop and node2's conntrack. Port 83
+		// is served by nobody and probed by no other test.
+		attackerIP := framework.PodIPs(attacker)[0]
+		dropped := c.dropped(t, "node1", spoofGuardMiss)
+		if r := c.s.Probe(attacker, targetIP, "83/udp", probeTimeout); r.Connected || r.Refused {
 			t.Errorf("with the neighbour's MAC %s the attacker got an answer: %s", forged, framework.Describe(r))
+		}
+		if entries := c.awaitVerdict(t, "node1", spoofGuardMiss, dropped, 1, func() string {
+			return c.conntrack(t, "node2", attackerIP, targetIP, 83)
+		}); entries != "" {
+			t.Errorf("with the neighbour's MAC %s the attacker's datagram reached node2:\n%s", forged, entries)
 		}
 	})
 	mustConnect("after forging a MAC")
