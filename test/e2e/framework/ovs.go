@@ -23,12 +23,16 @@ type Flow struct {
 	Text string
 	// Table and Priority as ovs.ParseFlow reads them (Table -1 if it could not).
 	Table, Priority int
+	// Packets is the flow's packet counter (n_packets) at the dump.
+	Packets uint64
 }
 
 // flowCounters are the fields of a dumped flow that change by themselves.
 var flowCounters = regexp.MustCompile(`\b(cookie|duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*`)
 
 var flowDuration = regexp.MustCompile(`\bduration=([0-9.]+)s`)
+
+var flowPackets = regexp.MustCompile(`\bn_packets=([0-9]+)`)
 
 // DumpFlows reads the flows of node's br-int.
 func (s *Sandbox) DumpFlows(t testing.TB, node string) []Flow {
@@ -72,7 +76,29 @@ func ParseFlow(line string) (f Flow, ok bool) {
 		secs, _ := strconv.ParseFloat(m[1], 64)
 		f.Age = time.Duration(secs * float64(time.Second))
 	}
+	if m := flowPackets.FindStringSubmatch(line); m != nil {
+		f.Packets, _ = strconv.ParseUint(m[1], 10, 64)
+	}
 	return f, true
+}
+
+// FlowPackets is the sum of the packet counters of node's br-int flows in table at
+// priority whose text (Flow.Text) contains match: how many packets a given flow, a drop
+// flow for instance, has taken. It fails the test if no flow is like that.
+func (s *Sandbox) FlowPackets(t testing.TB, node string, table, priority int, match string) uint64 {
+	t.Helper()
+	var n uint64
+	found := false
+	for _, f := range s.DumpFlows(t, node) {
+		if f.Table == table && f.Priority == priority && strings.Contains(f.Text, match) {
+			n += f.Packets
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("%s's br-int has no flow in table %d at priority %d with %q", node, table, priority, match)
+	}
+	return n
 }
 
 // DumpGroups reads the groups of node's br-int, by group ID.

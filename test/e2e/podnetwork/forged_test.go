@@ -3,6 +3,7 @@ package podnetwork_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -91,7 +93,7 @@ func (c *cluster) checkAgentRefusesStolenAddress(t *testing.T, stolen string, bI
 		}
 	}
 	setRecord(stolen)
-	c.neverRunsWith(t, "a copy of b's record", bIPs, 15*time.Second)
+	c.refusedToRun(t, "a copy of b's record", pod.UID, "not this pod's", bIPs)
 
 	// b's addresses under the forged pod's own UID, as a controller bug would write them.
 	var record map[string]any
@@ -101,7 +103,7 @@ func (c *cluster) checkAgentRefusesStolenAddress(t *testing.T, stolen string, bI
 	record["uid"] = string(pod.UID)
 	own, _ := json.Marshal(record)
 	setRecord(string(own))
-	c.neverRunsWith(t, "b's address under its own UID", bIPs, 15*time.Second)
+	c.refusedToRun(t, "b's address under its own UID", pod.UID, "is held by port", bIPs)
 
 	resume()
 	running := c.s.WaitRunning(t, "x", "forged", podTimeout)
@@ -116,22 +118,51 @@ func (c *cluster) checkAgentRefusesStolenAddress(t *testing.T, stolen string, bI
 	c.checkNoSharedAddress(t)
 }
 
-// neverRunsWith fails if pod x/forged runs with one of ips within d.
-func (c *cluster) neverRunsWith(t *testing.T, what string, ips []netip.Addr, d time.Duration) {
+// refusedToRun waits for the positive evidence that node1's agent refused the CNI ADD of
+// pod x/forged (UID uid) for the reason its message contains: the FailedCreatePodSandBox
+// Event the node records with the plugin's error. Silence is not a refusal: a pod whose
+// ADD never ran would also never run with b's address. It fails if the pod runs with one
+// of ips meanwhile, or once the refusal is seen. The agent answers an ADD whose record is
+// not the pod's own only after its PodNetworkWait (30 s), and the node retries a failed
+// sandbox with a backoff: hence the 90 s.
+func (c *cluster) refusedToRun(t *testing.T, what string, uid types.UID, reason string, ips []netip.Addr) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		p, err := c.s.Client.CoreV1().Pods("x").Get(context.Background(), "forged", metav1.GetOptions{})
+	ctx := context.Background()
+	withStolen := func() string {
+		p, err := c.s.Client.CoreV1().Pods("x").Get(ctx, "forged", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, ip := range framework.PodIPs(p) {
 			if slices.Contains(ips, ip) {
-				t.Errorf("with %s the forged pod runs with b's address %s (phase %s)", what, ip, p.Status.Phase)
-				return
+				return fmt.Sprintf("with %s the forged pod runs with b's address %s (phase %s)", what, ip, p.Status.Phase)
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		return ""
+	}
+	selector := fields.Set{"involvedObject.uid": string(uid), "reason": "FailedCreatePodSandBox"}.AsSelector().String()
+	var refusal string
+	framework.Eventually(t, 90*time.Second, fmt.Sprintf("node1's refusal of the forged pod's CNI ADD (%q) with %s", reason, what), func() error {
+		if stolen := withStolen(); stolen != "" {
+			t.Fatal(stolen)
+		}
+		events, err := c.s.Client.CoreV1().Events("x").List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range events.Items {
+			if strings.Contains(e.Message, reason) {
+				refusal = e.Message
+				return nil
+			}
+			seen = append(seen, e.Message)
+		}
+		return fmt.Errorf("no such Event; the pod's sandbox Events: %q", seen)
+	})
+	t.Logf("with %s: %s", what, refusal)
+	if stolen := withStolen(); stolen != "" {
+		t.Error(stolen)
 	}
 }
 

@@ -36,6 +36,7 @@ func TestPodNetworkIPv6(t *testing.T) {
 	t.Run("MTU", c.checkMTU)
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
 	t.Run("IPv6 neighbourhood attacks", c.checkIPv6Neighbourhood)
+	t.Run("tunnel inner source", c.checkTunnelInnerSource)
 }
 
 func TestPodNetworkDualStack(t *testing.T) {

@@ -29,6 +29,8 @@ type traffic struct {
 	fresh    []*freshLoop
 	stop     chan struct{}
 	wg       sync.WaitGroup
+	// mu guards the loops' counts, which await reads while they run.
+	mu sync.Mutex
 }
 
 type sessionLoop struct {
@@ -110,11 +112,17 @@ func (tr *traffic) runSession(sl *sessionLoop, interval time.Duration) {
 			return
 		case <-time.After(interval):
 		}
-		if err := sl.s.Echo(2 * time.Second); err != nil {
+		err := sl.s.Echo(2 * time.Second)
+		tr.mu.Lock()
+		if err != nil {
 			sl.err = err
+		} else {
+			sl.n++
+		}
+		tr.mu.Unlock()
+		if err != nil {
 			return
 		}
-		sl.n++
 	}
 }
 
@@ -132,7 +140,10 @@ func (tr *traffic) runFresh(c *cluster, fl *freshLoop, from *corev1.Pod, dst net
 		if fl.denied {
 			timeout = deniedProbeTimeout // a denied probe waits it out: keep them frequent
 		}
-		fl.record(now, c.s.Probe(from, dst, "80/tcp", timeout))
+		r := c.s.Probe(from, dst, "80/tcp", timeout)
+		tr.mu.Lock()
+		fl.record(now, r)
+		tr.mu.Unlock()
 	}
 }
 
@@ -161,6 +172,49 @@ func (fl *freshLoop) endGap(now time.Time) {
 		fl.longestGap = max(fl.longestGap, now.Sub(fl.firstFail))
 		fl.failing = false
 	}
+}
+
+// rounds is how many rounds each loop has done so far, sessions first; a broken session
+// (which check reports) counts as done for good.
+func (tr *traffic) rounds() []int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []int
+	for _, s := range tr.sessions {
+		n := s.n
+		if s.err != nil {
+			n = int(^uint(0) >> 1)
+		}
+		out = append(out, n)
+	}
+	for _, f := range tr.fresh {
+		out = append(out, f.ok+f.failed)
+	}
+	return out
+}
+
+// await waits until every loop has done n more rounds than when it is called: the
+// traffic ran through the moment the caller means (the time after a restart), however
+// slow the machine, rather than for a time that a loaded machine may spend elsewhere.
+func (tr *traffic) await(t *testing.T, n int, what string) {
+	t.Helper()
+	start := tr.rounds()
+	framework.Eventually(t, 60*time.Second, fmt.Sprintf("%d rounds of every pair's traffic %s", n, what), func() error {
+		now := tr.rounds()
+		for i := range start {
+			if now[i]-start[i] < n {
+				return fmt.Errorf("%s: %d rounds of %d", tr.loopName(i), now[i]-start[i], n)
+			}
+		}
+		return nil
+	})
+}
+
+func (tr *traffic) loopName(i int) string {
+	if i < len(tr.sessions) {
+		return "session " + tr.sessions[i].name
+	}
+	return "new connections " + tr.fresh[i-len(tr.sessions)].name
 }
 
 func (tr *traffic) finish() {
@@ -201,7 +255,7 @@ func (c *cluster) checkAgentRestart(t *testing.T) {
 	defer remove()
 	tr := c.startTraffic(t, []pair{{from: a, to: cc}, {from: d, to: a}, {from: a, to: b}, {from: cc, to: d},
 		{from: c.hosts["node2"], to: a, denied: true}}, 100*time.Millisecond)
-	time.Sleep(time.Second)
+	tr.await(t, 3, "before the restarts")
 	for _, node := range []string{"node1", "node2"} {
 		start := time.Now()
 		if _, err := c.s.Layout.Restart(node + "-kovs-agent"); err != nil {
@@ -210,7 +264,7 @@ func (c *cluster) checkAgentRestart(t *testing.T) {
 		c.waitAgentReady(t, node, start)
 		t.Logf("kovs-agent on %s restarted and ready again in %s", node, time.Since(start).Round(time.Millisecond))
 	}
-	time.Sleep(2 * time.Second)
+	tr.await(t, 10, "after the restarts")
 	tr.finish()
 	tr.check(t, "the agent restarts")
 }
@@ -232,6 +286,7 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 	remove := c.isolateNamespaceX(t)
 	defer remove()
 	denied := c.startTraffic(t, []pair{{from: c.hosts["node1"], to: cc, denied: true}}, 50*time.Millisecond)
+	denied.await(t, 3, "before the restart")
 	dst := framework.PodIPs(cc)[0]
 	start := time.Now()
 	if _, err := c.s.Layout.Restart("node2-ovs-vswitchd"); err != nil {
@@ -245,10 +300,10 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 	})
 	t.Logf("ovs-vswitchd on node2 restarted; cross-node traffic repaired after %s", time.Since(start).Round(time.Millisecond))
 	after := c.startTraffic(t, []pair{{from: a, to: cc}, {from: cc, to: a}}, 100*time.Millisecond)
-	time.Sleep(3 * time.Second)
+	after.await(t, 20, "after the repair")
 	after.finish()
 	denied.finish()
-	after.check(t, "the 3 s after the repair")
+	after.check(t, "the 20 rounds after the repair")
 	denied.check(t, "the ovs-vswitchd restart")
 }
 

@@ -51,19 +51,25 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 
 	t.Run("forged link-local source", func(t *testing.T) {
 		forged := netip.MustParseAddr("fe80::bad")
-		send(ethernetIPv6(aMAC, gatewayMAC, forged, targetIP, 17, udp6(forged, targetIP, 40000, forgedPort)))
-		time.Sleep(time.Second)
-		for _, node := range []string{"node1", "node2"} {
-			if e := c.conntrack(t, node, forged, targetIP, forgedPort); e != "" {
-				t.Errorf("%s tracked a datagram from the forged link-local source %s:\n%s", node, forged, e)
-			}
+		before := c.dropped(t, "node1", spoofGuardMiss)
+		for range 3 {
+			send(ethernetIPv6(aMAC, gatewayMAC, forged, targetIP, 17, udp6(forged, targetIP, 40000, forgedPort)))
+		}
+		if e := c.awaitVerdict(t, "node1", spoofGuardMiss, before, 3, func() string {
+			return c.conntrack(t, "node1", forged, targetIP, forgedPort) + c.conntrack(t, "node2", forged, targetIP, forgedPort)
+		}); e != "" {
+			t.Errorf("a datagram from the forged link-local source %s was tracked:\n%s", forged, e)
 		}
 	})
 	t.Run("own link-local source is not routed", func(t *testing.T) {
 		own := linkLocalOf(aMAC)
-		send(ethernetIPv6(aMAC, gatewayMAC, own, targetIP, 17, udp6(own, targetIP, 40000, ownPort)))
-		time.Sleep(time.Second)
-		if e := c.conntrack(t, "node2", own, targetIP, ownPort); e != "" {
+		before := c.dropped(t, "node1", linkLocalSource)
+		for range 3 {
+			send(ethernetIPv6(aMAC, gatewayMAC, own, targetIP, 17, udp6(own, targetIP, 40000, ownPort)))
+		}
+		if e := c.awaitVerdict(t, "node1", linkLocalSource, before, 3, func() string {
+			return c.conntrack(t, "node2", own, targetIP, ownPort)
+		}); e != "" {
 			t.Errorf("node2 got a datagram from a's link-local address %s:\n%s", own, e)
 		}
 	})
@@ -72,17 +78,24 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		hostBefore := c.icmp6Counter(t, c.hosts["node1"], "Icmp6InRouterAdvertisements")
 		own := linkLocalOf(aMAC)
 		allNodes := netip.MustParseAddr("ff02::1")
-		for range 5 {
+		dropped := c.dropped(t, "node1", ndRouterAdvert)
+		const rounds = 5
+		for range rounds {
 			send(ethernetIPv6(aMAC, multicastMAC(allNodes), own, allNodes, 58, routerAdvertisement(aMAC, own, allNodes)))
 			send(ethernetIPv6(aMAC, c.mac(t, b), own, linkLocalOf(c.mac(t, b)), 58, routerAdvertisement(aMAC, own, linkLocalOf(c.mac(t, b)))))
-			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(time.Second)
-		if after := c.icmp6Counter(t, b, "Icmp6InRouterAdvertisements"); after != before {
-			t.Errorf("b received %d router advertisements from a", after-before)
+		received := func() string {
+			var got []string
+			if after := c.icmp6Counter(t, b, "Icmp6InRouterAdvertisements"); after != before {
+				got = append(got, fmt.Sprintf("b received %d router advertisements from a", after-before))
+			}
+			if after := c.icmp6Counter(t, c.hosts["node1"], "Icmp6InRouterAdvertisements"); after != hostBefore {
+				got = append(got, fmt.Sprintf("node1 received %d router advertisements from a", after-hostBefore))
+			}
+			return strings.Join(got, "; ")
 		}
-		if after := c.icmp6Counter(t, c.hosts["node1"], "Icmp6InRouterAdvertisements"); after != hostBefore {
-			t.Errorf("node1 received %d router advertisements from a", after-hostBefore)
+		if got := c.awaitVerdict(t, "node1", ndRouterAdvert, dropped, 2*rounds, received); got != "" {
+			t.Error(got)
 		}
 		if routes := c.execOK(t, b, "ip", "-6", "route", "show"); strings.Contains(routes, "2001:db8:bad") || strings.Contains(routes, own.String()) {
 			t.Errorf("b learned routes from a's advertisement:\n%s", routes)
@@ -91,14 +104,19 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 	t.Run("DAD probe for the neighbour's address", func(t *testing.T) {
 		bIP := framework.PodIPs(b)[0]
 		before := c.icmp6Counter(t, b, "Icmp6InNeighborSolicits")
+		dropped := c.dropped(t, "node1", spoofGuardNS)
 		group := solicitedNode(bIP)
-		for range 5 {
+		const probes = 5
+		for range probes {
 			send(ethernetIPv6(aMAC, multicastMAC(group), netip.IPv6Unspecified(), group, 58, dadProbe(netip.IPv6Unspecified(), group, bIP)))
-			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(time.Second)
-		if after := c.icmp6Counter(t, b, "Icmp6InNeighborSolicits"); after != before {
-			t.Errorf("b received %d neighbour solicitations from :: for its address %s", after-before, bIP)
+		if got := c.awaitVerdict(t, "node1", spoofGuardNS, dropped, probes, func() string {
+			if after := c.icmp6Counter(t, b, "Icmp6InNeighborSolicits"); after != before {
+				return fmt.Sprintf("b received %d neighbour solicitations from :: for its address %s", after-before, bIP)
+			}
+			return ""
+		}); got != "" {
+			t.Error(got)
 		}
 	})
 }
@@ -272,12 +290,29 @@ func (c *cluster) checkHostEndClosed(t *testing.T, attacker, victim *corev1.Pod)
 	} else {
 		frame = ethernetIPv6(c.mac(t, attacker), broadcast, victimIP, node, 17, udp6(victimIP, node, 40000, hostPort))
 	}
-	for range 5 {
+	dropped := c.dropped(t, "node1", spoofGuardMiss)
+	const frames = 5
+	for range frames {
 		if err := sendFrame(c.s.NetNSPath(attacker), "eth0", frame); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	// The frames reached br-int and its spoof guard dropped them; the node's stack got
+	// them at the same time. An answer would be the responder's, within its turnaround: the
+	// verdict also waits for a control, an honest datagram from the victim to the same
+	// responder, answered and back in the victim.
+	if got := c.awaitVerdict(t, "node1", spoofGuardMiss, dropped, frames, func() string {
+		if after := c.udpCounter(t, victim, counter); after != before {
+			return fmt.Sprintf("node1 answered %d datagrams the attacker sent from %s through its veth to %s:%d", after-before, victimIP, node, hostPort)
+		}
+		return ""
+	}); got != "" {
+		t.Error(got)
+		return
+	}
+	if r := c.s.Probe(victim, node, fmt.Sprintf("%d/udp", hostPort), probeTimeout); !r.Connected {
+		t.Fatalf("control: the victim's own datagram to %s:%d got no answer: %s", node, hostPort, framework.Describe(r))
+	}
 	if after := c.udpCounter(t, victim, counter); after != before {
 		t.Errorf("node1 answered %d datagrams the attacker sent from %s through its veth to %s:%d", after-before, victimIP, node, hostPort)
 	}

@@ -36,6 +36,15 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}
 	}
 	mustConnect("before")
+	// While it forges, the attacker knows the gateway's MAC for good: it sends no ARP or NS
+	// of its own, so what the spoof guard drops is the forged datagram.
+	gatewayMAC := c.gatewayMAC(t, "node1").String()
+	pinGateway := func(t *testing.T) {
+		c.execOK(t, attacker, append(ip, "neigh", "replace", gateway.String(), "lladdr", gatewayMAC, "dev", "eth0", "nud", "permanent")...)
+	}
+	unpinGateway := func(t *testing.T) {
+		c.execOK(t, attacker, append(ip, "neigh", "del", gateway.String(), "dev", "eth0")...)
+	}
 
 	t.Run("forged source IP", func(t *testing.T) {
 		host := fmt.Sprintf("/%d", targetIP.BitLen())
@@ -45,20 +54,23 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}
 		c.execOK(t, attacker, append(ip, addArgs...)...)
 		c.execOK(t, attacker, append(ip, "route", "replace", targetIP.String()+host, "via", gateway.String(), "dev", "eth0", "src", victimIP.String())...)
+		pinGateway(t)
 		defer func() {
+			unpinGateway(t)
 			c.execOK(t, attacker, append(ip, "route", "del", targetIP.String()+host)...)
 			c.execOK(t, attacker, append(ip, "addr", "del", victimIP.String()+host, "dev", "eth0")...)
 		}()
 		// Port 82 is served by nobody and probed by no other test: any conntrack entry for
 		// it from the victim's address can only be the forged datagram.
-		r := c.s.Probe(attacker, targetIP, "82/udp", 2*time.Second)
+		dropped := c.dropped(t, "node1", spoofGuardMiss)
+		r := c.s.Probe(attacker, targetIP, "82/udp", probeTimeout)
 		if r.Connected || r.Refused {
 			t.Errorf("a datagram from forged source %s got an answer: %s", victimIP, framework.Describe(r))
 		}
-		for _, node := range []string{"node1", "node2"} {
-			if entries := c.conntrack(t, node, victimIP, targetIP, 82); entries != "" {
-				t.Errorf("node %s tracked a connection from the forged source:\n%s", node, entries)
-			}
+		if entries := c.awaitVerdict(t, "node1", spoofGuardMiss, dropped, 1, func() string {
+			return c.conntrack(t, "node1", victimIP, targetIP, 82) + c.conntrack(t, "node2", victimIP, targetIP, 82)
+		}); entries != "" {
+			t.Errorf("a connection from the forged source was tracked:\n%s", entries)
 		}
 	})
 	mustConnect("after forging an IP")
@@ -68,12 +80,24 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		forged := strings.TrimSpace(c.execOK(t, neighbour, "cat", "/sys/class/net/eth0/address"))
 		c.execOK(t, attacker, "ip", "link", "set", "eth0", "address", forged)
 		c.execOK(t, attacker, "ip", "neigh", "flush", "all")
+		pinGateway(t)
 		defer func() {
+			unpinGateway(t)
 			c.execOK(t, attacker, "ip", "link", "set", "eth0", "address", orig)
 			c.execOK(t, attacker, "ip", "neigh", "flush", "all")
 		}()
-		if r := c.s.Probe(attacker, targetIP, "80/udp", 2*time.Second); r.Connected {
+		// The answer, if any, goes to the attacker's recorded MAC, which its kernel no
+		// longer has: the verdict is the spoof guard's drop and node2's conntrack. Port 83
+		// is served by nobody and probed by no other test.
+		attackerIP := framework.PodIPs(attacker)[0]
+		dropped := c.dropped(t, "node1", spoofGuardMiss)
+		if r := c.s.Probe(attacker, targetIP, "83/udp", probeTimeout); r.Connected || r.Refused {
 			t.Errorf("with the neighbour's MAC %s the attacker got an answer: %s", forged, framework.Describe(r))
+		}
+		if entries := c.awaitVerdict(t, "node1", spoofGuardMiss, dropped, 1, func() string {
+			return c.conntrack(t, "node2", attackerIP, targetIP, 83)
+		}); entries != "" {
+			t.Errorf("with the neighbour's MAC %s the attacker's datagram reached node2:\n%s", forged, entries)
 		}
 	})
 	mustConnect("after forging a MAC")
@@ -94,12 +118,23 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		if neighbourIP.Is6() {
 			announce = sendUnsolicitedNA
 		}
-		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, 5); err != nil {
+		// Each round is a request and a reply on IPv4, one advertisement on IPv6.
+		const rounds = 5
+		guard, frames := spoofGuardMiss, 2*rounds
+		if neighbourIP.Is6() {
+			guard, frames = spoofGuardNA, rounds
+		}
+		dropped := c.dropped(t, "node1", guard)
+		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, rounds); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
-		out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
-		if strings.Contains(string(out), attackerMAC) {
+		if out := c.awaitVerdict(t, "node1", guard, dropped, frames, func() string {
+			out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
+			if strings.Contains(string(out), attackerMAC) {
+				return string(out)
+			}
+			return ""
+		}); out != "" {
 			t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
 		}
 		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
@@ -242,3 +277,50 @@ func arpFrame(mac net.HardwareAddr, ip netip.Addr, op uint16) []byte {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// dropFlow names the br-int flow that decides a drop: its table, its priority and a part
+// of its text that tells it from the table's other flows at that priority.
+type dropFlow struct {
+	table, priority int
+	match           string
+}
+
+// The drop flows the attack tests expect to take their packets (ovs-flows/README.md).
+var (
+	classifierMiss  = dropFlow{0, 0, "actions=drop"}                       // a tunnel packet of no known peer and inner source
+	spoofGuardMiss  = dropFlow{10, 0, "actions=drop"}                      // a pod's frame from another MAC or address
+	spoofGuardNS    = dropFlow{10, 205, "icmp_type=135"}                   // an NS from a pod not its own (a DAD probe from ::)
+	spoofGuardNA    = dropFlow{10, 205, "icmp_type=136"}                   // an NA from a pod not for its own address
+	ndRouterAdvert  = dropFlow{21, 90, "icmp_type=134"}                    // a router advertisement
+	linkLocalSource = dropFlow{60, 300, "ipv6_src=fe80::/10 actions=drop"} // a link-local source routed
+)
+
+func (f dropFlow) String() string {
+	return fmt.Sprintf("table %d priority %d (%s)", f.table, f.priority, f.match)
+}
+
+// dropped is how many packets node's drop flow f has taken so far.
+func (c *cluster) dropped(t *testing.T, node string, f dropFlow) uint64 {
+	t.Helper()
+	return c.s.FlowPackets(t, node, f.table, f.priority, f.match)
+}
+
+// awaitVerdict waits for the positive sign of an attack's outcome, never for time alone:
+// node's drop flow f has taken n packets more than before (the attack's packets were seen
+// and dropped there), or leaked reports what got through. It returns what leaked found
+// last ("" when the drop flow counted the packets and nothing leaked). OVS pushes a
+// datapath flow's counters to its OpenFlow flow within about a second.
+func (c *cluster) awaitVerdict(t *testing.T, node string, f dropFlow, before uint64, n int, leaked func() string) string {
+	t.Helper()
+	var got string
+	framework.Eventually(t, 10*time.Second, fmt.Sprintf("%d packets dropped by %s's %s, or one of them through", n, node, f), func() error {
+		if got = leaked(); got != "" {
+			return nil
+		}
+		if now := c.dropped(t, node, f); now < before+uint64(n) {
+			return fmt.Errorf("the drop flow took %d packets of %d", now-before, n)
+		}
+		return nil
+	})
+	return got
+}

@@ -32,14 +32,12 @@ const (
 // packet must belong to the peer it comes from. The same packet with an inner source of
 // node1's own (pod a) is the control: it must get through, so the drop is not an accident
 // of how the packet was made. Seen in node2's OVS conntrack, where every packet that passes
-// the classifier is tracked.
+// the classifier is tracked; the verdict waits for the Classifier's drop flow to count the
+// forged packets. Over the pods' first family, on an underlay of the same family.
 func (c *cluster) checkTunnelInnerSource(t *testing.T) {
 	a, cc, d := c.pods["a"], c.pods["c"], c.pods["d"]
 	target := framework.PodIPs(cc)[0]
-	if !target.Is4() {
-		t.Skip("the tunnel attack is sent over an IPv4 underlay")
-	}
-	const controlPort, attackPort = 84, 85
+	const controlPort, attackPort, forgedCount = 84, 85, 5
 	send := func(src netip.Addr, dport uint16) {
 		t.Helper()
 		if err := c.sendGeneve("node1", "node2", src, target, dport); err != nil {
@@ -54,9 +52,13 @@ func (c *cluster) checkTunnelInnerSource(t *testing.T) {
 		return nil
 	})
 	forged := framework.PodIPs(d)[0]
-	send(forged, attackPort)
-	time.Sleep(time.Second)
-	if entries := c.conntrack(t, "node2", forged, target, attackPort); entries != "" {
+	before := c.dropped(t, "node2", classifierMiss)
+	for range forgedCount {
+		send(forged, attackPort)
+	}
+	if entries := c.awaitVerdict(t, "node2", classifierMiss, before, forgedCount, func() string {
+		return c.conntrack(t, "node2", forged, target, attackPort)
+	}); entries != "" {
 		t.Errorf("node2 accepted from node1's tunnel a packet from node3's pod %s:\n%s", forged, entries)
 	}
 }
@@ -74,9 +76,18 @@ func (c *cluster) sendGeneve(from, to string, src, dst netip.Addr, dport uint16)
 	if err != nil {
 		return err
 	}
-	frame := ethernetIPv4UDP(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 40000, dport, []byte("forged"))
+	var frame []byte
+	if src.Is4() {
+		frame = ethernetIPv4UDP(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 40000, dport, []byte("forged"))
+	} else {
+		frame = ethernetIPv6(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 17, udp6(src, dst, 40000, dport))
+	}
 	packet := append(geneveHeader(geneveVNI), frame...)
-	remote := net.JoinHostPort(internalIP(toNode).String(), fmt.Sprint(genevePort))
+	underlay := internalIP(toNode, src.Is4())
+	if !underlay.IsValid() {
+		return fmt.Errorf("node %s has no InternalIP of the family of %s", to, src)
+	}
+	remote := net.JoinHostPort(underlay.String(), fmt.Sprint(genevePort))
 	return ns.WithNetNSPath(sandbox.NetNSPath(c.s.Layout.NodeNetNS(from)), func(ns.NetNS) error {
 		conn, err := net.Dial("udp", remote)
 		if err != nil {
@@ -88,9 +99,10 @@ func (c *cluster) sendGeneve(from, to string, src, dst netip.Addr, dport uint16)
 	})
 }
 
-func internalIP(n *corev1.Node) netip.Addr {
+// internalIP is the node's first InternalIP of the family (IPv4 if ipv4).
+func internalIP(n *corev1.Node, ipv4 bool) netip.Addr {
 	for _, a := range n.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP && ip.Is4() == ipv4 {
 			return ip
 		}
 	}

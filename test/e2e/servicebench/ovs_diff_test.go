@@ -53,6 +53,9 @@ func TestParseFlow(t *testing.T) {
 	if f.Table != 40 || f.Priority != 200 {
 		t.Errorf("ParseFlow: table %d, priority %d; want 40, 200", f.Table, f.Priority)
 	}
+	if f.Packets != 3 {
+		t.Errorf("ParseFlow: %d packets; want 3", f.Packets)
+	}
 	if _, ok := framework.ParseFlow("NXST_FLOW reply (xid=0x4):"); ok {
 		t.Error("a header line parsed as a flow")
 	}
