@@ -65,12 +65,7 @@ func (a *Agent) serveOps(ctx context.Context, addr string, gatherer prometheus.G
 		log.WithField("address", addr).Warn("metrics served beyond loopback, unauthenticated: keep the port closed to pods and untrusted networks")
 	}
 	srv := serving.OpsTimeouts().Server(opsHandler(mux))
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
+	serving.ShutdownWhenDone(ctx, srv)
 	go func() {
 		if err := srv.Serve(serving.Limit(ln, serving.OpsLimits(), log.WithField("component", "ops"))); !errors.Is(err, http.ErrServerClosed) {
 			log.WithError(err).WithField("address", addr).Error("metrics and health server stopped")

@@ -177,12 +177,7 @@ const proxyURLRetry = 5 * time.Second
 // port is taken.
 func serveProxyURLs(ctx context.Context, addr, what string, handler http.Handler) {
 	srv := serving.OpsTimeouts().Server(handler)
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
+	serving.ShutdownWhenDone(ctx, srv)
 	go func() {
 		logger := log.WithField("address", addr)
 		for {

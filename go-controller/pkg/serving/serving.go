@@ -4,6 +4,7 @@
 package serving
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -34,6 +35,17 @@ func (t Timeouts) Server(h http.Handler) *http.Server {
 // Limits bound a listener's connections: Total at once, PerHost from one client address.
 type Limits struct {
 	Total, PerHost int
+}
+
+// ShutdownWhenDone shuts srv down (letting requests in flight finish for up to 5 s) when
+// ctx ends.
+func ShutdownWhenDone(ctx context.Context, srv *http.Server) {
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
 }
 
 // OpsLimits are the health and metrics servers' connection bounds: kubelet's probes,

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -134,12 +133,7 @@ func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, healt
 		log.WithField("address", addr).Warn("metrics served beyond loopback, unauthenticated: keep the port closed to pods and untrusted networks")
 	}
 	srv := serving.OpsTimeouts().Server(mux)
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
+	serving.ShutdownWhenDone(ctx, srv)
 	if err := srv.Serve(serving.Limit(ln, serving.OpsLimits(), log.WithField("component", "metrics"))); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
