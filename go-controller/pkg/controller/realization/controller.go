@@ -169,7 +169,10 @@ func (c *Controller) Reconcile(ctx context.Context, k string) error {
 	if !st.Complete() {
 		c.incomplete[key] = true
 	}
-	news := oldErr != nil || !old.Complete() || c.incomplete[key]
+	// News: the first complete status, one after an incomplete one, or the first on some
+	// node (a policy written before its pods were known first concerns none, and may
+	// then be realized on its nodes before any incomplete status is seen).
+	news := oldErr != nil || !old.Complete() || old.Concerned == 0 || c.incomplete[key]
 	c.mu.Unlock()
 	if oldErr == nil && old == st {
 		return nil

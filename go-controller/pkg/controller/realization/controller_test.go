@@ -315,3 +315,28 @@ func (c *Controller) pending(name string) int {
 	}
 	return n
 }
+
+// A policy written before its pods are known (or before they exist) first concerns no
+// node; once it is enforced on the nodes of its pods, that is announced like a new
+// policy's realization (seen missing in an e2e run: "0/0" was the first status written,
+// and the later "2/2" counted as nothing new).
+func TestPolicyRealizedAfterConcerningNoNodeIsAnnounced(t *testing.T) {
+	f := newFixture(t)
+	f.apply(policyObj("late", "app=late", allowFrom("app=db", 80)))
+	f.status("late", "0/0", func(s Status) bool { return s.Concerned == 0 && s.Complete() })
+	// node1's agent is ahead of what the controller is about to send (as stand-ins that
+	// realize at once are): the status goes from 0/0 to 1/1 with no incomplete one between.
+	f.realized("node1", 1<<62)
+	if _, err := f.client.CoreV1().Pods("x").Create(context.Background(), pod("late-1", "node1", "app=late"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.status("late", "1/1", func(s Status) bool { return s.Concerned == 1 && s.Complete() })
+	eventually(t, "the "+ReasonRealized+" event", func() error {
+		for _, e := range f.events() {
+			if strings.Contains(e, ReasonRealized) && strings.Contains(e, "1/1 nodes") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event for 1/1 nodes", ReasonRealized)
+	})
+}
