@@ -77,7 +77,6 @@ func (c *core) waiting() []string {
 			out = append(out, name)
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -152,6 +151,7 @@ func (c *core) late(now time.Time) []string {
 			out = append(out, name)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -179,14 +179,11 @@ func earliest(a, b time.Time) time.Time {
 func (c *core) releaseFloors(now time.Time) time.Time {
 	var next time.Time
 	var held []string
-	waiting := false
-	for _, name := range keysOf(c.floored()) {
-		n := c.nodes[name]
-		if n.floorRealized || n.floorHeld {
+	for name, n := range c.nodes {
+		if n.floor == 0 || n.floorRealized || n.floorHeld {
 			continue
 		}
 		if deadline := n.floorSince.Add(c.timeout); now.Before(deadline) {
-			waiting = true
 			next = earliest(next, deadline)
 			continue
 		}
@@ -194,15 +191,15 @@ func (c *core) releaseFloors(now time.Time) time.Time {
 		held = append(held, name)
 	}
 	if len(held) > 0 {
+		slices.Sort(held)
 		c.onHeld(held, c.gen)
 	}
-	if waiting {
+	if !next.IsZero() {
 		return next
 	}
 	var gen uint64
-	for name := range c.floored() {
-		n := c.nodes[name]
-		if !n.floorRealized {
+	for _, n := range c.nodes {
+		if n.floor == 0 || !n.floorRealized {
 			continue
 		}
 		if gen == 0 {
@@ -217,17 +214,6 @@ func (c *core) releaseFloors(now time.Time) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// floored returns the nodes with a floor.
-func (c *core) floored() map[string]struct{} {
-	out := map[string]struct{}{}
-	for name, n := range c.nodes {
-		if n.floor != 0 {
-			out[name] = struct{}{}
-		}
-	}
-	return out
 }
 
 // release sends every node that is not held its target. Then only held nodes may differ

@@ -88,7 +88,6 @@ func (g *Gate) Run(ctx context.Context) error {
 	close(g.started)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	defer g.closeAll()
 	for {
 		g.mu.Lock()
 		next := c.advance(time.Now())
@@ -109,17 +108,6 @@ func (g *Gate) Run(ctx context.Context) error {
 			return nil
 		case <-ctx.Done():
 			return nil
-		}
-	}
-}
-
-// closeAll ends every receiver (the gate stopped).
-func (g *Gate) closeAll() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, n := range g.core.nodes {
-		for _, r := range n.receivers {
-			r.kick()
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package transition
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -47,16 +49,7 @@ func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b policy.EntryKey) int {
-		if a.Kind != b.Kind {
-			return int(a.Kind) - int(b.Kind)
-		}
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
 	})
 	for _, k := range keys {
 		was, now := r.before[k], sent.Entry(k)
