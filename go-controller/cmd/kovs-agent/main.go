@@ -33,6 +33,7 @@ func main() {
 	flag.StringVar(&cfg.DatapathType, "datapath-type", "auto", "system, netdev, or auto (netdev without the OVS kernel module)")
 	flag.StringVar(&cfg.UplinkBridge, "uplink-bridge", "", "OVS bridge holding the node address (netdev: tunnel neighbours are seeded on it)")
 	cidrs := flag.String("cluster-cidrs", "10.244.0.0/16,fd00:10:244::/48", "pod cluster CIDRs (as kovs-controller's)")
+	flag.DurationVar(&cfg.AddressQuarantine, "address-quarantine", 30*time.Second, "a freed pod address is not handed out again before this long (nor while never-used addresses remain in the node's block)")
 	flag.IntVar(&cfg.MTU, "mtu", 0, "pod MTU (0: the uplink MTU minus the tunnel overhead)")
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the node's CNI config is written")
 	flag.StringVar(&cfg.CNISocket, "cni-socket", "/var/run/kovs/cni.sock", "the CNI server's unix socket")

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,7 +35,6 @@ func main() {
 	v4Block := flag.Int("ipv4-block-size", 24, "prefix length of each node's IPv4 block")
 	v6Block := flag.Int("ipv6-block-size", 64, "prefix length of each node's IPv6 block")
 	useNodeCIDRs := flag.Bool("use-node-pod-cidrs", false, "take node blocks from Node.spec.podCIDRs (kube-controller-manager --allocate-node-cidrs)")
-	quarantine := flag.Duration("address-quarantine", 30*time.Second, "a freed pod address is not reused before this long")
 	leaderElect := flag.Bool("leader-elect", true, "run leader election so several replicas can run safely")
 	leaseNS := flag.String("lease-namespace", "kube-system", "namespace of the leader election Lease")
 	workers := flag.Int("workers", 16, "pod address workers (each waits on its pod's patch round trip)")
@@ -109,8 +107,7 @@ func main() {
 		fatal(err)
 	}
 	err = controller.Run(ctx, controller.Config{
-		Addresses: addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs,
-			Pool: ipam.PoolOptions{Quarantine: *quarantine}},
+		Addresses:   addresses.Config{ClusterCIDRs: plan, UseNodePodCIDRs: *useNodeCIDRs},
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},

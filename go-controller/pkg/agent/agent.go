@@ -16,8 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
@@ -50,6 +53,8 @@ type Agent struct {
 	ready    readiness
 	metrics  *Metrics
 	health   agentHealth
+	// events records the agent's Events (full address blocks).
+	events record.EventRecorder
 	// neighbors seeds the tunnel neighbours: when peers change, and every period.
 	neighbors *runner.BoundedFrequencyRunner
 	// rejectedPeers are the peers last reported unusable (peersMu: updatePeers runs in
@@ -72,6 +77,10 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a := &Agent{cfg: cfg, client: client, tables: newHostTables()}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	a.events = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kovs-agent", Host: cfg.NodeName})
 	a.neighbors = runner.MustNewBoundedFrequencyRunner("tunnel neighbours", func() { a.seedTunnelNeighbors(ctx) },
 		runner.Bounds{MaxInterval: neighborPeriod, Burst: 1})
 	a.ready.set(fmt.Errorf("starting"))
@@ -135,12 +144,20 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 // serve runs the steady state: flows, peers, the CNI server, readiness.
 func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
-		mtu: a.mtu, netdev: a.netdev, wait: a.cfg.PodNetworkWait, policyWait: a.cfg.PolicyWait, readiness: a.ready.get,
-		meters: a.of}
+		mtu: a.mtu, netdev: a.netdev, policyWait: a.cfg.PolicyWait, readiness: a.ready.get,
+		meters: a.of, events: a.events, node: a.cfg.NodeName}
 	restored, stale, err := handlers.restore(ctx)
 	if err != nil {
 		return fmt.Errorf("restore pod ports: %w", err)
 	}
+	self, err := a.nodes.Get(a.cfg.NodeName)
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", a.cfg.NodeName, err)
+	}
+	if handlers.book, err = a.openAddressBook(ctx, self, stale); err != nil {
+		return err
+	}
+	a.metrics.addressBookOpened(handlers.book)
 	a.updatePeers()
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(interface{}) { a.updatePeers() },

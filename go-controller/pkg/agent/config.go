@@ -50,8 +50,9 @@ type Config struct {
 	// translations, Service affinity; pipeline.LearnedTables): when one is full, its
 	// flows that expire soonest are evicted, first from whoever holds the most.
 	LearnedFlowLimit int
-	// PodNetworkWait bounds how long a CNI ADD waits for the controller's addresses.
-	PodNetworkWait time.Duration
+	// AddressQuarantine is the least time before a freed pod address is handed out again
+	// (and, while never-used addresses remain in the block, it is not at all).
+	AddressQuarantine time.Duration
 	// PolicyFeed delivers the node's NetworkPolicy share from kovs-controller, once the
 	// node is programmed. Nil disables NetworkPolicy: no policy flows, no isolation.
 	PolicyFeed PolicyFeed
@@ -117,9 +118,6 @@ func (c *Config) Defaults() {
 	}
 	if c.FullResyncPeriod == 0 {
 		c.FullResyncPeriod = DefaultFullResyncPeriod
-	}
-	if c.PodNetworkWait == 0 {
-		c.PodNetworkWait = 30 * time.Second
 	}
 	if c.ServiceProxy == "" {
 		c.ServiceProxy = ServiceProxyKovs

@@ -23,7 +23,7 @@ func TestGCKeepsRunningPodsPorts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.ports.pods = recordedPods(t, recorded{"a", 10, "uid-a"}) // x/gone is not in the API
+	r.ports.pods = podsOnNode(t, "a") // x/gone is not in the API
 	err := r.ports.GC(ctx, nil)
 	if err == nil || !strings.Contains(err.Error(), "x/a") {
 		t.Errorf("GC with an empty list = %v, want a refusal naming x/a", err)

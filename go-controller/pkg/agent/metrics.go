@@ -18,6 +18,7 @@ type Metrics struct {
 	fullResyncDur prometheus.Histogram
 	resyncChecks  *prometheus.CounterVec
 	state         *stateCollector
+	addresses     *addressCollector
 }
 
 // latencyBuckets span 1 ms to about 30 s.
@@ -27,7 +28,7 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 12)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		podSetup: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kovs_agent_pod_network_setup_seconds",
-			Help:    "Time from a CNI ADD asking for the pod's network config to its port attached with flows (and policy) installed, by result.",
+			Help:    "Time from a CNI ADD reaching the agent to its answer (addresses allocated, port attached, flows and policy installed), by result.",
 			Buckets: latencyBuckets}, []string{"result"}),
 		cniRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kovs_agent_cni_requests_total",
 			Help: "CNI requests served, by CNI verb (ADD, DEL, CHECK, GC, STATUS) and result (success or error)."},
@@ -46,10 +47,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		resyncChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kovs_agent_flow_resync_checks_total",
 			Help: "Flow resyncs between full ones (a count of the switch's flows against what the agent installed), by result: clean, drift (a full resync followed) or error."},
 			[]string{"result"}),
-		state: &stateCollector{},
+		state:     &stateCollector{},
+		addresses: &addressCollector{},
 	}
 	for _, c := range []prometheus.Collector{m.podSetup, m.cniRequests, m.bundles, m.bundleErrors, m.policyRealize,
-		m.fullResyncs, m.fullResyncDur, m.resyncChecks, m.state} {
+		m.fullResyncs, m.fullResyncDur, m.resyncChecks, m.state, m.addresses} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

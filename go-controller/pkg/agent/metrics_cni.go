@@ -2,14 +2,12 @@ package agent
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 )
 
-// CNI verbs as the agent sees them: an ADD is a pod-network request followed by an
-// attach; DEL, CHECK, GC and STATUS are one request each (the DEL that undoes a failed
+// CNI verbs as the agent sees them: each is one request (the DEL that undoes a failed
 // ADD counts as a DEL).
 const (
 	verbAdd    = "ADD"
@@ -19,19 +17,12 @@ const (
 	verbStatus = "STATUS"
 )
 
-// abandonedAfter is when an ADD that asked for its network config but never came back to
-// attach (the plugin failed in between) is forgotten.
-const abandonedAfter = 10 * time.Minute
-
-// measuredHandler counts the CNI requests the agent serves and times pod network setup,
-// from an ADD's network config request to its attach.
+// measuredHandler counts the CNI requests the agent serves and times pod network setup
+// (an ADD, from its request to its answer).
 type measuredHandler struct {
 	next    cni.Handler
 	metrics *Metrics
 	now     func() time.Time
-
-	mu      sync.Mutex
-	started map[string]time.Time // ADD in progress, by pod UID
 }
 
 var _ cni.Handler = (*measuredHandler)(nil)
@@ -41,46 +32,16 @@ func (m *Metrics) cniHandler(h cni.Handler) cni.Handler {
 	if m == nil {
 		return h
 	}
-	return &measuredHandler{next: h, metrics: m, now: time.Now, started: map[string]time.Time{}}
+	return &measuredHandler{next: h, metrics: m, now: time.Now}
 }
 
-func (h *measuredHandler) PodNetwork(ctx context.Context, pod cni.PodRef) (*cni.PodNetworkConfig, error) {
+func (h *measuredHandler) Add(ctx context.Context, req cni.AddRequest) (*cni.PodNetworkConfig, error) {
 	start := h.now()
-	cfg, err := h.next.PodNetwork(ctx, pod)
-	if err != nil {
-		h.addDone(start, err) // the ADD ends here
-		return cfg, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for uid, t := range h.started {
-		if start.Sub(t) > abandonedAfter {
-			delete(h.started, uid)
-		}
-	}
-	h.started[pod.UID] = start
-	return cfg, nil
-}
-
-func (h *measuredHandler) Attach(ctx context.Context, req cni.AttachRequest) error {
-	attachStart := h.now()
-	err := h.next.Attach(ctx, req)
-	h.mu.Lock()
-	start, ok := h.started[req.Pod.UID]
-	delete(h.started, req.Pod.UID)
-	h.mu.Unlock()
-	if !ok {
-		start = attachStart // the network config was asked before a restart: time the attach
-	}
-	h.addDone(start, err)
-	return err
-}
-
-func (h *measuredHandler) addDone(start time.Time, err error) {
+	cfg, err := h.next.Add(ctx, req)
 	h.metrics.cniRequest(verbAdd, err)
 	h.metrics.podSetupDone(h.now().Sub(start), err)
+	return cfg, err
 }
-
 func (h *measuredHandler) Detach(ctx context.Context, req cni.DetachRequest) error {
 	err := h.next.Detach(ctx, req)
 	h.metrics.cniRequest(verbDel, err)

@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/agent/podaddr"
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
@@ -50,7 +52,11 @@ type PodPorts struct {
 	pods   corelisters.PodLister
 	mtu    int
 	netdev bool
-	wait   time.Duration
+	// book hands out the pods' addresses from the node's blocks (pods_addresses.go).
+	book *podaddr.Book
+	// events records the Events of full blocks (nil: none); node is this node's name.
+	events record.EventRecorder
+	node   string
 	// policyWait bounds the wait for a new pod's NetworkPolicy (when enabled).
 	policyWait time.Duration
 	readiness  func() error
@@ -68,63 +74,104 @@ type PodPorts struct {
 
 var _ cni.Handler = (*PodPorts)(nil)
 
-// PodNetwork returns the addresses kovs-controller allocated to the pod, waiting for them
-// for a bounded time.
-func (p *PodPorts) PodNetwork(ctx context.Context, ref cni.PodRef) (*cni.PodNetworkConfig, error) {
+// Add allocates the pod's addresses and MAC from the node's blocks (those the pod of
+// that UID already holds, after a retried ADD), plugs the pod's host veth end into
+// br-int keyed by the pod's identity, and returns the config of the pod end once the
+// pod's flows are installed and, with NetworkPolicy, once the policy that selects the pod
+// is: until then the pod's port is closed (see waitForPolicy). Nothing on its path asks
+// the API server. Addresses it handed out are released again when it fails before the
+// port is plugged; after that, kovs-cni's undo (a detach) releases them with the port.
+func (p *PodPorts) Add(ctx context.Context, req cni.AddRequest) (*cni.PodNetworkConfig, error) {
 	if err := p.readiness(); err != nil {
 		return nil, cni.Errorf(cni.CodeTryAgainLater, "kovs-agent is not ready: %v", err)
 	}
-	deadline := time.Now().Add(p.wait)
-	for {
-		network, err := p.podNetwork(ref)
-		if err == nil {
-			err = ownRecord(ref, ref.UID, network)
+	start := time.Now()
+	// One step from the addresses to the port in the state: a DEL of the pod's earlier
+	// sandbox never releases addresses this ADD is plugging.
+	p.attachMu.Lock()
+	network, fresh, err := p.allocate(ctx, req.Pod)
+	if err != nil {
+		p.attachMu.Unlock()
+		return nil, err
+	}
+	allocated := time.Now()
+	attach := attachRequestOf(req, network)
+	port, err := podPort(attach)
+	if err == nil {
+		port.OFPort = validationOFPort // the real number comes from OVS below
+		err = p.state.ValidatePod(port)
+	}
+	if err != nil {
+		p.releaseFresh(req.Pod, fresh)
+		p.attachMu.Unlock()
+		return nil, cni.Errorf(cni.CodeInvalidConfig, "pod %s cannot be attached to this node: %v", req.Pod, err)
+	}
+	gen, ofport, err := p.plug(ctx, attach, port)
+	if err != nil {
+		p.releaseFresh(req.Pod, fresh)
+	}
+	p.attachMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	plugged := time.Now()
+	if err := p.syncer.WaitFor(ctx, gen); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", req.Pod, err)
+	}
+	synced := time.Now()
+	if err := p.waitForPolicy(ctx, req.Pod); err != nil {
+		return nil, err
+	}
+	// Where an ADD spends its time: the addresses, the port (OVSDB and ovs-vswitchd), the
+	// pod's flows (the flow sync), its NetworkPolicy's flows.
+	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).
+		WithField("ips", network.IPs()).
+		WithField("addresses-took", allocated.Sub(start).Round(10*time.Microsecond)).
+		WithField("port-took", plugged.Sub(allocated).Round(10*time.Microsecond)).
+		WithField("flows-took", synced.Sub(plugged).Round(10*time.Microsecond)).
+		WithField("policy-took", time.Since(synced).Round(10*time.Microsecond)).Info("pod attached")
+	return p.configOf(network), nil
+}
+
+// allocate returns the pod's network from the node's blocks; fresh says whether this call
+// handed the addresses out (false: the pod of that UID held them already).
+func (p *PodPorts) allocate(ctx context.Context, pod cni.PodRef) (ipam.PodNetwork, bool, error) {
+	held := len(p.book.Lookup(pod.UID)) > 0
+	addrs, err := p.book.Allocate(ctx, pod.UID)
+	if err != nil {
+		if errors.Is(err, ipam.ErrExhausted) {
+			p.addressesExhausted(pod, err)
+			return ipam.PodNetwork{}, false, cni.Errorf(cni.CodeTryAgainLater, "no address for pod %s: %v", pod, err)
 		}
-		if err == nil {
-			if name, holder, ip, held := addressHolder(p.state.Pods(), "", ref.UID, network.IPs()); held {
-				err = fmt.Errorf("address %s is held by port %s of pod %s (UID %s) on this node", ip, name, holder, holder.UID)
-			}
+		return ipam.PodNetwork{}, false, cni.Errorf(cni.CodeTryAgainLater, "allocate the addresses of pod %s: %v", pod, err)
+	}
+	network, err := ipam.NewPodNetwork(addrs)
+	if err != nil {
+		if !held {
+			p.book.Release(pod.UID)
 		}
-		if err == nil {
-			return p.configOf(network), nil
-		}
-		var permanent *cni.Error
-		if errors.As(err, &permanent) {
-			return nil, permanent
-		}
-		if time.Now().After(deadline) {
-			return nil, cni.Errorf(cni.CodeTryAgainLater,
-				"no address allocated yet for pod %s after %s: is kovs-controller running? (%v)", ref, p.wait, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, cni.Errorf(cni.CodeTryAgainLater, "no address allocated yet for pod %s: %v", ref, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return ipam.PodNetwork{}, false, cni.Errorf(cni.CodeInternal, "pod %s: %v", pod, err)
+	}
+	network.UID = pod.UID
+	return network, !held, nil
+}
+
+// releaseFresh gives back the addresses an Add handed out when it failed before the
+// pod's port held them. Called with attachMu held.
+func (p *PodPorts) releaseFresh(pod cni.PodRef, fresh bool) {
+	if fresh && !p.portsHold(pod.UID, "") {
+		p.book.Release(pod.UID)
 	}
 }
 
-func (p *PodPorts) podNetwork(ref cni.PodRef) (ipam.PodNetwork, error) {
-	pod, err := p.pods.Pods(ref.Namespace).Get(ref.Name)
-	if apierrors.IsNotFound(err) {
-		return ipam.PodNetwork{}, fmt.Errorf("pod %s not known to this node's agent yet", ref)
+// attachRequestOf is the port the agent plugs for an ADD with the pod's network.
+func attachRequestOf(req cni.AddRequest, n ipam.PodNetwork) cni.AttachRequest {
+	attach := cni.AttachRequest{ContainerID: req.ContainerID, Netns: req.Netns, IfName: req.IfName, Pod: req.Pod,
+		HostIfName: req.HostIfName, MAC: n.MAC.String()}
+	for _, a := range n.Addresses {
+		attach.IPs = append(attach.IPs, cni.IPConfig{Address: a.Address.String(), Gateway: a.Gateway.String()})
 	}
-	if err != nil {
-		return ipam.PodNetwork{}, err
-	}
-	if ref.UID != "" && string(pod.UID) != ref.UID {
-		return ipam.PodNetwork{}, cni.Errorf(cni.CodeInvalidConfig, "pod %s has UID %s, the runtime asked for %s (a deleted pod?)",
-			ref, pod.UID, ref.UID)
-	}
-	value, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]
-	if !ok {
-		return ipam.PodNetwork{}, fmt.Errorf("pod %s has no %s annotation", ref, ipam.PodNetworkAnnotationKey)
-	}
-	network, err := ipam.ParsePodNetwork(value)
-	if err != nil {
-		return ipam.PodNetwork{}, cni.Errorf(cni.CodeInvalidConfig, "pod %s: %v", ref, err)
-	}
-	return network, nil
+	return attach
 }
 
 func (p *PodPorts) configOf(n ipam.PodNetwork) *cni.PodNetworkConfig {
@@ -135,44 +182,7 @@ func (p *PodPorts) configOf(n ipam.PodNetwork) *cni.PodNetworkConfig {
 	return cfg
 }
 
-// Attach plugs the pod's host veth end into br-int, keyed by the pod's identity, and
-// returns once the pod's flows are installed and, with NetworkPolicy, once the policy that
-// selects the pod is: until then the pod's port is closed (see waitForPolicy).
-func (p *PodPorts) Attach(ctx context.Context, req cni.AttachRequest) error {
-	port, err := podPort(req)
-	if err != nil {
-		return cni.Errorf(cni.CodeInvalidConfig, "attach %s: %v", req.Pod, err)
-	}
-	port.OFPort = validationOFPort // the real number comes from OVS below
-	if err := p.state.ValidatePod(port); err != nil {
-		return cni.Errorf(cni.CodeInvalidConfig, "pod %s cannot be attached to this node: %v", req.Pod, err)
-	}
-	start := time.Now()
-	p.attachMu.Lock()
-	gen, ofport, err := p.plug(ctx, req, port)
-	p.attachMu.Unlock()
-	if err != nil {
-		return err
-	}
-	plugged := time.Now()
-	if err := p.syncer.WaitFor(ctx, gen); err != nil {
-		return fmt.Errorf("pod %s: %w", req.Pod, err)
-	}
-	synced := time.Now()
-	if err := p.waitForPolicy(ctx, req.Pod); err != nil {
-		return err
-	}
-	// Where an attach spends its time: the port (OVSDB and ovs-vswitchd), the pod's flows
-	// (the flow sync), its NetworkPolicy's flows.
-	log.WithField("pod", req.Pod.String()).WithField("ofport", ofport).WithField("port", req.HostIfName).
-		WithField("port-took", plugged.Sub(start).Round(10*time.Microsecond)).
-		WithField("flows-took", synced.Sub(plugged).Round(10*time.Microsecond)).
-		WithField("policy-took", time.Since(synced).Round(10*time.Microsecond)).Info("pod attached")
-	return nil
-}
-
-// plug checks the request against what kovs-controller allocated (checkAttach), adds the
-// port to br-int and puts the pod in the desired state; it returns the state's generation
+// plug makes room for the port (checkAttach), adds it to br-int and puts the pod in the desired state; it returns the state's generation
 // that has the pod. Called with attachMu held.
 func (p *PodPorts) plug(ctx context.Context, req cni.AttachRequest, port pipeline.PodPort) (gen uint64, ofport uint32, err error) {
 	if err := p.checkAttach(ctx, req, port); err != nil {
@@ -202,7 +212,7 @@ func (p *PodPorts) Detach(ctx context.Context, req cni.DetachRequest) error {
 		if port.ExternalIDs[extIfName] != "" && port.ExternalIDs[extIfName] != req.IfName {
 			continue
 		}
-		if err := p.removePort(ctx, port.Name); err != nil {
+		if err := p.removePort(ctx, port.Name, port.ExternalIDs[extUID], true); err != nil {
 			return err
 		}
 		log.WithField("pod", port.ExternalIDs[extNamespace]+"/"+port.ExternalIDs[extName]).WithField("port", port.Name).Info("pod detached")
@@ -211,8 +221,26 @@ func (p *PodPorts) Detach(ctx context.Context, req cni.DetachRequest) error {
 }
 
 // removePort deletes the pod's flows first (so no flow ever points at a reused ofport),
-// then the port.
-func (p *PodPorts) removePort(ctx context.Context, name string) error {
+// then the port. With release, the addresses of the port's pod (uid) go back to the
+// node's blocks once no other port of that pod holds them; a port removed to make room
+// for the same pod's new sandbox keeps them (release false).
+func (p *PodPorts) removePort(ctx context.Context, name, uid string, release bool) error {
+	if err := p.unplug(ctx, name); err != nil {
+		return err
+	}
+	if release && uid != "" {
+		p.attachMu.Lock()
+		defer p.attachMu.Unlock()
+		if !p.portsHold(uid, "") {
+			if ips := p.book.Release(uid); len(ips) > 0 {
+				log.WithField("port", name).WithField("uid", uid).WithField("ips", ips).Debug("pod addresses released")
+			}
+		}
+	}
+	return nil
+}
+
+func (p *PodPorts) unplug(ctx context.Context, name string) error {
 	p.bandwidthMu.Lock()
 	defer p.bandwidthMu.Unlock()
 	pp, had := p.state.Pods()[name]
@@ -228,6 +256,17 @@ func (p *PodPorts) removePort(ctx context.Context, name string) error {
 		}
 	}
 	return p.store.DeletePort(ctx, p.bridge, name)
+}
+
+// portsHold reports whether a port of the pod of uid other than except is in the desired
+// state.
+func (p *PodPorts) portsHold(uid, except string) bool {
+	for name, pp := range p.state.Pods() {
+		if name != except && pp.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // Check verifies that the pod's port is on br-int and its flows are installed.
@@ -282,7 +321,7 @@ func (p *PodPorts) GC(ctx context.Context, valid []cni.Attachment) error {
 			refused = append(refused, fmt.Sprintf("%s (port %s)", pod, port.Name))
 			continue
 		}
-		if err := p.removePort(ctx, port.Name); err != nil {
+		if err := p.removePort(ctx, port.Name, port.ExternalIDs[extUID], true); err != nil {
 			errs = append(errs, err)
 		} else {
 			log.WithField("port", port.Name).WithField("sandbox", port.ExternalIDs[extSandbox]).Info("garbage-collected stale pod port")
@@ -374,6 +413,7 @@ func (p *PodPorts) staleness(port ovs.PortInfo) (string, error) {
 
 // removeStalePorts deletes the ports restore found stale. Their flows, which the previous
 // incarnation installed, are gone with the first sync, so no flow points at their ofports.
+// (Their addresses went back to the node's blocks when the address book opened.)
 func (p *PodPorts) removeStalePorts(ctx context.Context, stale []ovs.PortInfo) error {
 	var errs []error
 	for _, port := range stale {
@@ -381,6 +421,7 @@ func (p *PodPorts) removeStalePorts(ctx context.Context, stale []ovs.PortInfo) e
 			errs = append(errs, fmt.Errorf("remove stale pod port %s: %w", port.Name, err))
 			continue
 		}
+
 		log.WithField("port", port.Name).WithField("pod", port.ExternalIDs[extNamespace]+"/"+port.ExternalIDs[extName]).
 			Info("stale pod port removed")
 	}

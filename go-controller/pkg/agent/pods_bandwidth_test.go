@@ -101,18 +101,17 @@ func TestRestoreKeepsTheMeters(t *testing.T) {
 	if err := store.EnsureBridge(ctx, ovs.BridgeSpec{Name: "br-int", DatapathType: ovs.DatapathNetdev}); err != nil {
 		t.Fatal(err)
 	}
-	req := attachC()
+	req := attachOf("c", 12)
 	ofport, err := store.EnsurePort(ctx, "br-int", ovs.PortSpec{Name: req.HostIfName, ExternalIDs: portIDs(req)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := recordedPods(t, recorded{"c", 12, "uid-c"})
+	pods := podsOnNode(t, "c")
 	pod, err := pods.Pods("x").Get("c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Annotations[bandwidth.EgressAnnotation] = "5M"
-	pod.Annotations[bandwidth.IngressAnnotation] = "7M"
+	pod.Annotations = map[string]string{bandwidth.EgressAnnotation: "5M", bandwidth.IngressAnnotation: "7M"}
 	state := NewNodeState(1, nil)
 	state.SetNode(testNodeConfig())
 	meters := ovsfake.NewOpenFlow()
@@ -179,13 +178,13 @@ func attachLimitedC(t *testing.T, meters ovs.MeterClient) (*attachRig, *corev1.P
 	r.ports.meters = meters
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	r.ports.pods = podsOnNode(t, "c")
 	pod, err := r.ports.pods.Pods("x").Get("c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Annotations[bandwidth.IngressAnnotation] = "10M"
-	pod.Annotations[bandwidth.EgressAnnotation] = "20M"
-	if err := r.ports.Attach(ctx, attachC()); err != nil {
+	pod.Annotations = map[string]string{bandwidth.IngressAnnotation: "10M", bandwidth.EgressAnnotation: "20M"}
+	if _, err := r.ports.Add(ctx, addC()); err != nil {
 		t.Fatal(err)
 	}
 	return r, pod

@@ -3,11 +3,17 @@ package agent
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/agent/podaddr"
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
@@ -36,18 +42,38 @@ func newAttachRig(t *testing.T, policyWait time.Duration) *attachRig {
 		}
 	}
 	ports := &PodPorts{bridge: "br-int", store: store, state: r.state, syncer: r.syncer, policyWait: policyWait,
-		readiness: func() error { return nil }, wait: time.Second,
-		pods: recordedPods(t, recorded{"a", 10, "uid-a"}, recorded{"b", 11, "uid-b"}, recorded{"c", 12, "uid-c"})}
+		readiness: func() error { return nil }, book: testBook(t, store, r.state),
+		pods: corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))}
 	if err := r.sink.Snapshot(startShare()); err != nil { // lists x/a and x/b, not x/c
 		t.Fatal(err)
 	}
 	return &attachRig{policyRig: r, ports: ports}
 }
 
-func attachC() cni.AttachRequest {
-	return cni.AttachRequest{ContainerID: "sandbox-c", Netns: "/var/run/netns/c", IfName: "eth0",
-		Pod: cni.PodRef{Namespace: "x", Name: "c", UID: "uid-c"}, HostIfName: "veth-c", MAC: "0a:58:0a:f4:01:0c",
-		IPs: []cni.IPConfig{{Address: "10.244.1.12/24", Gateway: "10.244.1.1"}}}
+// addC is the CNI ADD of pod x/c; the rig's book hands it 10.244.1.12 (a and b hold .10
+// and .11).
+func addC() cni.AddRequest {
+	return cni.AddRequest{ContainerID: "sandbox-c", Netns: "/var/run/netns/c", IfName: "eth0",
+		Pod: cni.PodRef{Namespace: "x", Name: "c", UID: "uid-c"}, HostIfName: "veth-c"}
+}
+
+// testBook is the address book of the rig's node (block 10.244.1.0/24) holding what the
+// state's pods hold, its high water kept in store's br-int.
+func testBook(t *testing.T, store ovs.BridgeStore, state *NodeState) *podaddr.Book {
+	t.Helper()
+	book, err := podaddr.New("node-1", []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, ipam.PoolOptions{},
+		bridgeHighWater{store: store, bridge: "br-int"}, blockSizeFlags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records []podaddr.Record
+	for name, pp := range state.Pods() {
+		records = append(records, podaddr.Record{Port: name, UID: pp.UID, IPs: pp.IPs})
+	}
+	if err := book.Restore(records, nil); err != nil {
+		t.Fatal(err)
+	}
+	return book
 }
 
 // hasPolicyFlow reports whether the switch has a policy flow of kind for ofport.
@@ -61,15 +87,15 @@ func (r *attachRig) hasPolicyFlow(kind pipeline.PolicyKind, ofport uint32) bool 
 	return false
 }
 
-// TestAttachWaitsForThePodsPolicy: CNI ADD of a pod the share does not list yet returns
+// TestAddWaitsForThePodsPolicy: CNI ADD of a pod the share does not list yet returns
 // only once a delta lists it and its flows are installed; meanwhile the pod's port is
 // closed by the pending deny, which then gives way to its policy.
-func TestAttachWaitsForThePodsPolicy(t *testing.T) {
+func TestAddWaitsForThePodsPolicy(t *testing.T) {
 	r := newAttachRig(t, 10*time.Second)
 	done := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	go func() { done <- r.ports.Attach(ctx, attachC()) }()
+	go func() { done <- addErr(r.ports.Add(ctx, addC())) }()
 	var ofport uint32
 	waitUntil(t, "the new pod's pending deny is installed", func() bool {
 		ofport = r.state.Pods()["veth-c"].OFPort
@@ -77,7 +103,7 @@ func TestAttachWaitsForThePodsPolicy(t *testing.T) {
 	})
 	select {
 	case err := <-done:
-		t.Fatalf("Attach returned (%v) before the pod's policy arrived", err)
+		t.Fatalf("Add returned (%v) before the pod's policy arrived", err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	if err := r.sink.Delta(deltas()[0]); err != nil { // lists x/c, isolates it for ingress
@@ -86,46 +112,49 @@ func TestAttachWaitsForThePodsPolicy(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("Attach: %v", err)
+			t.Fatalf("Add: %v", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Attach did not return after the pod's policy arrived")
+		t.Fatal("Add did not return after the pod's policy arrived")
 	}
 	if r.hasPolicyFlow(pipeline.PolicyKindPending, ofport) || !r.hasPolicyFlow(pipeline.PolicyKindIngressDeny, ofport) {
-		t.Error("when Attach returned, the pod's flows were not its policy's")
+		t.Error("when Add returned, the pod's flows were not its policy's")
 	}
 }
 
-// TestAttachTimesOutWithoutPolicy: when the pod's policy does not arrive in time, CNI ADD
+// TestAddTimesOutWithoutPolicy: when the pod's policy does not arrive in time, CNI ADD
 // fails with "try again later" and a message that names kovs-controller.
-func TestAttachTimesOutWithoutPolicy(t *testing.T) {
+func TestAddTimesOutWithoutPolicy(t *testing.T) {
 	r := newAttachRig(t, 300*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := r.ports.Attach(ctx, attachC())
+	err := addErr(r.ports.Add(ctx, addC()))
 	var cniErr *cni.Error
 	if !errors.As(err, &cniErr) || cniErr.Code != cni.CodeTryAgainLater ||
 		!strings.Contains(cniErr.Msg, "NetworkPolicy for pod x/c") || !strings.Contains(cniErr.Msg, "kovs-controller") {
-		t.Fatalf("Attach error = %#v, want code %d about the pod's NetworkPolicy and kovs-controller", err, cni.CodeTryAgainLater)
+		t.Fatalf("Add error = %#v, want code %d about the pod's NetworkPolicy and kovs-controller", err, cni.CodeTryAgainLater)
 	}
 	if ofport := r.state.Pods()["veth-c"].OFPort; !r.hasPolicyFlow(pipeline.PolicyKindPending, ofport) {
 		t.Error("the pod whose policy never came is not closed")
 	}
 }
 
-// TestAttachWithoutPolicyDoesNotWait: with NetworkPolicy disabled, Attach returns once the
+// TestAddWithoutPolicyDoesNotWait: with NetworkPolicy disabled, Attach returns once the
 // pod's flows are in.
-func TestAttachWithoutPolicyDoesNotWait(t *testing.T) {
+func TestAddWithoutPolicyDoesNotWait(t *testing.T) {
 	r := newAttachRig(t, time.Hour)
 	r.state.mu.Lock()
 	r.state.policy = nil // as if no PolicyFeed were configured
 	r.state.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.ports.Attach(ctx, attachC()); err != nil {
+	if err := addErr(r.ports.Add(ctx, addC())); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// addErr keeps Add's error.
+func addErr(_ *cni.PodNetworkConfig, err error) error { return err }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

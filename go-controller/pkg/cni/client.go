@@ -13,12 +13,11 @@ import (
 // The protocol's endpoints. Requests and answers are JSON; a failed call answers a
 // non-2xx status with an Error.
 const (
-	pathPodNetwork = "/v1/pod-network"
-	pathAttach     = "/v1/attach"
-	pathDetach     = "/v1/detach"
-	pathCheck      = "/v1/check"
-	pathGC         = "/v1/gc"
-	pathStatus     = "/v1/status"
+	pathAdd    = "/v1/add"
+	pathDetach = "/v1/detach"
+	pathCheck  = "/v1/check"
+	pathGC     = "/v1/gc"
+	pathStatus = "/v1/status"
 )
 
 // maxBodyBytes bounds requests and answers (a GC list of 10,000 sandboxes is ~1 MB).
@@ -47,21 +46,18 @@ func NewClient(socketPath string) *Client {
 	return &Client{http: &http.Client{Transport: transport}}
 }
 
-// PodNetwork asks for the pod's network config and checks it can be configured.
-func (c *Client) PodNetwork(ctx context.Context, pod PodRef) (*PodNetworkConfig, error) {
+// Add asks the agent for the pod's network: it allocates the pod's addresses and MAC,
+// plugs the host end into br-int and answers, with the config the pod end gets, once
+// the pod's flows (and policy) are installed. The answer is checked before it is used.
+func (c *Client) Add(ctx context.Context, req AddRequest) (*PodNetworkConfig, error) {
 	var cfg PodNetworkConfig
-	if err := c.call(ctx, http.MethodPost, pathPodNetwork, pod, &cfg); err != nil {
+	if err := c.call(ctx, http.MethodPost, pathAdd, req, &cfg); err != nil {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, Errorf(CodeInternal, "kovs-agent sent an unusable network config for pod %s: %w", pod, err)
+		return nil, Errorf(CodeInternal, "kovs-agent sent an unusable network config for pod %s: %w", req.Pod, err)
 	}
 	return &cfg, nil
-}
-
-// Attach asks the agent to plug the pod's host veth end into br-int.
-func (c *Client) Attach(ctx context.Context, req AttachRequest) error {
-	return c.call(ctx, http.MethodPost, pathAttach, req, nil)
 }
 
 // Detach asks the agent to remove the sandbox's port.

@@ -25,14 +25,13 @@ func (statusRequest) Validate() error { return nil }
 func (s *Server) routes() http.Handler {
 	h := s.handler
 	mux := http.NewServeMux()
-	mux.Handle("POST "+pathPodNetwork, endpoint(s, "pod-network", func(ctx context.Context, pod PodRef) (any, error) {
-		cfg, err := h.PodNetwork(ctx, pod)
+	mux.Handle("POST "+pathAdd, endpoint(s, "add", func(ctx context.Context, req AddRequest) (any, error) {
+		cfg, err := h.Add(ctx, req)
 		if err == nil && cfg == nil {
-			err = Errorf(CodeInternal, "kovs-agent has no network config for pod %s and no error", pod)
+			err = Errorf(CodeInternal, "kovs-agent has no network config for pod %s and no error", req.Pod)
 		}
 		return cfg, err
 	}))
-	mux.Handle("POST "+pathAttach, endpoint(s, "attach", noAnswer(h.Attach)))
 	mux.Handle("POST "+pathDetach, endpoint(s, "detach", noAnswer(h.Detach)))
 	mux.Handle("POST "+pathCheck, endpoint(s, "check", noAnswer(h.Check)))
 	mux.Handle("POST "+pathGC, endpoint(s, "gc", func(ctx context.Context, r GCRequest) (any, error) {
@@ -107,7 +106,7 @@ func safeCall[Req request](ctx context.Context, op string, req Req, call func(co
 }
 
 // logFailure logs a failed request: at Info when the plugin is told to try again later
-// (expected while a pod's addresses are being allocated), else at Warn.
+// (expected while the agent starts or a pod's policy is on its way), else at Warn.
 func logFailure(log logrus.FieldLogger, e *Error) {
 	entry := log.WithField("code", e.Code).WithError(e)
 	if e.Details != "" {
@@ -123,8 +122,8 @@ func logFailure(log logrus.FieldLogger, e *Error) {
 // requestFields are the log fields that say which pod or sandbox a request is about.
 func requestFields(req any) logrus.Fields {
 	switch r := req.(type) {
-	case PodRef:
-		return logrus.Fields{"pod": r.String()}
+	case AddRequest:
+		return logrus.Fields{"pod": r.Pod.String(), "container": r.ContainerID, "port": r.HostIfName}
 	case AttachRequest:
 		return logrus.Fields{"pod": r.Pod.String(), "container": r.ContainerID, "port": r.HostIfName}
 	case DetachRequest:

@@ -17,8 +17,8 @@ import (
 
 // fakeHandler answers with its fields and records what it was asked.
 type fakeHandler struct {
-	podNetwork func(context.Context, PodRef) (*PodNetworkConfig, error)
-	err        error // answer of the other methods
+	add func(context.Context, AddRequest) (*PodNetworkConfig, error)
+	err error // answer of the other methods
 
 	mu    sync.Mutex
 	calls []any
@@ -36,14 +36,12 @@ func (h *fakeHandler) recorded() []any {
 	return append([]any(nil), h.calls...)
 }
 
-func (h *fakeHandler) PodNetwork(ctx context.Context, pod PodRef) (*PodNetworkConfig, error) {
-	h.record(pod)
-	return h.podNetwork(ctx, pod)
-}
-
-func (h *fakeHandler) Attach(_ context.Context, req AttachRequest) error {
+func (h *fakeHandler) Add(ctx context.Context, req AddRequest) (*PodNetworkConfig, error) {
 	h.record(req)
-	return h.err
+	if h.add == nil {
+		return nil, h.err
+	}
+	return h.add(ctx, req)
 }
 
 func (h *fakeHandler) Detach(_ context.Context, req DetachRequest) error {
@@ -79,6 +77,11 @@ func testConfig() *PodNetworkConfig {
 		MTU:                      1450,
 		DisableTxChecksumOffload: true,
 	}
+}
+
+func testAdd() AddRequest {
+	a := testAttach()
+	return AddRequest{ContainerID: a.ContainerID, Netns: a.Netns, IfName: a.IfName, Pod: a.Pod, HostIfName: a.HostIfName}
 }
 
 func testAttach() AttachRequest {
@@ -124,21 +127,20 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	h := &fakeHandler{podNetwork: func(context.Context, PodRef) (*PodNetworkConfig, error) { return testConfig(), nil }}
+	h := &fakeHandler{add: func(context.Context, AddRequest) (*PodNetworkConfig, error) { return testConfig(), nil }}
 	c, _ := serve(t, h)
 	ctx := context.Background()
 
-	cfg, err := c.PodNetwork(ctx, testPod)
+	cfg, err := c.Add(ctx, testAdd())
 	if err != nil {
-		t.Fatalf("PodNetwork: %v", err)
+		t.Fatalf("Add: %v", err)
 	}
 	if !reflect.DeepEqual(cfg, testConfig()) {
-		t.Errorf("PodNetwork = %+v, want %+v", cfg, testConfig())
+		t.Errorf("Add = %+v, want %+v", cfg, testConfig())
 	}
 	detach := DetachRequest{ContainerID: "4f1c2a9b7e3d0c5a", IfName: "eth0"}
 	valid := []Attachment{{ContainerID: "4f1c2a9b7e3d0c5a", IfName: "eth0"}}
 	for name, call := range map[string]func() error{
-		"attach": func() error { return c.Attach(ctx, testAttach()) },
 		"detach": func() error { return c.Detach(ctx, detach) },
 		"check":  func() error { return c.Check(ctx, testAttach()) },
 		"gc":     func() error { return c.GC(ctx, valid) },
@@ -149,7 +151,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	got := h.recorded()
-	for _, want := range []any{testPod, testAttach(), detach, valid, "status"} {
+	for _, want := range []any{testAdd(), testAttach(), detach, valid, "status"} {
 		if !containsDeep(got, want) {
 			t.Errorf("handler was not called with %+v; calls: %+v", want, got)
 		}
@@ -196,9 +198,9 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 		wantDetails string
 	}{{
 		name:        "coded",
-		err:         Errorf(CodeTryAgainLater, "no address allocated yet for pod %s after 30s", testPod).WithDetails("is kovs-controller running?"),
+		err:         Errorf(CodeTryAgainLater, "NetworkPolicy for pod %s has not arrived", testPod).WithDetails("is kovs-controller running?"),
 		wantCode:    CodeTryAgainLater,
-		wantMsg:     "no address allocated yet for pod default/web after 30s",
+		wantMsg:     "NetworkPolicy for pod default/web has not arrived",
 		wantDetails: "is kovs-controller running?",
 	}, {
 		name:     "wrapped coded",
@@ -218,13 +220,13 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := serve(t, &fakeHandler{err: tc.err})
-			err := c.Attach(context.Background(), testAttach())
+			_, err := c.Add(context.Background(), testAdd())
 			var e *Error
 			if !errors.As(err, &e) {
-				t.Fatalf("Attach error = %v (%T), want *Error", err, err)
+				t.Fatalf("Add error = %v (%T), want *Error", err, err)
 			}
 			if e.Code != tc.wantCode || e.Msg != tc.wantMsg || e.Details != tc.wantDetails {
-				t.Errorf("Attach error = %+v, want code %d msg %q details %q", e, tc.wantCode, tc.wantMsg, tc.wantDetails)
+				t.Errorf("Add error = %+v, want code %d msg %q details %q", e, tc.wantCode, tc.wantMsg, tc.wantDetails)
 			}
 		})
 	}
@@ -233,11 +235,11 @@ func TestErrorsCrossTheSocket(t *testing.T) {
 func TestInvalidRequestsNeverReachTheHandler(t *testing.T) {
 	h := &fakeHandler{}
 	c, _ := serve(t, h)
-	bad := testAttach()
+	bad := testAdd()
 	bad.HostIfName = ""
-	err := c.Attach(context.Background(), bad)
+	_, err := c.Add(context.Background(), bad)
 	if e := AsError(err); e.Code != CodeInvalidConfig || !strings.Contains(e.Msg, "hostIfName") {
-		t.Errorf("Attach without hostIfName = %v, want code 7 naming hostIfName", err)
+		t.Errorf("Add without hostIfName = %v, want code 7 naming hostIfName", err)
 	}
 	if err := c.Detach(context.Background(), DetachRequest{IfName: "eth0"}); AsError(err).Code != CodeInvalidConfig {
 		t.Errorf("Detach without containerID = %v, want code 7", err)
@@ -247,25 +249,25 @@ func TestInvalidRequestsNeverReachTheHandler(t *testing.T) {
 	}
 }
 
-func TestUnusablePodNetworkIsAnError(t *testing.T) {
-	h := &fakeHandler{podNetwork: func(context.Context, PodRef) (*PodNetworkConfig, error) {
+func TestUnusableNetworkConfigIsAnError(t *testing.T) {
+	h := &fakeHandler{add: func(context.Context, AddRequest) (*PodNetworkConfig, error) {
 		cfg := testConfig()
 		cfg.MTU = 0
 		return cfg, nil
 	}}
 	c, _ := serve(t, h)
-	_, err := c.PodNetwork(context.Background(), testPod)
+	_, err := c.Add(context.Background(), testAdd())
 	if e := AsError(err); e.Code != CodeInternal || !strings.Contains(e.Msg, "MTU 0") {
-		t.Errorf("PodNetwork = %v, want code 999 about the MTU", err)
+		t.Errorf("Add = %v, want code 999 about the MTU", err)
 	}
 }
 
 func TestHandlerPanicIsAnAnswer(t *testing.T) {
-	h := &fakeHandler{podNetwork: func(context.Context, PodRef) (*PodNetworkConfig, error) { panic("boom") }}
+	h := &fakeHandler{add: func(context.Context, AddRequest) (*PodNetworkConfig, error) { panic("boom") }}
 	c, _ := serve(t, h)
-	_, err := c.PodNetwork(context.Background(), testPod)
+	_, err := c.Add(context.Background(), testAdd())
 	if e := AsError(err); e.Code != CodeInternal || !strings.Contains(e.Msg, "panic: boom") {
-		t.Errorf("PodNetwork = %v, want code 999 with the panic", err)
+		t.Errorf("Add = %v, want code 999 with the panic", err)
 	}
 }
 
@@ -307,15 +309,15 @@ func staleSocket(t *testing.T, path string) {
 }
 
 func TestDeadlineIsTryAgainLater(t *testing.T) {
-	h := &fakeHandler{podNetwork: func(ctx context.Context, _ PodRef) (*PodNetworkConfig, error) {
+	h := &fakeHandler{add: func(ctx context.Context, _ AddRequest) (*PodNetworkConfig, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
 	c, _ := serve(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := c.PodNetwork(ctx, testPod)
+	_, err := c.Add(ctx, testAdd())
 	if e := AsError(err); e.Code != CodeTryAgainLater || errors.Is(err, ErrAgentUnreachable) {
-		t.Errorf("PodNetwork past its deadline = %v, want code 11 (and not unreachable)", err)
+		t.Errorf("Add past its deadline = %v, want code 11 (and not unreachable)", err)
 	}
 }

@@ -60,7 +60,7 @@ func TestNotASocketIsNotTaken(t *testing.T) {
 func TestServeStopsAndRemovesSocket(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cni.sock")
 	started := make(chan struct{})
-	h := &fakeHandler{podNetwork: func(ctx context.Context, _ PodRef) (*PodNetworkConfig, error) {
+	h := &fakeHandler{add: func(ctx context.Context, _ AddRequest) (*PodNetworkConfig, error) {
 		close(started)
 		<-ctx.Done()
 		return nil, Errorf(CodeTryAgainLater, "kovs-agent is stopping: %w", ctx.Err())
@@ -74,7 +74,7 @@ func TestServeStopsAndRemovesSocket(t *testing.T) {
 	go func() { served <- srv.Serve(ctx) }()
 	answered := make(chan error, 1)
 	go func() {
-		_, err := NewClient(path).PodNetwork(context.Background(), testPod)
+		_, err := NewClient(path).Add(context.Background(), testAdd())
 		answered <- err
 	}()
 	<-started

@@ -71,8 +71,30 @@ type PodNetworkConfig struct {
 	DisableTxChecksumOffload bool `json:"disableTxChecksumOffload,omitempty"`
 }
 
-// AttachRequest asks the agent to plug a pod's host veth end into br-int (Attach) or to
-// verify that it is (Check).
+// AddRequest is CNI ADD as kovs-cni passes it to the agent, with the veth created: the
+// agent allocates the pod's addresses and MAC, adds HostIfName to br-int as the pod's
+// port and answers with what the pod end must be configured with.
+type AddRequest struct {
+	ContainerID string `json:"containerID"`
+	// Netns is the path of the pod's network namespace, as the runtime passed it.
+	Netns string `json:"netns"`
+	// IfName is the interface name inside the pod, "eth0".
+	IfName string `json:"ifName"`
+	Pod    PodRef `json:"pod"`
+	// HostIfName is the host end of the veth, in the agent's (the node's) namespace.
+	HostIfName string `json:"hostIfName"`
+}
+
+// Validate checks the fields the agent relies on.
+func (r AddRequest) Validate() error {
+	if r.ContainerID == "" || r.IfName == "" || r.HostIfName == "" {
+		return errors.New("add request needs containerID, ifName and hostIfName")
+	}
+	return r.Pod.Validate()
+}
+
+// AttachRequest asks the agent to verify that a pod's host veth end is plugged into
+// br-int with its flows (Check).
 type AttachRequest struct {
 	ContainerID string `json:"containerID"`
 	// Netns is the path of the pod's network namespace, as the runtime passed it.
@@ -146,13 +168,11 @@ func (r GCRequest) Validate() error {
 // people; any other error is sent with CodeInternal, and a canceled or expired context
 // with CodeTryAgainLater. Methods are called concurrently.
 type Handler interface {
-	// PodNetwork returns the pod's addresses, MAC, routes and MTU, waiting (bounded)
-	// until kovs-controller has allocated them; while they are not, it returns
-	// CodeTryAgainLater with a message saying what is missing.
-	PodNetwork(ctx context.Context, pod PodRef) (*PodNetworkConfig, error)
-	// Attach adds the host veth end to br-int as the pod's port and returns once the
-	// pod's flows are installed.
-	Attach(ctx context.Context, req AttachRequest) error
+	// Add allocates the pod's addresses and MAC from the node's blocks (or returns those
+	// the pod of that UID already holds), adds the host veth end to br-int as the pod's
+	// port and returns the pod end's config once the pod's flows, and its NetworkPolicy,
+	// are installed. No API server request is on its path.
+	Add(ctx context.Context, req AddRequest) (*PodNetworkConfig, error)
 	// Detach removes the sandbox's port and flows. Unknown sandboxes are success.
 	Detach(ctx context.Context, req DetachRequest) error
 	// Check verifies the sandbox's port and flows.

@@ -191,11 +191,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podNodeIndex}); err != nil {
 		return err
 	}
-	pods := &addresses.PodReconciler{Alloc: alloc, Client: client, Pods: podInformer.Lister(), Recorder: recorder,
-		Bandwidth: &addresses.BandwidthWarnings{Recorder: recorder}}
-	podCtl := reconcile.New(reconcile.Options{Name: "pod-addresses", Workers: cfg.Workers, Metrics: obs.reconcile()}, pods, podInformer.Informer().HasSynced)
-	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder,
-		OnNodeReady: func(node string) { enqueuePodsOf(podInformer.Informer().GetIndexer(), podCtl, node) }}
+	pods := &addresses.PodReconciler{Pods: podInformer.Lister(), Bandwidth: &addresses.BandwidthWarnings{Recorder: recorder}}
+	podCtl := reconcile.New(reconcile.Options{Name: "pod-bandwidth", Workers: cfg.Workers, Metrics: obs.reconcile()}, pods, podInformer.Informer().HasSynced)
+	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder}
 	nodeCtl := reconcile.New(reconcile.Options{Name: "node-subnets", Workers: 1, Metrics: obs.reconcile()}, nodes, nodeInformer.Informer().HasSynced)
 	policies, err := newPolicyControllers(factory, client, recorder, cfg.Policy, obs)
 	if err != nil {
@@ -209,7 +207,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	if err := checkAddressPlan(ctx, client, cfg.Addresses.ClusterCIDRs, nodeInformer.Lister()); err != nil {
 		return err
 	}
-	if err := alloc.Restore(nodeInformer.Lister(), podInformer.Lister()); err != nil {
+	if err := alloc.Restore(nodeInformer.Lister()); err != nil {
 		return err
 	}
 	defer obs.addresses(alloc)()
@@ -230,7 +228,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	}()
 	return runAll(ctx, cancel, map[string]func(context.Context) error{
 		"node subnets":  nodeCtl.Run,
-		"pod addresses": podCtl.Run,
+		"pod bandwidth": podCtl.Run,
 		"network policy": func(ctx context.Context) error {
 			return policies.run(ctx, client, nodeInformer.Informer())
 		},

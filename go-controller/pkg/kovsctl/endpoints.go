@@ -32,7 +32,7 @@ func (a Access) srcPod(ctx context.Context, key string) (*endpoint, error) {
 		return nil, fmt.Errorf("source %s is a hostNetwork pod: its packets do not enter br-int from a pod port", key)
 	}
 	if ep.MAC == nil {
-		return nil, fmt.Errorf("source %s has no kovs addresses yet (annotation %s)", key, ipam.PodNetworkAnnotationKey)
+		return nil, fmt.Errorf("source %s has no addresses yet (its status.podIPs is empty: is its sandbox running?)", key)
 	}
 	return ep, nil
 }
@@ -62,17 +62,15 @@ func (a Access) pod(ctx context.Context, key string) (*endpoint, error) {
 		return nil, fmt.Errorf("pod %s: %w", key, err)
 	}
 	ep := &endpoint{Name: key, Node: pod.Spec.NodeName, Pod: pod}
-	if n, err := ipam.ParsePodNetwork(pod.Annotations[ipam.PodNetworkAnnotationKey]); err == nil {
-		for _, addr := range n.Addresses {
-			ep.IPs = append(ep.IPs, addr.Address.Addr())
-		}
-		ep.MAC = net.HardwareAddr(n.MAC[:])
-		return ep, nil
-	}
 	for _, ip := range pod.Status.PodIPs {
 		if addr, err := netip.ParseAddr(ip.IP); err == nil {
-			ep.IPs = append(ep.IPs, addr)
+			ep.IPs = append(ep.IPs, addr.Unmap())
 		}
+	}
+	if len(ep.IPs) > 0 && !pod.Spec.HostNetwork {
+		// The agent derives a pod's MAC from its addresses (ipam.DeriveMAC).
+		mac := ipam.DeriveMAC(ep.IPs...)
+		ep.MAC = net.HardwareAddr(mac[:])
 	}
 	return ep, nil
 }

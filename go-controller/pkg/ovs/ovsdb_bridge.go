@@ -232,3 +232,35 @@ func (c *OVSDB) transactAndWaitVswitchd(ctx context.Context, what string, ops []
 	}
 	return nil
 }
+
+// SetBridgeExternalIDs sets keys of the bridge's external_ids, leaving other keys alone.
+// It returns once ovsdb-server committed the change (it does not wait for
+// ovs-vswitchd, which does not read these keys).
+func (c *OVSDB) SetBridgeExternalIDs(ctx context.Context, bridge string, ids map[string]string) error {
+	what := fmt.Sprintf("set external_ids of bridge %s", bridge)
+	return c.retryWrite(ctx, func() error {
+		current, err := c.bridge(ctx, bridge)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if containsAll(current.ExternalIDs, ids) {
+			return nil
+		}
+		row := &bridgeRow{UUID: current.UUID}
+		ops, err := c.client.Where(row).Mutate(row, setKeys(&row.ExternalIDs, ids)...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		_, err = c.transact(ctx, what, ops)
+		return err
+	})
+}
+
+// BridgeExternalIDs returns a copy of the bridge's external_ids.
+func (c *OVSDB) BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error) {
+	current, err := c.bridge(ctx, bridge)
+	if err != nil {
+		return nil, err
+	}
+	return maps.Clone(current.ExternalIDs), nil
+}

@@ -86,6 +86,11 @@ type BridgeStore interface {
 	// returns once ovs-vswitchd has applied the limits; tables it is not given are left
 	// alone.
 	LimitFlowTables(ctx context.Context, bridge string, limits map[int]FlowTableLimit) error
+	// SetBridgeExternalIDs sets keys of the bridge's external_ids, leaving other keys
+	// alone, and returns once the database committed them.
+	SetBridgeExternalIDs(ctx context.Context, bridge string, ids map[string]string) error
+	// BridgeExternalIDs returns a copy of the bridge's external_ids.
+	BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error)
 }
 
 // FlowTableLimit bounds one OpenFlow table. A full table refuses new flows, or, with

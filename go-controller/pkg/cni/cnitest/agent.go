@@ -15,19 +15,19 @@ import (
 
 // Operations, as Agent records them and Fail takes them.
 const (
-	OpPodNetwork = "pod-network"
-	OpAttach     = "attach"
-	OpDetach     = "detach"
-	OpCheck      = "check"
-	OpGC         = "gc"
-	OpStatus     = "status"
+	OpAdd    = "add"
+	OpDetach = "detach"
+	OpCheck  = "check"
+	OpGC     = "gc"
+	OpStatus = "status"
 )
 
 // Call is one request the fake agent received.
 type Call struct {
 	Op     string
 	Pod    cni.PodRef
-	Attach cni.AttachRequest // attach and check
+	Add    cni.AddRequest    // add
+	Attach cni.AttachRequest // check
 	Detach cni.DetachRequest // detach
 	Valid  []cni.Attachment  // gc
 }
@@ -38,7 +38,7 @@ type Agent struct {
 	mu       sync.Mutex
 	networks map[cni.PodRef]*cni.PodNetworkConfig
 	errs     map[string]error
-	onAttach func(cni.AttachRequest) error
+	onAdd    func(cni.AddRequest) error
 	calls    []Call
 }
 
@@ -49,7 +49,7 @@ func NewAgent() *Agent {
 	return &Agent{networks: map[cni.PodRef]*cni.PodNetworkConfig{}, errs: map[string]error{}}
 }
 
-// SetPodNetwork makes PodNetwork answer cfg for pod.
+// SetPodNetwork makes Add answer cfg for pod.
 func (a *Agent) SetPodNetwork(pod cni.PodRef, cfg *cni.PodNetworkConfig) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -63,12 +63,12 @@ func (a *Agent) Fail(op string, err error) {
 	a.errs[op] = err
 }
 
-// OnAttach runs check on each Attach before it answers; its error is the answer. Tests
-// use it to look at the node while the plugin waits for the agent.
-func (a *Agent) OnAttach(check func(cni.AttachRequest) error) {
+// OnAdd runs check on each Add before it answers; its error is the answer. Tests use it
+// to look at the node while the plugin waits for the agent.
+func (a *Agent) OnAdd(check func(cni.AddRequest) error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.onAttach = check
+	a.onAdd = check
 }
 
 // Calls returns the calls of op received so far (every call with op "").
@@ -92,34 +92,26 @@ func (a *Agent) record(c Call) error {
 	return a.errs[c.Op]
 }
 
-// PodNetwork answers the config set for pod, or CodeTryAgainLater like the real agent
-// when there is none.
-func (a *Agent) PodNetwork(_ context.Context, pod cni.PodRef) (*cni.PodNetworkConfig, error) {
-	if err := a.record(Call{Op: OpPodNetwork, Pod: pod}); err != nil {
+// Add records req, runs the OnAdd check and answers the config set for the pod, or
+// CodeTryAgainLater when there is none.
+func (a *Agent) Add(_ context.Context, req cni.AddRequest) (*cni.PodNetworkConfig, error) {
+	if err := a.record(Call{Op: OpAdd, Pod: req.Pod, Add: req}); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	cfg, ok := a.networks[pod]
+	check := a.onAdd
+	cfg, ok := a.networks[req.Pod]
+	a.mu.Unlock()
+	if check != nil {
+		if err := check(req); err != nil {
+			return nil, err
+		}
+	}
 	if !ok {
-		return nil, cni.Errorf(cni.CodeTryAgainLater, "no address allocated yet for pod %s", pod)
+		return nil, cni.Errorf(cni.CodeTryAgainLater, "no network set for pod %s", req.Pod)
 	}
 	c := *cfg
 	return &c, nil
-}
-
-// Attach records req and runs the OnAttach check.
-func (a *Agent) Attach(_ context.Context, req cni.AttachRequest) error {
-	if err := a.record(Call{Op: OpAttach, Pod: req.Pod, Attach: req}); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	check := a.onAttach
-	a.mu.Unlock()
-	if check != nil {
-		return check(req)
-	}
-	return nil
 }
 
 // Detach records req.

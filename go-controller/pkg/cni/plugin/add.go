@@ -9,62 +9,62 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 )
 
-// add is CNI ADD: it asks the agent for the pod's network config, creates the veth and
-// configures the pod end, asks the agent to attach the host end to br-int (which returns
-// once the pod's flows are installed), has portmap map the pod's hostPorts if it has any,
-// and prints the result. Nothing is created until the agent has the pod's addresses; any
-// later failure undoes every step taken.
+// add is CNI ADD: it creates the veth (both ends down, the host end closed to the node's
+// stack), makes one call to the agent, which allocates the pod's addresses and MAC,
+// plugs the host end into br-int and answers once the pod's flows are installed, then
+// configures the pod end with the answer, has portmap map the pod's hostPorts if it has
+// any, and prints the result. Any failure undoes every step taken: the veth is deleted,
+// and the agent told to detach (which releases the addresses) if it was called.
 func (p *Plugin) add(inv *invocation) error {
 	pod, err := parsePod(inv.args.Args, true)
 	if err != nil {
 		return err
 	}
 	inv.log = inv.log.WithField("pod", pod.String())
-	ctx, cancel := context.WithTimeout(context.Background(), podNetworkTimeout)
-	defer cancel()
-	cfg, err := inv.agent.PodNetwork(ctx, pod)
-	if err != nil {
-		return fmt.Errorf("get the network config of pod %s from kovs-agent: %w", pod, err)
-	}
-	spec, err := newPodInterfaceSpec(inv.args.IfName, cfg)
-	if err != nil {
-		return fmt.Errorf("network config of pod %s: %w", pod, err)
-	}
 	podNS, err := openPodNetNS(inv.args.Netns)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = podNS.Close() }()
-	return p.attach(inv, pod, podNS, spec)
+	return p.attach(inv, pod, podNS)
 }
 
-// attach creates and attaches the pod's veth, undoing what it did if any step fails: the
-// veth is deleted, and the agent told to detach if it was asked to attach.
-func (p *Plugin) attach(inv *invocation, pod cni.PodRef, podNS ns.NetNS, spec *podInterfaceSpec) (err error) {
+// attach creates the veth, has the agent attach it and configures the pod end, undoing
+// what it did if any step fails.
+func (p *Plugin) attach(inv *invocation, pod cni.PodRef, podNS ns.NetNS) (err error) {
 	hostName := cni.HostInterfaceName(inv.args.ContainerID)
+	podIfName := inv.args.IfName
 	success := false
-	if err := createVeth(podNS, hostName, spec); err != nil {
+	if err := createVeth(podNS, hostName, podIfName); err != nil {
 		return err
 	}
 	defer func() {
 		if !success {
-			err = withUndo(err, deleteVeth(podNS, hostName, spec.name))
+			err = withUndo(err, deleteVeth(podNS, hostName, podIfName))
 		}
 	}()
 	hostLink, err := setUpHostEnd(hostName)
 	if err != nil {
 		return err
 	}
-	if err := podNS.Do(func(ns.NetNS) error { return spec.configure() }); err != nil {
-		return fmt.Errorf("configure %s in netns %s: %w", spec.name, podNS.Path(), err)
-	}
 	defer func() {
 		if !success {
 			err = withUndo(err, detach(inv, pod))
 		}
 	}()
-	if err := attachToAgent(inv, pod, hostName, spec); err != nil {
+	cfg, err := addToAgent(inv, pod, hostName)
+	if err != nil {
 		return err
+	}
+	spec, err := newPodInterfaceSpec(podIfName, cfg)
+	if err != nil {
+		return fmt.Errorf("network config of pod %s: %w", pod, err)
+	}
+	if err := setMTU(hostLink, spec.mtu); err != nil {
+		return fmt.Errorf("host end %s: %w", hostName, err)
+	}
+	if err := podNS.Do(func(ns.NetNS) error { return spec.configure() }); err != nil {
+		return fmt.Errorf("configure %s in netns %s: %w", spec.name, podNS.Path(), err)
 	}
 	result, err := encodeResult(newResult(hostLink, spec, inv.args.Netns), inv.conf.CNIVersion)
 	if err != nil {
@@ -81,23 +81,22 @@ func (p *Plugin) attach(inv *invocation, pod cni.PodRef, podNS ns.NetNS, spec *p
 	return nil
 }
 
-// attachToAgent asks the agent to plug the host end into br-int.
-func attachToAgent(inv *invocation, pod cni.PodRef, hostName string, spec *podInterfaceSpec) error {
-	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+// addToAgent is the one call of an ADD to the agent.
+func addToAgent(inv *invocation, pod cni.PodRef, hostName string) (*cni.PodNetworkConfig, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), addTimeout)
 	defer cancel()
-	req := cni.AttachRequest{
+	req := cni.AddRequest{
 		ContainerID: inv.args.ContainerID,
 		Netns:       inv.args.Netns,
-		IfName:      spec.name,
+		IfName:      inv.args.IfName,
 		Pod:         pod,
 		HostIfName:  hostName,
-		MAC:         spec.mac.String(),
-		IPs:         spec.ipConfigs(),
 	}
-	if err := inv.agent.Attach(ctx, req); err != nil {
-		return fmt.Errorf("attach pod %s to br-int (port %s): %w", pod, hostName, err)
+	cfg, err := inv.agent.Add(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("add pod %s to br-int (port %s): %w", pod, hostName, err)
 	}
-	return nil
+	return cfg, nil
 }
 
 // detach asks the agent to remove the sandbox's port (pod may be zero).

@@ -10,12 +10,20 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/cni/internal/ethtool"
 )
 
-// configure sets the pod interface up with its offloads, addresses and routes. It runs
-// inside the pod's namespace (ns.NetNS.Do); the interface exists with its MAC and MTU.
+// configure sets the pod interface's MAC and MTU, then sets it up with its offloads,
+// addresses and routes. It runs inside the pod's namespace (ns.NetNS.Do); the interface
+// exists and is down.
 func (s *podInterfaceSpec) configure() error {
 	link, err := linkByName(s.name)
 	if err != nil {
 		return fmt.Errorf("look up %s: %w", s.name, err)
+	}
+	// The MAC before the link is up: the IPv6 link-local address is derived from it then.
+	if err := netlink.LinkSetHardwareAddr(link, s.mac); err != nil {
+		return fmt.Errorf("set %s's MAC %s: %w", s.name, s.mac, err)
+	}
+	if err := setMTU(link, s.mtu); err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
 	}
 	if s.disableTxChecksum {
 		if err := ethtool.SetTxChecksum(s.name, false); err != nil {
@@ -52,7 +60,7 @@ func (s *podInterfaceSpec) configure() error {
 const addrGenModeEUI64 = 0
 
 // netlinkAddrs are the pod's addresses; IPv6 ones skip duplicate address detection (the
-// controller allocated them, and DAD would delay the pod by seconds).
+// node's agent allocated them, and DAD would delay the pod by seconds).
 func (s *podInterfaceSpec) netlinkAddrs() []*netlink.Addr {
 	out := make([]*netlink.Addr, 0, len(s.addrs))
 	for _, a := range s.addrs {

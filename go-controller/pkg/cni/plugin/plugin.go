@@ -11,11 +11,10 @@ import (
 )
 
 // Bounds of the agent calls. The agent bounds its own waits below them (30s for a pod's
-// addresses), so that its explanation, not a bare deadline, reaches the runtime.
+// NetworkPolicy), so that its explanation, not a bare deadline, reaches the runtime.
 const (
-	podNetworkTimeout = 60 * time.Second
-	attachTimeout     = 60 * time.Second
-	agentCallTimeout  = 30 * time.Second
+	addTimeout       = 60 * time.Second
+	agentCallTimeout = 30 * time.Second
 )
 
 // Plugin is kovs-cni. Each exported method is one CNI command, with skel's signature;

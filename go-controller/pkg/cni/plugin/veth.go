@@ -10,11 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// createVeth creates the pod's veth in one step: the pod end, named spec.name with the
-// pod's MAC and MTU, in podNS; the host end, hostName with the same MTU, in the calling
-// thread's namespace (the runtime's, i.e. the node's). Both ends are down. A host end left
-// by an earlier ADD of the same sandbox that was killed half-way is replaced.
-func createVeth(podNS ns.NetNS, hostName string, spec *podInterfaceSpec) error {
+// createVeth creates the pod's veth in one step: the pod end, podIfName, in podNS; the
+// host end, hostName, in the calling thread's namespace (the runtime's, i.e. the node's).
+// Both ends are down; the pod end gets its MAC, MTU and addresses once the agent has
+// allocated them (podInterfaceSpec.configure). A host end left by an earlier ADD of the
+// same sandbox that was killed half-way is replaced.
+func createVeth(podNS ns.NetNS, hostName, podIfName string) error {
 	if err := deleteLinkByName(hostName); err != nil {
 		return fmt.Errorf("remove the stale host end of the veth: %w", err)
 	}
@@ -24,9 +25,7 @@ func createVeth(podNS ns.NetNS, hostName string, spec *podInterfaceSpec) error {
 	}
 	defer func() { _ = hostNS.Close() }()
 	attrs := netlink.NewLinkAttrs()
-	attrs.Name = spec.name
-	attrs.MTU = spec.mtu
-	attrs.HardwareAddr = spec.mac
+	attrs.Name = podIfName
 	veth := &netlink.Veth{
 		LinkAttrs:     attrs,
 		PeerName:      hostName,
@@ -35,9 +34,9 @@ func createVeth(podNS ns.NetNS, hostName string, spec *podInterfaceSpec) error {
 	err = podNS.Do(func(ns.NetNS) error { return netlink.LinkAdd(veth) })
 	switch {
 	case errors.Is(err, unix.EEXIST):
-		return fmt.Errorf("create veth %s-%s: an interface %s already exists in netns %s", spec.name, hostName, spec.name, podNS.Path())
+		return fmt.Errorf("create veth %s-%s: an interface %s already exists in netns %s", podIfName, hostName, podIfName, podNS.Path())
 	case err != nil:
-		return fmt.Errorf("create veth %s-%s in netns %s: %w", spec.name, hostName, podNS.Path(), err)
+		return fmt.Errorf("create veth %s-%s in netns %s: %w", podIfName, hostName, podNS.Path(), err)
 	}
 	return nil
 }
@@ -87,4 +86,15 @@ func deleteVeth(podNS ns.NetNS, hostName, podIfName string) error {
 		}
 	}
 	return deleteLinkByName(hostName)
+}
+
+// setMTU sets the link's MTU unless it has it already.
+func setMTU(link netlink.Link, mtu int) error {
+	if mtu == 0 || link.Attrs().MTU == mtu {
+		return nil
+	}
+	if err := netlink.LinkSetMTU(link, mtu); err != nil {
+		return fmt.Errorf("set MTU %d: %w", mtu, err)
+	}
+	return nil
 }

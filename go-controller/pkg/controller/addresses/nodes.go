@@ -38,12 +38,10 @@ type NodeReconciler struct {
 	Client   kubernetes.Interface
 	Nodes    corelisters.NodeLister
 	Recorder record.EventRecorder
-	// OnNodeReady is called when a node's pools exist (its waiting pods can go).
-	OnNodeReady func(node string)
 }
 
-// Reconcile allocates (or adopts) the node's blocks, records them on the Node and creates
-// its pod pools; a deleted node's blocks are freed.
+// Reconcile allocates (or adopts) the node's blocks and records them on the Node; a
+// deleted node's blocks are freed.
 func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 	node, err := r.Nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -61,16 +59,8 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return r.reportNoSubnet(ctx, node, err)
 	}
-	if err := r.Alloc.setNodeBlocks(name, blocks); err != nil {
-		return err
-	}
-	if err := r.annotate(ctx, node, blocks); err != nil {
-		return err
-	}
-	if r.OnNodeReady != nil {
-		r.OnNodeReady(name)
-	}
-	return nil
+	r.Alloc.setNodeBlocks(name, blocks)
+	return r.annotate(ctx, node, blocks)
 }
 
 func (r *NodeReconciler) blocksFor(node *corev1.Node) ([]netip.Prefix, error) {
@@ -142,9 +132,7 @@ func (r *NodeReconciler) clusterPrefixes() []netip.Prefix {
 	return out
 }
 
-// annotate writes kovs.io/node-subnets if it differs and, on a node whose blocks have no
-// high water recorded yet, in the same patch a kovs.io/address-high-water record ahead of
-// their first addresses (highwater.go): a new node's first pods need no Node write.
+// annotate writes kovs.io/node-subnets if it differs.
 func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix) error {
 	ann, err := ipam.NewNodeSubnetsAnnotation(blocks)
 	if err != nil {
@@ -154,29 +142,13 @@ func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks
 	if err != nil {
 		return err
 	}
-	changes := map[string]string{}
-	if node.Annotations[ipam.NodeSubnetsAnnotationKey] != value {
-		changes[ipam.NodeSubnetsAnnotationKey] = value
-	}
-	l := r.Alloc.recordLock(node.Name)
-	l.Lock()
-	defer l.Unlock()
-	hw, fresh := r.Alloc.highWaterToRecord(node.Name, true)
-	if fresh {
-		changes[ipam.HighWaterAnnotationKey] = hw.Annotation()
-	}
-	if len(changes) == 0 {
+	if node.Annotations[ipam.NodeSubnetsAnnotationKey] == value {
 		return nil
 	}
-	if err := patchAnnotations(ctx, r.Client.CoreV1().Nodes(), node.Name, changes); err != nil {
+	if err := patchAnnotations(ctx, r.Client.CoreV1().Nodes(), node.Name, map[string]string{ipam.NodeSubnetsAnnotationKey: value}); err != nil {
 		return fmt.Errorf("record subnets on node %s: %w", node.Name, err)
 	}
-	if fresh {
-		r.Alloc.recorded(node.Name, hw)
-	}
-	if _, ok := changes[ipam.NodeSubnetsAnnotationKey]; ok {
-		log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
-	}
+	log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
 	return nil
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 )
 
-func TestUsageCountsBlocksAndAddresses(t *testing.T) {
+func TestUsageCountsNodeBlocks(t *testing.T) {
 	v4, err := ipam.ParseClusterCIDR("10.244.0.0/16", 24)
 	if err != nil {
 		t.Fatal(err)
@@ -25,31 +25,12 @@ func TestUsageCountsBlocksAndAddresses(t *testing.T) {
 		for _, b := range blocks {
 			prefixes = append(prefixes, netip.MustParsePrefix(b))
 		}
-		if err := a.setNodeBlocks(node, prefixes); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, node := range []string{"n1", "n1", "n2"} {
-		if _, err := a.allocatePod("x/p"+string(rune('a'+i)), "uid", node); err != nil {
-			t.Fatal(err)
-		}
+		a.setNodeBlocks(node, prefixes)
 	}
 	u := a.Usage()
-	if len(u.Blocks) != 4 {
-		t.Fatalf("blocks = %+v", u.Blocks)
-	}
-	want := map[string]uint64{"n1/IPv4": 2, "n1/IPv6": 2, "n2/IPv4": 1, "n2/IPv6": 1}
-	for _, b := range u.Blocks {
-		if got := b.Allocated; got != want[b.Node+"/"+b.Family.String()] {
-			t.Errorf("%s %s: %d allocated", b.Node, b.Block, got)
-		}
-		if b.Family == ipam.IPv4 && b.Capacity != 253 {
-			t.Errorf("%s: capacity %d, want 253", b.Block, b.Capacity)
-		}
-	}
 	for _, c := range u.ClusterCIDRs {
-		if c.Nodes != 2 || c.Allocated != 3 {
-			t.Errorf("%s: %d nodes, %d addresses, want 2 and 3", c.CIDR, c.Nodes, c.Allocated)
+		if c.Nodes != 2 {
+			t.Errorf("%s: %d nodes, want 2", c.CIDR, c.Nodes)
 		}
 		switch c.Family {
 		case ipam.IPv4:
@@ -62,8 +43,8 @@ func TestUsageCountsBlocksAndAddresses(t *testing.T) {
 			}
 		}
 	}
-	a.releasePod("x/pa")
-	if got := a.Usage().ClusterCIDRs[0].Allocated; got != 2 {
-		t.Errorf("allocated after a release = %d, want 2", got)
+	a.dropNode("n1")
+	if got := a.Usage().ClusterCIDRs[0].Nodes; got != 1 {
+		t.Errorf("nodes after one is deleted = %d, want 1", got)
 	}
 }

@@ -9,16 +9,10 @@ import (
 )
 
 var (
-	podAddressesDesc = prometheus.NewDesc("kovs_pod_addresses_allocated",
-		"Pod addresses held in the node's block.", []string{"node", "family", "block"}, nil)
-	podAddressCapacityDesc = prometheus.NewDesc("kovs_pod_addresses_capacity",
-		"Pod addresses the node's block has (network, gateway and IPv4 broadcast excluded).", []string{"node", "family", "block"}, nil)
 	nodeSubnetsDesc = prometheus.NewDesc("kovs_node_subnets_allocated",
 		"Nodes holding a block of the cluster CIDR.", []string{"cluster_cidr", "family"}, nil)
 	nodeSubnetCapacityDesc = prometheus.NewDesc("kovs_node_subnets_capacity",
 		"Node blocks the cluster CIDR holds at its block size: the node cap the plan implies.", []string{"cluster_cidr", "family"}, nil)
-	clusterAddressesDesc = prometheus.NewDesc("kovs_cluster_pod_addresses_allocated",
-		"Pod addresses held in all node blocks of the cluster CIDR.", []string{"cluster_cidr", "family"}, nil)
 	clusterAddressCapacityDesc = prometheus.NewDesc("kovs_cluster_pod_addresses_capacity",
 		"Pod addresses the cluster CIDR can give out: node cap times addresses per block.", []string{"cluster_cidr", "family"}, nil)
 )
@@ -26,14 +20,14 @@ var (
 // AddressSource is where address usage comes from (*addresses.Allocator).
 type AddressSource interface{ Usage() addresses.Usage }
 
-// AddressCollector turns the allocator's usage into metrics at every scrape; nothing is
+// AddressCollector turns the allocator's usage into metrics at every scrape (how full
+// each node's block is, kovs-agent reports: kovs_agent_pod_addresses_*); nothing is
 // reported while no allocator is attached (a standby replica).
 type AddressCollector struct{ Source *Slot[AddressSource] }
 
 // Describe implements prometheus.Collector.
 func (c AddressCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{podAddressesDesc, podAddressCapacityDesc, nodeSubnetsDesc, nodeSubnetCapacityDesc,
-		clusterAddressesDesc, clusterAddressCapacityDesc} {
+	for _, d := range []*prometheus.Desc{nodeSubnetsDesc, nodeSubnetCapacityDesc, clusterAddressCapacityDesc} {
 		ch <- d
 	}
 }
@@ -48,16 +42,10 @@ func (c AddressCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, b := range u.Blocks {
-		family, block := familyLabel(b.Family.String()), b.Block.String()
-		gauge(podAddressesDesc, float64(b.Allocated), b.Node, family, block)
-		gauge(podAddressCapacityDesc, float64(b.Capacity), b.Node, family, block)
-	}
 	for _, c := range u.ClusterCIDRs {
 		cidr, family := c.CIDR.CIDR.String(), familyLabel(c.Family.String())
 		gauge(nodeSubnetsDesc, float64(c.Nodes), cidr, family)
 		gauge(nodeSubnetCapacityDesc, float64(c.MaxNodes), cidr, family)
-		gauge(clusterAddressesDesc, float64(c.Allocated), cidr, family)
 		gauge(clusterAddressCapacityDesc, float64(c.MaxNodes)*float64(c.AddressesPerBlock), cidr, family)
 	}
 }

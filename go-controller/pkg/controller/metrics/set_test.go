@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,33 +28,27 @@ func TestAddressMetricsOnlyWhileAttached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"kovs_pod_addresses_allocated", "kovs_pod_addresses_capacity", "kovs_node_subnets_allocated",
-		"kovs_node_subnets_capacity", "kovs_cluster_pod_addresses_allocated", "kovs_cluster_pod_addresses_capacity"}
+	names := []string{"kovs_node_subnets_allocated", "kovs_node_subnets_capacity", "kovs_cluster_pod_addresses_capacity"}
 	if n, err := testutil.GatherAndCount(reg, names...); err != nil || n != 0 {
 		t.Fatalf("address series on standby: %d (%v)", n, err)
 	}
 	cidr, _ := ipam.ParseClusterCIDR("10.244.0.0/16", 24)
 	set.Addresses.Set(fixedUsage{
-		ClusterCIDRs: []addresses.ClusterCIDRUsage{{CIDR: cidr, Family: ipam.IPv4, Nodes: 2, MaxNodes: 256, AddressesPerBlock: 253, Allocated: 5}},
-		Blocks: []addresses.BlockUsage{
-			{Node: "n1", Family: ipam.IPv4, Block: netip.MustParsePrefix("10.244.0.0/24"), Allocated: 3, Capacity: 253},
-			{Node: "n2", Family: ipam.IPv4, Block: netip.MustParsePrefix("10.244.1.0/24"), Allocated: 2, Capacity: 253},
-		},
+		ClusterCIDRs: []addresses.ClusterCIDRUsage{{CIDR: cidr, Family: ipam.IPv4, Nodes: 2, MaxNodes: 256, AddressesPerBlock: 253}},
 	})
 	want := `
 # HELP kovs_node_subnets_capacity Node blocks the cluster CIDR holds at its block size: the node cap the plan implies.
 # TYPE kovs_node_subnets_capacity gauge
 kovs_node_subnets_capacity{cluster_cidr="10.244.0.0/16",family="ipv4"} 256
-# HELP kovs_pod_addresses_allocated Pod addresses held in the node's block.
-# TYPE kovs_pod_addresses_allocated gauge
-kovs_pod_addresses_allocated{block="10.244.0.0/24",family="ipv4",node="n1"} 3
-kovs_pod_addresses_allocated{block="10.244.1.0/24",family="ipv4",node="n2"} 2
+# HELP kovs_node_subnets_allocated Nodes holding a block of the cluster CIDR.
+# TYPE kovs_node_subnets_allocated gauge
+kovs_node_subnets_allocated{cluster_cidr="10.244.0.0/16",family="ipv4"} 2
 # HELP kovs_cluster_pod_addresses_capacity Pod addresses the cluster CIDR can give out: node cap times addresses per block.
 # TYPE kovs_cluster_pod_addresses_capacity gauge
 kovs_cluster_pod_addresses_capacity{cluster_cidr="10.244.0.0/16",family="ipv4"} 64768
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kovs_node_subnets_capacity",
-		"kovs_pod_addresses_allocated", "kovs_cluster_pod_addresses_capacity"); err != nil {
+		"kovs_node_subnets_allocated", "kovs_cluster_pod_addresses_capacity"); err != nil {
 		t.Fatal(err)
 	}
 	set.Addresses.Clear()

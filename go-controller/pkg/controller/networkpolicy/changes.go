@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 )
 
 // changes records, per object, the latest state the informers delivered since the
@@ -111,7 +109,6 @@ func objectKey[T object](o T) types.NamespacedName {
 func podChanged(old, nu *corev1.Pod) bool {
 	return old.UID != nu.UID || !maps.Equal(old.Labels, nu.Labels) || old.Spec.NodeName != nu.Spec.NodeName ||
 		old.Spec.HostNetwork != nu.Spec.HostNetwork || selectable(old) != selectable(nu) ||
-		old.Annotations[ipam.PodNetworkAnnotationKey] != nu.Annotations[ipam.PodNetworkAnnotationKey] ||
 		old.Status.PodIP != nu.Status.PodIP || !slices.Equal(old.Status.PodIPs, nu.Status.PodIPs)
 }
 

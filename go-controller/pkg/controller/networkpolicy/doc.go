@@ -17,8 +17,8 @@
 // number, range (endPort) and protocol (TCP by default), and by name, resolved per
 // destination pod from its containers' ports. Host-network pods (their address is the
 // node's) and terminated pods are never selected; pods are selected before they have an
-// address, which comes from the kovs.io/pod-network annotation (known before the pod
-// starts) or else status.podIPs. A named port in an egress rule resolves on the
+// address, which comes from status.podIPs (the node's agent allocates it during the
+// pod's CNI ADD; kubelet reports it once the sandbox runs). A named port in an egress rule resolves on the
 // destination pod whatever the peer that matches it (a podSelector, a namespaceSelector,
 // an ipBlock with or without except, or no peers at all); an address that is not a
 // selectable pod has no container ports and matches no named port (as

@@ -4,10 +4,8 @@ import (
 	"net/netip"
 	"slices"
 
-	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -17,21 +15,11 @@ func selectable(p *corev1.Pod) bool {
 	return !p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// podIPs returns the pod's addresses: those kovs-controller recorded in the
-// kovs.io/pod-network annotation (known before the pod starts), else status.podIPs. A
-// record that names another pod's UID (a copy) is not the pod's.
+// podIPs returns the pod's addresses from its status.podIPs (status.podIP when a kubelet
+// only set that): the node's agent allocated them and the runtime reported them through
+// kubelet. An annotation on the pod is never read: no one but the pod's own node says
+// which addresses it has.
 func podIPs(p *corev1.Pod) []netip.Addr {
-	if value, ok := p.Annotations[ipam.PodNetworkAnnotationKey]; ok {
-		network, err := ipam.ParsePodNetwork(value)
-		switch {
-		case err != nil:
-			log.WithError(err).WithField("pod", p.Namespace+"/"+p.Name).Warn("ignoring unreadable pod network annotation")
-		case network.UID != "" && network.UID != string(p.UID):
-			log.WithField("pod", p.Namespace+"/"+p.Name).Warn("ignoring a pod network annotation of another pod (a copy)")
-		default:
-			return network.IPs()
-		}
-	}
 	ips := make([]netip.Addr, 0, len(p.Status.PodIPs))
 	for _, s := range p.Status.PodIPs {
 		if ip, err := netip.ParseAddr(s.IP); err == nil {

@@ -222,7 +222,7 @@ func (r *randomCluster) pod() *corev1.Pod {
 	case 0: // no address yet
 	case 1:
 		p.Status.PodIPs = []corev1.PodIP{{IP: ip}, {IP: fmt.Sprint("fd00::", r.rng.IntN(12))}}
-	case 2:
+	case 2: // a forged record of the old annotation, no address of its own yet
 		p.Annotations = map[string]string{ipam.PodNetworkAnnotationKey: podNetworkAnnotation(ip+"/24", "10.0.0.254")}
 	default:
 		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}

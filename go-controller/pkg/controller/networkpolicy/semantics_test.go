@@ -252,13 +252,13 @@ func addressCases() []semanticsCase {
 				out(networkingv1.NetworkPolicyEgressRule{Ports: ports("http"), To: []networkingv1.NetworkPolicyPeer{blockPeer("0.0.0.0/0")}}))),
 			change: dual,
 			expect: []expect{{"y/a x/a tcp/8080", true}, {"y/a@6 x/a@6 tcp/8080", false}}},
-		{name: "the pod-network annotation is preferred to status IPs",
+		{name: "an address annotation on a pod is never its address (only status.podIPs is)",
 			policies: pols(policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil)),
 			change: func(w *world) {
 				b := w.pod("x/b")
 				b.Annotations = map[string]string{ipam.PodNetworkAnnotationKey: podNetworkAnnotation("10.9.0.5/24", "10.9.0.1")}
 			},
-			expect: []expect{{"10.9.0.5 x/a tcp/80", true}, {"10.0.0.2 x/a tcp/80", false}}},
+			expect: []expect{{"10.9.0.5 x/a tcp/80", false}, {"10.0.0.2 x/a tcp/80", true}}},
 		{name: "pods without addresses are isolated anyway",
 			policies: pols(policyObj("x", "np", sel("pod=a"), nil, in(), nil)),
 			change:   func(w *world) { w.pod("x/a").Status.PodIPs = nil },

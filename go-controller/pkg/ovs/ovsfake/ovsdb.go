@@ -128,6 +128,35 @@ func (f *OVSDB) EnsureBridge(ctx context.Context, spec ovs.BridgeSpec) error {
 	return nil
 }
 
+// SetBridgeExternalIDs implements BridgeStore.
+func (f *OVSDB) SetBridgeExternalIDs(ctx context.Context, bridge string, ids map[string]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable(ctx); err != nil {
+		return fmt.Errorf("set external_ids of bridge %s: %w", bridge, err)
+	}
+	b, ok := f.bridges[bridge]
+	if !ok {
+		return fmt.Errorf("set external_ids of bridge %s: %w", bridge, ovs.ErrNotFound)
+	}
+	b.spec.ExternalIDs = mergeKeys(b.spec.ExternalIDs, ids)
+	return nil
+}
+
+// BridgeExternalIDs implements BridgeStore.
+func (f *OVSDB) BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable(ctx); err != nil {
+		return nil, err
+	}
+	b, ok := f.bridges[bridge]
+	if !ok {
+		return nil, fmt.Errorf("bridge %s: %w", bridge, ovs.ErrNotFound)
+	}
+	return maps.Clone(b.spec.ExternalIDs), nil
+}
+
 // LimitFlowTables implements BridgeStore.
 func (f *OVSDB) LimitFlowTables(ctx context.Context, bridge string, limits map[int]ovs.FlowTableLimit) error {
 	f.mu.Lock()

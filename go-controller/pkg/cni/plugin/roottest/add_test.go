@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,25 +25,24 @@ func TestAddConfiguresThePod(t *testing.T) {
 	e := newEnv(t)
 	p := e.newPod(1, podConfig(1))
 	hostName := cni.HostInterfaceName(p.containerID)
-	e.agent.OnAttach(hostEndIsUp(e.node))
+	e.agent.OnAdd(hostEndIsUp(e.node))
 
 	_, result := e.mustAdd(p)
 
 	assertResult(t, result, hostName, p.netns)
 	inNetNS(t, p.netns, func() error { return assertPodInterface(podConfig(1)) })
 	inNetNS(t, e.node, func() error { return assertHostEnd(hostName, 1450) })
-	attaches := e.agent.Calls(cnitest.OpAttach)
-	want := cni.AttachRequest{ContainerID: p.containerID, Netns: p.netns, IfName: "eth0", Pod: p.ref,
-		HostIfName: hostName, MAC: podConfig(1).MAC, IPs: podConfig(1).IPs}
-	if len(attaches) != 1 || fmt.Sprint(attaches[0].Attach) != fmt.Sprint(want) {
-		t.Errorf("attach calls = %+v, want one with %+v", attaches, want)
+	adds := e.agent.Calls(cnitest.OpAdd)
+	want := cni.AddRequest{ContainerID: p.containerID, Netns: p.netns, IfName: "eth0", Pod: p.ref, HostIfName: hostName}
+	if calls := e.agent.Calls(""); len(adds) != 1 || adds[0].Add != want || len(calls) != 1 {
+		t.Errorf("agent calls = %+v, want one add with %+v", calls, want)
 	}
 }
 
-// hostEndIsUp checks, when the agent is asked to attach, that the host end is in the
+// hostEndIsUp checks, when the agent is asked to add the pod, that the host end is in the
 // node's namespace and up: the agent can add it to br-int at once.
-func hostEndIsUp(node string) func(cni.AttachRequest) error {
-	return func(req cni.AttachRequest) error {
+func hostEndIsUp(node string) func(cni.AddRequest) error {
+	return func(req cni.AddRequest) error {
 		h, err := netns.GetFromPath(node)
 		if err != nil {
 			return err
@@ -224,13 +224,13 @@ func TestAddWithGatewayOutsideThePrefix(t *testing.T) {
 func TestAttachFailureUndoesEverything(t *testing.T) {
 	e := newEnv(t)
 	p := e.newPod(2, podConfig(2))
-	e.agent.Fail(cnitest.OpAttach, cni.Errorf(cni.CodeInternal, "ovsdb transaction failed: referential integrity violation"))
+	e.agent.Fail(cnitest.OpAdd, cni.Errorf(cni.CodeInternal, "ovsdb transaction failed: referential integrity violation"))
 
 	_, err := e.run(add, e.args(p, nil))
 
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != 999 ||
-		!strings.Contains(te.Msg, "attach pod default/web-2 to br-int (port "+cni.HostInterfaceName(p.containerID)+"): ovsdb transaction failed") {
+		!strings.Contains(te.Msg, "add pod default/web-2 to br-int (port "+cni.HostInterfaceName(p.containerID)+"): ovsdb transaction failed") {
 		t.Errorf("ADD = %v, want code 999 saying the attach failed and why", err)
 	}
 	assertOnlyLoopback(t, e.node)
@@ -240,20 +240,23 @@ func TestAttachFailureUndoesEverything(t *testing.T) {
 	}
 }
 
-func TestPodNetworkErrorCreatesNothing(t *testing.T) {
+// TestAgentRefusalLeavesNothing: when the agent answers the ADD with try-again (its
+// block is full, the pod's policy has not come), the veth is gone and the agent is told
+// to detach, which releases whatever it allocated.
+func TestAgentRefusalLeavesNothing(t *testing.T) {
 	e := newEnv(t)
-	p := e.newPod(3, nil) // the agent has no addresses for it
+	p := e.newPod(3, nil) // the agent has no network for it
 
 	_, err := e.run(add, e.args(p, nil))
 
 	var te *types.Error
-	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || !strings.Contains(te.Msg, "no address allocated yet for pod default/web-3") {
-		t.Errorf("ADD = %v, want code 11 saying no address is allocated", err)
+	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || !strings.Contains(te.Msg, "no network set for pod default/web-3") {
+		t.Errorf("ADD = %v, want code 11 with the agent's reason", err)
 	}
 	assertOnlyLoopback(t, e.node)
 	assertOnlyLoopback(t, p.netns)
-	if a := e.agent.Calls(cnitest.OpAttach); len(a) != 0 {
-		t.Errorf("attach called: %+v", a)
+	if d := e.agent.Calls(cnitest.OpDetach); len(d) != 1 || d[0].Detach.ContainerID != p.containerID {
+		t.Errorf("detach calls after a refused ADD = %+v, want one for the sandbox", d)
 	}
 }
 
@@ -269,4 +272,21 @@ func TestAddIntoGoneNetns(t *testing.T) {
 		t.Errorf("ADD = %v, want code 8 saying the netns is gone", err)
 	}
 	assertOnlyLoopback(t, e.node)
+}
+
+// TestAddWithoutAgentLeavesNothing: with nothing serving the agent's socket, ADD fails
+// with try-again naming the socket, and the veth it created is gone.
+func TestAddWithoutAgentLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod(5, podConfig(5))
+	e.socket = filepath.Join(t.TempDir(), "cni.sock")
+
+	_, err := e.run(add, e.args(p, nil))
+
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater || !strings.Contains(te.Msg, "kovs-agent not running: dial unix "+e.socket) {
+		t.Errorf("ADD = %v, want code 11 saying kovs-agent is not running", err)
+	}
+	assertOnlyLoopback(t, e.node)
+	assertOnlyLoopback(t, p.netns)
 }

@@ -113,7 +113,7 @@ func TestHostPortsRunPortmap(t *testing.T) {
 		t.Errorf("portmap ADD config:\n got %v\nwant %v", conf, want)
 	}
 	assertPortmapEnv(t, dir, "ADD", addArgs)
-	if a := e.agent.Calls(cnitest.OpAttach); len(a) != 1 {
+	if a := e.agent.Calls(cnitest.OpAdd); len(a) != 1 {
 		t.Errorf("attach calls = %d, want 1", len(a))
 	}
 
