@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	log "github.com/sirupsen/logrus"
+
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -12,16 +14,32 @@ import (
 // evaluated the pod: the share holds every policy that selects it) and the flows of that
 // share are installed, bounded by ctx and policyWait. Until then the pod is pending: its
 // port is closed both ways to all but its node, so no peer the policy denies ever reaches
-// it. Without NetworkPolicy it returns at once.
-func (p *PodPorts) waitForPolicy(ctx context.Context, pod cni.PodRef) error {
+// it. When policyWait runs out (kovs-controller is down or unreachable), it returns nil and
+// the pod starts pending, closed: it opens when its policy arrives, and pods keep starting
+// through a controller outage without ever being open before their policy is known. Only
+// the ADD's own deadline (the runtime gave up) is an error. Without NetworkPolicy it
+// returns at once.
+func (p *PodPorts) waitForPolicy(parent context.Context, pod cni.PodRef) error {
 	if !p.state.PolicyEnabled() {
 		return nil
 	}
+	ctx := parent
 	if p.policyWait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.policyWait)
+		ctx, cancel = context.WithTimeout(parent, p.policyWait)
 		defer cancel()
 	}
+	err := p.awaitPolicy(ctx, pod)
+	if err != nil && parent.Err() == nil && ctx.Err() != nil {
+		log.WithField("pod", pod.String()).WithField("waited", p.policyWait).
+			Warn("the pod's NetworkPolicy has not arrived from kovs-controller: the pod starts closed (pending) and opens when it arrives")
+		return nil
+	}
+	return err
+}
+
+// awaitPolicy waits, bounded by ctx, until the share lists the pod and its flows are in.
+func (p *PodPorts) awaitPolicy(ctx context.Context, pod cni.PodRef) error {
 	key := policy.PodKey{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	for {
 		listed, gen, changed := p.state.PolicyHasPod(key)

@@ -122,20 +122,36 @@ func TestAddWaitsForThePodsPolicy(t *testing.T) {
 	}
 }
 
-// TestAddTimesOutWithoutPolicy: when the pod's policy does not arrive in time, CNI ADD
-// fails with "try again later" and a message that names kovs-controller.
-func TestAddTimesOutWithoutPolicy(t *testing.T) {
+// TestAddWithoutPolicyInTimeStartsThePodClosed: when the pod's policy does not arrive
+// within the wait (kovs-controller down), CNI ADD succeeds with the pod pending, closed by
+// the pending deny, which gives way to its policy once that arrives. An ADD whose own
+// deadline runs out first fails with "try again later" naming kovs-controller.
+func TestAddWithoutPolicyInTimeStartsThePodClosed(t *testing.T) {
 	r := newAttachRig(t, 300*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := addErr(r.ports.Add(ctx, addC()))
+	if _, err := r.ports.Add(ctx, addC()); err != nil {
+		t.Fatalf("Add without the pod's policy in time = %v, want the pod started closed", err)
+	}
+	ofport := r.state.Pods()["veth-c"].OFPort
+	if !r.hasPolicyFlow(pipeline.PolicyKindPending, ofport) {
+		t.Fatal("the pod whose policy has not come is not closed")
+	}
+	if err := r.sink.Delta(deltas()[0]); err != nil { // lists x/c, isolates it for ingress
+		t.Fatal(err)
+	}
+	waitUntil(t, "the pod's policy replaces its pending deny", func() bool {
+		return !r.hasPolicyFlow(pipeline.PolicyKindPending, ofport) && r.hasPolicyFlow(pipeline.PolicyKindIngressDeny, ofport)
+	})
+
+	r2 := newAttachRig(t, time.Hour)
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	_, err := r2.ports.Add(short, addC())
 	var cniErr *cni.Error
 	if !errors.As(err, &cniErr) || cniErr.Code != cni.CodeTryAgainLater ||
 		!strings.Contains(cniErr.Msg, "NetworkPolicy for pod x/c") || !strings.Contains(cniErr.Msg, "kovs-controller") {
-		t.Fatalf("Add error = %#v, want code %d about the pod's NetworkPolicy and kovs-controller", err, cni.CodeTryAgainLater)
-	}
-	if ofport := r.state.Pods()["veth-c"].OFPort; !r.hasPolicyFlow(pipeline.PolicyKindPending, ofport) {
-		t.Error("the pod whose policy never came is not closed")
+		t.Fatalf("Add past its own deadline = %#v, want code %d about the pod's NetworkPolicy and kovs-controller", err, cni.CodeTryAgainLater)
 	}
 }
 

@@ -64,26 +64,6 @@ func checkAdmission(t *testing.T, s *framework.Sandbox) {
 	if _, err := controller.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
 		t.Errorf("kovs-controller may not record node1's subnets: %v", err)
 	}
-	record := `{"ips":[{"address":"10.244.1.5/24","gateway":"10.244.1.1"}],"mac":"0a:58:0a:f4:01:05"}`
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "forged",
-		Annotations: map[string]string{ipam.PodNetworkAnnotationKey: record}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "kovs/responder"}}}}
-	admin := s.Client
-	_, err = admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	mustRefuse(t, "a pod created with "+ipam.PodNetworkAnnotationKey+" (by anyone but kovs-controller)", err)
-	if err == nil {
-		_ = admin.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{})
-	}
-	pod.Annotations = nil
-	if _, err := admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	recordPatch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ipam.PodNetworkAnnotationKey: record}}})
-	_, err = admin.CoreV1().Pods("default").Patch(ctx, "forged", types.MergePatchType, recordPatch, metav1.PatchOptions{})
-	mustRefuse(t, "the admin sets "+ipam.PodNetworkAnnotationKey+" on a pod", err)
-	if _, err := controller.CoreV1().Pods("default").Patch(ctx, "forged", types.MergePatchType, recordPatch, metav1.PatchOptions{}); err != nil {
-		t.Errorf("kovs-controller may not record a pod's addresses: %v", err)
-	}
 	checkRealizationRecord(t, s, controller)
 }
 
@@ -155,12 +135,11 @@ func agentToken(t *testing.T, s *framework.Sandbox, node string) string {
 // watched, not read on apply): a refused test write says they are in force.
 func waitPolicies(t *testing.T, s *framework.Sandbox) {
 	ctx := context.Background()
-	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "policy-probe",
-		Annotations: map[string]string{ipam.PodNetworkAnnotationKey: "{}"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "kovs/responder"}}}}
+	probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe",
+		Annotations: map[string]string{ipam.NodeSubnetsAnnotationKey: "{}"}}}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		_, err := s.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := s.Client.CoreV1().Nodes().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return
 		}

@@ -60,7 +60,7 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"list", "pods", "", true}, {"watch", "pods", "", true}, {"get", "configmaps/kovs-ca", "kube-system", true},
 			{"list", "services", "", true}, {"watch", "services", "", true},
 			{"list", "endpointslices.discovery.k8s.io", "", true}, {"watch", "endpointslices.discovery.k8s.io", "", true},
-			{"watch", "daemonsets.apps", "kube-system", true},
+			{"watch", "daemonsets.apps", "kube-system", true}, {"create", "events", "default", true},
 			// and nothing more
 			{"watch", "daemonsets.apps", "default", false}, {"delete", "daemonsets.apps", "kube-system", false},
 			{"update", "daemonsets.apps", "kube-system", false},
@@ -69,7 +69,6 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"patch", "nodes", "", false}, {"patch", "pods", "default", false}, {"delete", "pods", "default", false},
 			{"get", "configmaps/kovs-config", "kube-system", false}, {"get", "secrets/kovs-controller-tls", "kube-system", false},
 			{"create", "tokenreviews.authentication.k8s.io", "", false}, {"list", "networkpolicies.networking.k8s.io", "", false},
-			{"create", "events", "default", false},
 		},
 	}
 	t.Run("admission", func(t *testing.T) { checkAdmission(t, s) })

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/emulator"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
@@ -25,11 +27,12 @@ import (
 
 // TestNoWindowBeforePolicy proves a new pod is never reachable before the policies that
 // select it are in place. The test is the container runtime of the new pod: it creates
-// the pod's namespace and starts the responder in it BEFORE calling CNI ADD, then a client
-// on another node hammers the pod's address from before ADD until well after it returned.
-// If kovs attached the pod before its policy flows were installed, some of those
-// connections would get through. The same run against an unselected pod shows the prober
-// would notice.
+// the pod's namespace and starts the responder in it BEFORE calling CNI ADD; a client on
+// another node hammers the pod's address from the moment node1's agent has allocated it
+// (its OVS port, which carries the address, exists: before its flows and its policy are
+// installed) until well after ADD returned. If kovs opened the pod before its policy
+// flows were installed, some of those connections would get through. The same run
+// against an unselected pod shows the prober would notice.
 func TestNoWindowBeforePolicy(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--nodes", "3")
@@ -55,13 +58,20 @@ func TestNoWindowBeforePolicy(t *testing.T) {
 	}{{"guarded", false}, {"open", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := createExternalPod(t, s, tc.name, map[string]string{"app": tc.name})
-			ip := waitAllocated(t, s, "w", tc.name)
 			netns := newNetNS(t)
 			startResponder(t, netns, tc.name)
-			h := startHammer(s, client, ip)
-			time.Sleep(300 * time.Millisecond) // the hammer is at work before the pod has a network
 			att := emulator.PodAttachment(pod, netns)
-			if _, err := runtime.Add(ctx, att); err != nil {
+			added := make(chan error, 1)
+			go func() {
+				_, err := runtime.Add(ctx, att)
+				added <- err
+			}()
+			ip, err := waitPortAddress(s, "node1", att.ContainerID, added)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := startHammer(s, client, ip)
+			if err := <-added; err != nil {
 				h.stop()
 				t.Fatalf("CNI ADD: %v", err)
 			}
@@ -100,22 +110,34 @@ func createExternalPod(t *testing.T, s *framework.Sandbox, name string, labels m
 	return created
 }
 
-// waitAllocated waits for the pod's address in kovs.io/pod-network (before it runs).
-func waitAllocated(t *testing.T, s *framework.Sandbox, namespace, name string) netip.Addr {
-	var ip netip.Addr
-	framework.Eventually(t, 30*time.Second, namespace+"/"+name+" address allocated", func() error {
-		p, err := s.Client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+// waitPortAddress returns the pod address the node's agent allocated to the sandbox, read
+// from the sandbox's OVS port (kovs.io/ip-addresses) as soon as the port exists, which is
+// before the pod's flows and policy are installed. It fails if ADD ends first.
+func waitPortAddress(s *framework.Sandbox, node, sandboxID string, added chan error) (netip.Addr, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		port := cni.HostInterfaceName(sandboxID)
+		out, err := exec.Command("ovs-vsctl", "--db="+s.OVSDB(node), "--if-exists", "get", "Interface", port,
+			`external_ids:"kovs.io/ip-addresses"`).CombinedOutput()
 		if err != nil {
-			return err
+			return netip.Addr{}, fmt.Errorf("ovs-vsctl get: %v: %s", err, out)
 		}
-		n, err := ipam.ParsePodNetwork(p.Annotations[ipam.PodNetworkAnnotationKey])
-		if err != nil {
-			return err
+		if value := strings.Trim(strings.TrimSpace(string(out)), `"`); value != "" {
+			first, _, _ := strings.Cut(value, ",")
+			prefix, err := netip.ParsePrefix(first)
+			if err != nil {
+				return netip.Addr{}, fmt.Errorf("port %s of sandbox %s: address %q: %w", port, sandboxID, first, err)
+			}
+			return prefix.Addr(), nil
 		}
-		ip = n.Addresses[0].Address.Addr()
-		return nil
-	})
-	return ip
+		select {
+		case err := <-added:
+			added <- err
+			return netip.Addr{}, fmt.Errorf("CNI ADD ended (%v) before the sandbox's port was seen", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("no OVS port of sandbox %s on %s after 30 s", sandboxID, node)
 }
 
 // newNetNS creates a pod namespace of the test's own, deleted at the end.

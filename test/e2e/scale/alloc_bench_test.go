@@ -16,14 +16,14 @@ const (
 	allocPodsEnv  = "KOVS_BENCH_ALLOC_PODS"
 )
 
-// BenchmarkPodAllocation measures kovs-controller's pod address allocation against the
-// real kube-apiserver and etcd of a scale-mode sandbox (no node namespaces): 100 hollow
-// nodes (the scale harness's, with their Leases, and pods reported Running once they have
-// addresses), then 2,000 pods bound to uniformly drawn nodes, created by 32 writers as
-// fast as kube-apiserver accepts them. Reported: allocated pods/s (pods with an address
-// over the first Create to the last address seen), the creation rate, and each pod's
-// Create call to its kovs.io/pod-network annotation seen by the harness's informer, p50
-// and p99 (nearest rank). The log adds kovs-controller's and kube-apiserver's CPU, the
+// BenchmarkPodAllocation measures pod address allocation against the real kube-apiserver
+// and etcd of a scale-mode sandbox (no node namespaces): 100 hollow nodes (the scale
+// harness's, with their Leases; each allocates its pods' addresses with kovs-agent's own
+// allocator, package agent/podaddr, and reports them Running), then 2,000 pods bound to
+// uniformly drawn nodes, created by 32 writers as fast as kube-apiserver accepts them.
+// Reported: allocated pods/s (pods with an address over the first Create to the last
+// address allocated), the creation rate, and each pod's Create call to its address
+// allocated on its node, p50 and p99 (nearest rank). The log adds kovs-controller's and kube-apiserver's CPU, the
 // controller's requests (kube-apiserver's audit log) and its pod reconciles (its
 // /metrics). KOVS_BENCH_ALLOC_NODES and KOVS_BENCH_ALLOC_PODS resize it. Each iteration
 // is a fresh sandbox; ns/op is the whole iteration and says little.
@@ -74,7 +74,7 @@ func logAllocation(b *testing.B, res *harness.AllocationResult) {
 		}
 	}
 	r := res.Reconciles
-	b.Logf("pod-addresses reconciles: %d, mean %s each, mean queue wait %s", r.Reconciles, r.MeanReconcile().Round(1e3), r.MeanWait().Round(1e3))
+	b.Logf("kovs-controller pod (bandwidth) reconciles: %d, mean %s each, mean queue wait %s", r.Reconciles, r.MeanReconcile().Round(1e3), r.MeanWait().Round(1e3))
 }
 
 func envInt(b *testing.B, name string, def int) int {

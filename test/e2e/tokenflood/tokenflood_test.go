@@ -4,8 +4,8 @@
 // the attack of docs/security.md "A TokenReview flood on the policy stream port".
 //
 // Each run has two phases, the same but for the flood: podsPerPhase pods are created and
-// a NetworkPolicy over them; each pod's time from its Create call to the controller's
-// kovs.io/pod-network annotation and the Lease's renewals are recorded. In the flood
+// a NetworkPolicy over them; each pod's time from its Create call to its addresses in
+// status.podIPs (its node's agent allocates them) and the Lease's renewals are recorded. In the flood
 // phase floodRequests junk requests, each on its own connection from node1 (to the
 // node's 127.0.0.1:9443, as an agent reaches the controller), are released at once: a
 // third with no token, a third with tokens that cannot be ServiceAccount tokens for the

@@ -15,8 +15,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 )
 
 // The controller's leader election Lease (kovs-controller's defaults, which the sandbox
@@ -123,7 +121,7 @@ func watchAllocations(tb testing.TB, client kubernetes.Interface) *allocWatch {
 	informer := factory.Core().V1().Pods().Informer()
 	record := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Annotations[ipam.PodNetworkAnnotationKey] == "" {
+		if !ok || len(p.Status.PodIPs) == 0 {
 			return
 		}
 		now := time.Now()

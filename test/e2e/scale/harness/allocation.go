@@ -122,7 +122,7 @@ func (h *Harness) RunAllocation(ctx context.Context) (*AllocationResult, error) 
 	if res.Audit, err = readAudit(h.layout.KovsAuditLog(), []PhaseUsage{res.Phase}); err != nil {
 		h.logf("audit log: %v", err)
 	}
-	if res.Reconciles, err = h.reconcileStats(ctx, "pod-addresses"); err != nil {
+	if res.Reconciles, err = h.reconcileStats(ctx, "pod-bandwidth"); err != nil {
 		h.logf("kovs-controller metrics: %v", err)
 	}
 	return res, waitErr

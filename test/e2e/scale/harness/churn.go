@@ -30,7 +30,7 @@ type churnCounts struct {
 func (h *Harness) churn(ctx context.Context) error {
 	h.alloc.results() // the churn's allocation sample starts empty
 	before := h.trafficByNode()
-	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-addresses")
+	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-bandwidth")
 	split, splitErr := h.controllerSplit(ctx)
 	start := time.Now()
 	stop := start.Add(h.cfg.ChurnDuration)
@@ -85,7 +85,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	sweeping := h.sweepRealization(ctx)
 	loops.Wait()
 	writes.Wait()
-	after, afterErr := h.reconcileStats(ctx, "pod-addresses")
+	after, afterErr := h.reconcileStats(ctx, "pod-bandwidth")
 	reconcilesErr = errors.Join(reconcilesErr, afterErr)
 	h.result.Churn = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
 		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -85,14 +84,8 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-func hasPodNetwork(p *corev1.Pod) bool {
-	v, ok := p.Annotations[ipam.PodNetworkAnnotationKey]
-	if !ok {
-		return false
-	}
-	n, err := ipam.ParsePodNetwork(v)
-	return err == nil && n.UID == string(p.UID)
-}
+// hasPodNetwork reports whether the pod runs with its addresses (status.podIPs).
+func hasPodNetwork(p *corev1.Pod) bool { return len(p.Status.PodIPs) > 0 }
 
 // cached reads the objects from the harness's informers.
 func (h *Harness) cached() (clusterObjects, error) {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
 
@@ -157,21 +156,25 @@ func (h *Harness) finish() {
 func (h *Harness) startInformers(ctx context.Context) {
 	h.factory = informers.NewSharedInformerFactory(h.kubelet, 0)
 	pods := h.factory.Core().V1().Pods()
-	h.kubelets = newHollowKubelets(h.kubelet, pods.Lister())
+	nodes := h.factory.Core().V1().Nodes()
+	h.kubelets = newHollowKubelets(h.kubelet, pods.Lister(), nodes.Lister(), h.alloc.allocated)
 	onPod := func(obj any) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.kubelets.enqueue(pod)
 		}
-		if _, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]; ok {
-			h.alloc.allocated(podRef{pod.Namespace, pod.Name}, time.Now())
-		}
-		h.kubelets.enqueue(pod)
 	}
 	_, _ = pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod,
-		UpdateFunc: func(_, obj any) { onPod(obj) }})
-	// Registered before Start: the listers compare() reads.
-	h.factory.Core().V1().Nodes().Informer()
+		UpdateFunc: func(_, obj any) { onPod(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				h.kubelets.release(pod)
+			}
+		}})
+	// Registered before Start: the listers compare() and the hollow kubelets read.
+	nodes.Informer()
 	h.factory.Core().V1().Namespaces().Informer()
 	_, _ = h.factory.Networking().V1().NetworkPolicies().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { h.policySeen(obj, true) },

@@ -21,29 +21,80 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/agent/podaddr"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 )
 
 // hollowKubelets do for every simulated node what kubemark's hollow kubelet does: register
 // the Node with its address, capacity and Ready condition, renew its Lease in
-// kube-node-lease, and report its pods Running with the addresses kovs-controller
-// allocated (the kovs.io/pod-network annotation, as the CNI hands them to the runtime).
-// Graceful deletions are completed (delete with grace 0) as kubelet does once the
-// containers stopped. One shared pod informer serves every node (a real kubelet watches
+// kube-node-lease, and report its pods Running with their addresses. The addresses come
+// from what a node's CNI ADD does: the node's own allocator, kovs-agent's (package
+// agent/podaddr, over the node's kovs.io/node-subnets blocks, its high water kept in
+// memory), with no API request on the way. Graceful deletions are completed (delete with
+// grace 0) as kubelet does once the containers stopped, and the pod's addresses released
+// as its CNI DEL does. One shared pod informer serves every node (a real kubelet watches
 // its own node's pods).
 type hollowKubelets struct {
 	client kubernetes.Interface
 	pods   corelisters.PodLister
+	nodes  corelisters.NodeLister
 	queue  workqueue.TypedRateLimitingInterface[podRef]
+	// allocated is told when a pod got its addresses (the CNI ADD's allocation).
+	allocated func(podRef, time.Time)
 
 	mu     sync.Mutex
 	nodeIP map[string]string
 	leases map[string]*coordinationv1.Lease
+	books  map[string]*podaddr.Book // by node
 }
 
-func newHollowKubelets(client kubernetes.Interface, pods corelisters.PodLister) *hollowKubelets {
-	return &hollowKubelets{client: client, pods: pods, nodeIP: map[string]string{}, leases: map[string]*coordinationv1.Lease{},
+func newHollowKubelets(client kubernetes.Interface, pods corelisters.PodLister, nodes corelisters.NodeLister,
+	allocated func(podRef, time.Time)) *hollowKubelets {
+	return &hollowKubelets{client: client, pods: pods, nodes: nodes, allocated: allocated, nodeIP: map[string]string{},
+		leases: map[string]*coordinationv1.Lease{}, books: map[string]*podaddr.Book{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[podRef]())}
+}
+
+// memoryHighWater is a hollow node's high-water store: its agent never restarts.
+type memoryHighWater struct{}
+
+func (memoryHighWater) RecordHighWater(context.Context, ipam.HighWater) error { return nil }
+
+// book returns the node's allocator, opened once the Node has its blocks.
+func (k *hollowKubelets) book(node string) (*podaddr.Book, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if b, ok := k.books[node]; ok {
+		return b, nil
+	}
+	n, err := k.nodes.Get(node)
+	if err != nil {
+		return nil, err
+	}
+	value, ok := n.Annotations[ipam.NodeSubnetsAnnotationKey]
+	if !ok {
+		return nil, fmt.Errorf("node %s has no blocks yet", node)
+	}
+	ann, err := ipam.ParseNodeSubnetsAnnotation(value)
+	if err != nil {
+		return nil, err
+	}
+	b, err := podaddr.New(node, ann.Blocks(), ipam.PoolOptions{Quarantine: 30 * time.Second}, memoryHighWater{}, "--ipv4-block-size")
+	if err != nil {
+		return nil, err
+	}
+	k.books[node] = b
+	return b, nil
+}
+
+// release frees a deleted pod's addresses (its CNI DEL).
+func (k *hollowKubelets) release(pod *corev1.Pod) {
+	k.mu.Lock()
+	b := k.books[pod.Spec.NodeName]
+	k.mu.Unlock()
+	if b != nil {
+		b.Release(string(pod.UID))
+	}
 }
 
 // hollowKubeletUser is the identity the hollow kubelets' client impersonates. Its group
@@ -219,15 +270,23 @@ func (k *hollowKubelets) syncPod(ctx context.Context, ref podRef) error {
 		}
 		return err
 	}
-	value, ok := pod.Annotations[ipam.PodNetworkAnnotationKey]
-	if !ok {
-		return nil // the runtime waits for the CNI, which waits for the address
+	book, err := k.book(pod.Spec.NodeName)
+	if err != nil {
+		return err // the node's agent waits for its blocks too
 	}
-	network, err := ipam.ParsePodNetwork(value)
-	if err != nil || network.UID != string(pod.UID) {
-		return nil // not this pod's (yet): the agent refuses it too
+	held := len(book.Lookup(string(pod.UID))) > 0
+	addrs, err := book.Allocate(ctx, string(pod.UID))
+	if err != nil {
+		return err
 	}
-	return k.reportRunning(ctx, pod, hostIP, network.IPs())
+	if !held && k.allocated != nil {
+		k.allocated(ref, time.Now())
+	}
+	ips := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		ips = append(ips, a.Address.Addr())
+	}
+	return k.reportRunning(ctx, pod, hostIP, ips)
 }
 
 // reportRunning writes phase Running, the pod's IPs and Ready, unless the status says so.

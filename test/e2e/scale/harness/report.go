@@ -68,7 +68,7 @@ func (r *Result) summary(p func(string, ...any)) {
 	row("churn", "**pod creation to address allocated, under churn**", "**%s**; %d still pending at the end, %d deleted before",
 		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
 	if rc := ch.Reconciles; rc.Reconciles > 0 {
-		p("| kovs-controller's pod-addresses workers, churn (its /metrics) | %d reconciles (%.1f/s), mean %s each, mean queue wait %s |",
+		p("| kovs-controller's pod workers (bandwidth checks), churn (its /metrics) | %d reconciles (%.1f/s), mean %s each, mean queue wait %s |",
 			rc.Reconciles, float64(rc.Reconciles)/ch.Duration.Seconds(), rc.MeanReconcile().Round(time.Millisecond), rc.MeanWait().Round(time.Millisecond))
 	}
 	row("span probes", "policy change to realized on every concerned node, isolated probes", "%s; %d lost", r.ProbeLatency.Summary(), r.ProbeLost)

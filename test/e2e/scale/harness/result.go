@@ -55,7 +55,7 @@ type ChurnResult struct {
 	PolicyLost, PolicyNoNode, PolicySuperseded int
 	PolicySplit                                PolicySplit
 	Traffic                                    []AgentTraffic
-	// Reconciles is what kovs-controller's pod-addresses workers did over the churn's
+	// Reconciles is what kovs-controller's pod workers (bandwidth checks) did over the churn's
 	// writes (its /metrics read before and after), to tell a wait for a worker from a
 	// slow Reconcile.
 	Reconciles ReconcileStats
