@@ -17,19 +17,20 @@
 // Paths carry the protocol version; a change that old peers would misread gets /v2.
 // Unknown fields are ignored, so fields can be added within v1.
 //
-//	POST /v1/pod-network  PodRef          -> 200 PodNetworkConfig
-//	POST /v1/attach       AttachRequest   -> 204
+//	POST /v1/add          AddRequest      -> 200 PodNetworkConfig
 //	POST /v1/detach       DetachRequest   -> 204
 //	POST /v1/check        AttachRequest   -> 204
 //	POST /v1/gc           GCRequest       -> 204
 //	GET  /v1/status                       -> 204
 //
-// An ADD is two calls: pod-network (the agent answers once kovs-controller has allocated
-// the pod's addresses and MAC, or after a bounded wait with CodeTryAgainLater), then, with
-// the veth created and the pod end configured, attach (the agent adds the host end to
-// br-int as an OVS port whose external_ids carry the pod's identity and answers once the
-// pod's flows are installed). DEL is detach; it must be idempotent. CHECK, GC and STATUS
-// map to check, gc and status.
+// An ADD is one call: with the veth created (the host end up, the pod end down), add asks
+// the agent to allocate the pod's addresses and MAC from its node's blocks, add the host
+// end to br-int as an OVS port whose external_ids carry the pod's identity and addresses,
+// and answer, with the config the pod end gets, once the pod's flows (and policy) are
+// installed. Nothing on its path asks the API server. DEL is detach, which also releases
+// the addresses; it must be idempotent. CHECK, GC and STATUS map to check, gc and status.
+// (Before 2026-12 an ADD was two calls, pod-network and attach, and the addresses were
+// kovs-controller's; an old kovs-cni calling a new agent gets an error naming the path.)
 //
 // # Errors
 //
@@ -37,7 +38,7 @@
 // CodeUnknownContainer, 503 for CodeTryAgainLater and CodeNotAvailable, 500 otherwise)
 // with an Error body:
 //
-//	{"code": 11, "msg": "no address allocated yet for pod default/web after 30s", "details": "is kovs-controller running?"}
+//	{"code": 11, "msg": "no address for pod default/web: node node-1: node block 10.244.1.0/24 has no free pod address: ...", "details": ""}
 //
 // The code is a CNI error code: the plugin returns it to the runtime as is, with the
 // message prefixed by what the plugin was doing. Messages are for people: they end up in

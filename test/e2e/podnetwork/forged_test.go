@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,9 +38,17 @@ func (c *cluster) checkForgedAnnotation(t *testing.T) {
 	tenant := c.tenantClient(t, "x", "tenant")
 	resume := c.s.Pause(t, "kovs-controller")
 	defer resume()
-	if _, err := tenant.CoreV1().Pods("x").Create(ctx, forgedPod("forged-by-tenant", stolen), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the tenant could not create a pod (an annotation no one reads needs no guard): %v", err)
-	}
+	// The tenant's RoleBinding is in force once kube-apiserver's authorizer has seen it.
+	framework.Eventually(t, 30*time.Second, "the tenant creates a pod carrying b's record", func() error {
+		_, err := tenant.CoreV1().Pods("x").Create(ctx, forgedPod("forged-by-tenant", stolen), metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource") {
+			return err // RBAC not in force yet
+		}
+		if err != nil {
+			t.Fatalf("the tenant could not create a pod (an annotation no one reads needs no guard): %v", err)
+		}
+		return nil
+	})
 	defer c.s.DeletePod(t, "x", "forged-by-tenant", podTimeout)
 	// Past the agent's wait for the pod's policy (30 s), which cannot come while the
 	// controller is stopped.
