@@ -69,20 +69,20 @@ func (a *Agent) openAddressBook(ctx context.Context, self *corev1.Node, stale []
 		records = append(records, podaddr.Record{Port: name, Pod: pp.Namespace + "/" + pp.Name, UID: pp.UID, IPs: pp.IPs})
 		live[pp.UID] = true
 	}
-	for _, port := range stale {
-		pp, err := podPortFromIDs(port)
-		if err != nil {
-			return nil, &podaddr.CorruptError{Record: "port " + port.Name, Err: err}
-		}
-		records = append(records, podaddr.Record{Port: port.Name, Pod: pp.Namespace + "/" + pp.Name, UID: pp.UID, IPs: pp.IPs})
-	}
 	if err := book.Restore(records, hw); err != nil {
 		return nil, fmt.Errorf("%w (the pod ports of bridge %s in the Open_vSwitch database; delete what is wrong, or the bridge to start over)", err, a.cfg.Bridge)
 	}
+	// The stale ports' pods are gone: their addresses go back, to the back of the line
+	// (what cannot be taken, an address outside blocks the node got anew, is left).
 	for _, port := range stale {
-		if uid := port.ExternalIDs[extUID]; !live[uid] {
-			book.Release(uid)
+		pp, err := podPortFromIDs(port)
+		if err != nil || pp.UID == "" || live[pp.UID] {
+			continue
 		}
+		if err := book.Import(podaddr.Record{Port: port.Name, Pod: pp.Namespace + "/" + pp.Name, UID: pp.UID, IPs: pp.IPs}); err != nil {
+			log.WithField("port", port.Name).WithError(err).Debug("stale port's addresses not taken back")
+		}
+		book.Release(pp.UID)
 	}
 	if imported {
 		a.importRunningPods(book, live)

@@ -163,3 +163,31 @@ func attachOf(name string, host int) cni.AttachRequest {
 		Pod: cni.PodRef{Namespace: "x", Name: name, UID: "uid-" + name}, HostIfName: "veth-" + name, MAC: mac.String(),
 		IPs: []cni.IPConfig{{Address: ip.String() + "/24", Gateway: "10.244.1.1"}}}
 }
+
+// TestTwoPodsOfOneNameInQuickSuccession: a pod deleted and created again under the same
+// name (a new UID) whose ADD comes before the old one's DEL gets an address of its own;
+// the old pod's DEL then releases only the old pod's address.
+func TestTwoPodsOfOneNameInQuickSuccession(t *testing.T) {
+	r := newAttachRig(t, time.Second)
+	noPolicy(r)
+	old := addOf("c", "s1")
+	oldIP := addedIP(t, r, old)
+	again := addOf("c", "s2")
+	again.Pod.UID = "uid-c-again"
+	newIP := addedIP(t, r, again)
+	if newIP == oldIP {
+		t.Fatalf("the new pod of the same name got the old one's address %s", oldIP)
+	}
+	if _, ok := r.state.Pods()["veth-s1"]; !ok {
+		t.Error("the new pod's ADD removed the old pod's port (another UID): only its own sandboxes are replaced")
+	}
+	if err := r.ports.Detach(context.Background(), cni.DetachRequest{ContainerID: "s1", IfName: "eth0", Pod: old.Pod}); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ports.book.Lookup("uid-c")) != 0 {
+		t.Error("the old pod's DEL left its address allocated")
+	}
+	if held := r.ports.book.Lookup("uid-c-again"); len(held) != 1 || held[0].Address.Addr() != newIP {
+		t.Errorf("after the old pod's DEL the new pod holds %v, want %s", held, newIP)
+	}
+}

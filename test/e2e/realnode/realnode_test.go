@@ -21,8 +21,8 @@ const ns = "realnode"
 
 // TestRealNodes is the real-node smoke of `make test`: install from dist/ (done by up),
 // pods of a Deployment on every node, the network model's guarantees between them, a
-// NetworkPolicy, a ClusterIP Service, the ovs image, install-cni during a CNI ADD, and
-// `kubectl delete -k` leaving the nodes clean.
+// NetworkPolicy, a ClusterIP Service, the ovs image, install-cni during a CNI ADD, pods
+// starting while kovs-controller is down, and `kubectl delete -k` leaving the nodes clean.
 func TestRealNodes(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
@@ -49,6 +49,7 @@ func TestRealNodes(t *testing.T) {
 	t.Run("install-cni while a CNI ADD is in flight", func(t *testing.T) { checkInstallDuringAdd(t, s) })
 	t.Run("kovs's ports are closed to pods", func(t *testing.T) { checkPortsClosedToPods(t, s) })
 	t.Run("the agent's token is bound to its node", func(t *testing.T) { checkAgentTokenIsNodeBound(t, s) })
+	t.Run("pods start while kovs-controller is down", func(t *testing.T) { checkControllerOutage(t, s, web) })
 	t.Run("kubectl delete -k leaves the nodes clean", func(t *testing.T) { checkUninstall(t, s) })
 }
 
