@@ -64,11 +64,11 @@ func checkPeer(where string, action v1beta1.ClusterNetworkPolicyRuleAction, p *v
 	switch {
 	case p.Namespaces != nil:
 		if _, err := metav1.LabelSelectorAsSelector(p.Namespaces); err != nil {
-			return []string{fmt.Sprintf("%s: namespaces is not a valid label selector (%v): it selects no pod; fix the selector", where, err)}
+			return []string{fmt.Sprintf("%s: namespaces is not a valid label selector (%v): %s; fix the selector", where, err, failClosed)}
 		}
 	case p.Pods != nil:
 		if err := checkSelectors(&p.Pods.NamespaceSelector, &p.Pods.PodSelector); err != nil {
-			return []string{fmt.Sprintf("%s: pods is not a valid selector (%v): it selects no pod; fix the selector", where, err)}
+			return []string{fmt.Sprintf("%s: pods is not a valid selector (%v): %s; fix the selector", where, err, failClosed)}
 		}
 	case p.Networks != nil:
 		for _, n := range p.Networks {
@@ -78,7 +78,7 @@ func checkPeer(where string, action v1beta1.ClusterNetworkPolicyRuleAction, p *v
 		}
 	case p.Nodes != nil:
 		if _, err := metav1.LabelSelectorAsSelector(p.Nodes); err != nil {
-			return []string{fmt.Sprintf("%s: nodes is not a valid label selector (%v): it selects no node; fix the selector", where, err)}
+			return []string{fmt.Sprintf("%s: nodes is not a valid label selector (%v): %s; fix the selector", where, err, failClosed)}
 		}
 	case p.DomainNames != nil:
 		return []string{fmt.Sprintf("%s: kovs does not enforce domainNames peers: they match nothing, so the rule accepts less than written; use networks for the addresses the names resolve to", where)}

@@ -28,7 +28,7 @@ func TestCheckSaysWhatToFix(t *testing.T) {
 			[]string{"no field kovs knows", "ignores this peer"}},
 		{"bad selector", v1beta1.ClusterNetworkPolicyEgressRule{Action: deny, To: []v1beta1.ClusterNetworkPolicyEgressPeer{{Namespaces: &metav1.LabelSelector{
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}}}},
-			[]string{"not a valid label selector", "fix the selector"}},
+			[]string{"not a valid label selector", "denies all traffic of its subject", "fix the selector"}},
 		{"named port with networks", v1beta1.ClusterNetworkPolicyEgressRule{Action: deny,
 			To:        []v1beta1.ClusterNetworkPolicyEgressPeer{{Networks: []v1beta1.CIDR{"10.0.0.0/8"}}},
 			Protocols: []v1beta1.ClusterNetworkPolicyProtocol{{DestinationNamedPort: "web"}}},

@@ -205,14 +205,17 @@ func (c *Cluster) subjects(s *v1beta1.ClusterNetworkPolicySubject) []*Pod {
 	return nil
 }
 
-// peer returns the pods and the prefixes a peer selects, and false when no field kovs
-// knows is set. DomainNames select nothing (see the package documentation).
+// peer returns the pods and the prefixes a peer selects, and false when kovs cannot read
+// it: no field kovs knows is set, or a selector is not valid. DomainNames select nothing
+// (see the package documentation).
 func (c *Cluster) peer(p *v1beta1.ClusterNetworkPolicyEgressPeer) ([]*Pod, []netip.Prefix, bool) {
 	switch {
 	case p.Namespaces != nil:
-		return c.podsIn(p.Namespaces, &metav1.LabelSelector{}), nil, true
+		pods, err := c.selectPods(p.Namespaces, &metav1.LabelSelector{})
+		return pods, nil, err == nil
 	case p.Pods != nil:
-		return c.podsIn(&p.Pods.NamespaceSelector, &p.Pods.PodSelector), nil, true
+		pods, err := c.selectPods(&p.Pods.NamespaceSelector, &p.Pods.PodSelector)
+		return pods, nil, err == nil
 	case p.Networks != nil:
 		var prefixes []netip.Prefix
 		for _, n := range p.Networks {
@@ -224,7 +227,7 @@ func (c *Cluster) peer(p *v1beta1.ClusterNetworkPolicyEgressPeer) ([]*Pod, []net
 	case p.Nodes != nil:
 		sel, err := metav1.LabelSelectorAsSelector(p.Nodes)
 		if err != nil {
-			return nil, nil, true
+			return nil, nil, false
 		}
 		var prefixes []netip.Prefix
 		for _, n := range c.Nodes {
@@ -243,10 +246,19 @@ func (c *Cluster) peer(p *v1beta1.ClusterNetworkPolicyEgressPeer) ([]*Pod, []net
 
 // podsIn returns the pods the selectors select: none when one cannot be read.
 func (c *Cluster) podsIn(nsSel, podSel *metav1.LabelSelector) []*Pod {
-	ns, err1 := metav1.LabelSelectorAsSelector(nsSel)
-	ps, err2 := metav1.LabelSelectorAsSelector(podSel)
-	if err1 != nil || err2 != nil {
-		return nil
+	pods, _ := c.selectPods(nsSel, podSel)
+	return pods
+}
+
+// selectPods returns the pods in the namespaces nsSel selects that podSel selects.
+func (c *Cluster) selectPods(nsSel, podSel *metav1.LabelSelector) ([]*Pod, error) {
+	ns, err := metav1.LabelSelectorAsSelector(nsSel)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := metav1.LabelSelectorAsSelector(podSel)
+	if err != nil {
+		return nil, err
 	}
 	var pods []*Pod
 	for i := range c.Pods {
@@ -256,7 +268,7 @@ func (c *Cluster) podsIn(nsSel, podSel *metav1.LabelSelector) []*Pod {
 			pods = append(pods, p)
 		}
 	}
-	return pods
+	return pods, nil
 }
 
 func keys(pods []*Pod) []policy.PodKey {

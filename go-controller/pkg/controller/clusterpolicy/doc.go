@@ -31,8 +31,9 @@
 // subject of an ingress rule, the peer pod of an egress rule (networks and nodes have no
 // named ports). No protocols: all traffic, ICMP included.
 //
-// A peer with no field set (an unknown field of a newer CRD) fails closed as the API
-// says: an Accept rule ignores it, a Deny or Pass rule becomes a Deny of everything
+// A peer with no field set (an unknown field of a newer CRD), or with a label selector
+// that is not valid (the API server does not check them in a CRD), fails closed as the
+// API says for unreadable peers: an Accept rule ignores it, a Deny or Pass rule becomes a Deny of everything
 // from or to its subject. DomainNames peers, which kovs cannot enforce, match nothing
 // (the API allows them only in Accept rules, so this only ever accepts less); [Check]
 // reports them, and the controller says so in a status condition.

@@ -164,3 +164,21 @@ func TestTierSemantics(t *testing.T) {
 		})
 	}
 }
+
+// A peer selector the API server let through but that is not valid fails the rule
+// closed, as an unreadable peer does: a Deny rule denies everything of its subject.
+func TestInvalidPeerSelectorFailsClosed(t *testing.T) {
+	c := testCluster()
+	p := cnp("a", admin, 1, "slytherin")
+	p.Spec.Ingress = []v1beta1.ClusterNetworkPolicyIngressRule{{Action: deny, From: []v1beta1.ClusterNetworkPolicyIngressPeer{{
+		Namespaces: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "x", Operator: "Near"}}}}}}}
+	if v := Compile([]*v1beta1.ClusterNetworkPolicy{p}, c).Allows(nil, c.conn("ravenclaw-0", "slytherin-0", policy.TCP, 80)); v.Allowed() {
+		t.Errorf("a Deny rule with an invalid peer selector let traffic through: %+v", v.Ingress)
+	}
+	p.Spec.Ingress[0].Action = accept
+	q := cnp("z", base, 1, "slytherin")
+	q.Spec.Ingress = []v1beta1.ClusterNetworkPolicyIngressRule{ingress(deny, "ravenclaw")}
+	if v := Compile([]*v1beta1.ClusterNetworkPolicy{p, q}, c).Allows(nil, c.conn("ravenclaw-0", "slytherin-0", policy.TCP, 80)); v.Allowed() {
+		t.Errorf("an Accept rule with an invalid peer selector accepted traffic: %+v", v.Ingress)
+	}
+}
