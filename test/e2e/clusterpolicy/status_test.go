@@ -1,10 +1,12 @@
-// ClusterNetworkPolicy against a real sandbox: dist/ installs the CRD, and kovs-controller
+// ClusterNetworkPolicy against a real sandbox: dist/ installs the CRD, kovs-controller
 // (under dist/'s RBAC) writes every policy's status conditions and an Event for what it
-// cannot enforce as written. Needs root (it starts a sandbox); runs under `make e2e`.
+// cannot enforce as written, and kovsctl policies shows them. Needs root (it starts a sandbox); runs under `make e2e`.
 package clusterpolicy_test
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,15 @@ func TestStatusConditions(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("no %s Event for the unreadable policy: %v", clusterpolicy.ReasonPartlyUnsupported, err)
+	}
+	// kovsctl policies shows both, with the conditions.
+	out, err := exec.Command(filepath.Join(env.BinDir, "kovsctl"), "--kubeconfig", s.Layout.Kubeconfig(), "policies").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kovsctl policies: %v\n%s", err, out)
+	}
+	for _, want := range []string{"exact", "unreadable", "no: " + clusterpolicy.ReasonNotImplemented, "no: ingress[0]"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kovsctl policies does not say %q:\n%s", want, out)
+		}
 	}
 }

@@ -63,7 +63,9 @@ func benchWorkload(pods, namespaces, policies int) (*Cluster, []*v1beta1.Cluster
 			Ports: []NamedPort{{Name: "http", Protocol: policy.TCP, Number: 8080}}})
 	}
 	tenants := namespaces / 5
-	sel := func(k, v string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}} }
+	sel := func(k, v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
 	var out []*v1beta1.ClusterNetworkPolicy
 	for i := range policies {
 		tier := v1beta1.AdminTier
