@@ -4,7 +4,8 @@
 // view of the cluster into rules with resolved pods, addresses and ports in precedence
 // order ([Compile]), and decides a connection from those rules and the NetworkPolicy
 // tier between them ([Rules.Allows]), which is the reference the datapath is to be
-// tested against.
+// tested against, and the meet of two versions of the rules that the transition gate
+// is to enforce during a change ([Meet]).
 //
 // # Semantics
 //
