@@ -52,7 +52,7 @@ test: tools build images lint unit e2e bench-once
 ## the NetworkPolicy truth-table cases and 400 generated ones checked offline against the
 ## independent model and kube-network-policies' evaluator (TestCases*)
 unit:
-	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/...
+	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/... ./test/e2e/conformance/policyapi/...
 	$(TESTRUN) -count=1 -run '^TestCases' ./test/e2e/netpol/
 
 # netpol comes first: go test starts packages in the order named, two at a time, and

@@ -20,6 +20,7 @@ import (
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	policyapi "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
@@ -95,6 +96,10 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	policyAPI, err := policyapi.NewForConfig(cfg)
+	if err != nil {
+		fatal(err)
+	}
 	agentNS, agentName, ok := strings.Cut(*agentSA, "/")
 	if !ok || agentNS == "" || agentName == "" {
 		fatal(fmt.Errorf("--agent-service-account %q: use namespace/name", *agentSA))
@@ -115,7 +120,7 @@ func main() {
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
 			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight,
 			TransitionTimeout: *transitionTimeout},
-		Metrics: set, Health: health, Dynamic: dyn,
+		Metrics: set, Health: health, Dynamic: dyn, PolicyAPI: policyAPI,
 	}, client)
 	if err != nil {
 		fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	policyapi "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
 )
@@ -22,7 +23,8 @@ commands:
         SRC a pod (ns/name); DST a pod (ns/name), a node or an IP
   flows --node NODE [--table NAME] [--pod ns/name] [--policy ns/name]
   pods --node NODE
-  policies [--namespace NS]       NetworkPolicies and on how many nodes each is enforced
+  policies [--namespace NS]       NetworkPolicies and on how many nodes each is enforced;
+                                  without --namespace, ClusterNetworkPolicies and their state too
   status --node NODE[,NODE] [--agent-address ADDR] [--agent-netns NS] [-o table|json]
         agent, OVS, tunnel peers, controller connection, policy; exit 1 if anything is wrong
   plan [--cluster-cidr C[,C]] [--block-size B[,B]] [--service-cidr S[,S]] [--node-cidr N[,N]] [--max-pods N]
@@ -63,7 +65,11 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	access := kovsctl.Access{Client: client, OVSDir: kovsctl.DirTemplate(*ovsDir)}
+	policyAPI, err := policyapi.NewForConfig(cfg)
+	if err != nil {
+		fatal(err)
+	}
+	access := kovsctl.Access{Client: client, PolicyAPI: policyAPI, OVSDir: kovsctl.DirTemplate(*ovsDir)}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	args := global.Args()
@@ -81,6 +87,9 @@ func main() {
 		ns := fs.String("namespace", "", "namespace (default: all)")
 		_ = fs.Parse(args[1:])
 		err = access.Policies(ctx, *ns, os.Stdout)
+		if err == nil && *ns == "" {
+			err = access.ClusterPolicies(ctx, os.Stdout)
+		}
 	case "uninstall":
 		fs := flag.NewFlagSet("uninstall", flag.ExitOnError)
 		ns := fs.String("namespace", "kube-system", "the agent DaemonSet's namespace")

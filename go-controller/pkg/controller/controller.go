@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
@@ -53,6 +54,9 @@ type Config struct {
 	Health  *metrics.Health
 	// Dynamic reaches the Egress resource; nil: Egress is not served.
 	Dynamic dynamic.Interface
+	// PolicyAPI is the client of sigs.k8s.io/network-policy-api (ClusterNetworkPolicy);
+	// nil: ClusterNetworkPolicy is not followed.
+	PolicyAPI versioned.Interface
 }
 
 // The leader election timings when Config leaves them unset: kube-controller-manager's.
@@ -233,6 +237,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 			return policies.run(ctx, client, nodeInformer.Informer())
 		},
 		"egress": func(ctx context.Context) error { return runEgress(ctx, cfg, client) },
+		"cluster network policy": func(ctx context.Context) error {
+			return runClusterPolicies(ctx, cfg.PolicyAPI, recorder, obs)
+		},
 	})
 }
 

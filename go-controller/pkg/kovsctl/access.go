@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
@@ -25,6 +26,8 @@ const Bridge = "br-int"
 // Access reaches the cluster and the nodes' OVS.
 type Access struct {
 	Client kubernetes.Interface
+	// PolicyAPI reads ClusterNetworkPolicies; nil: they are not listed.
+	PolicyAPI versioned.Interface
 	// OVSDir returns a node's OVS run directory (db.sock, br-int.mgmt, ovs-vswitchd's
 	// unixctl socket). On a real node only the local node's is reachable.
 	OVSDir func(node string) string

@@ -82,7 +82,7 @@ func (u *upRun) kovs() error {
 	u.state.KovsBinDir = dir
 	u.state.AgentMetricsPort = NodeAgentMetricsPort
 	l := u.layout
-	if err := u.installEgressCRD(); err != nil {
+	if err := u.installCRDs(); err != nil {
 		return err
 	}
 	if err := u.kovsIdentities(); err != nil {
@@ -244,26 +244,37 @@ func copyFile(src, dst string) error {
 	return os.Rename(tmp, dst)
 }
 
-// installEgressCRD applies dist/egress.yaml (the Egress CRD and its permissions), as
-// `kubectl apply -k dist/` does on real nodes; without a dist directory Egress is off.
-func (u *upRun) installEgressCRD() error {
-	path := filepath.Join(u.opts.DistDir, "egress.yaml")
-	if _, err := os.Stat(path); err != nil {
-		fmt.Fprintf(u.opts.Out, "%s not found: no Egress resource\n", path)
-		return nil
-	}
-	cmd := exec.CommandContext(u.ctx, filepath.Join(u.opts.K8sBinDir, "kubectl"), "--kubeconfig", u.layout.Kubeconfig(), "apply", "-f", path)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("kubectl apply %s: %w\n%s", path, err, out)
+// installCRDs applies the CRDs of dist/ as `kubectl apply -k dist/` does on real nodes:
+// egress.yaml (the Egress CRD and its permissions) and policy-api/standard.yaml
+// (ClusterNetworkPolicy). Without a dist directory neither resource is served.
+func (u *upRun) installCRDs() error {
+	crds := []struct{ file, groupVersion, what string }{
+		{"egress.yaml", "kovs.io/v1alpha1", "Egress"},
+		{"policy-api/standard.yaml", "policy.networking.k8s.io/v1beta1", "ClusterNetworkPolicy"},
 	}
 	client, err := u.layout.Client()
 	if err != nil {
 		return err
 	}
-	return waitFor(u.ctx, 30*time.Second, "the Egress resource to be served", func() error {
-		_, err := client.Discovery().ServerResourcesForGroupVersion("kovs.io/v1alpha1")
-		return err
-	})
+	for _, crd := range crds {
+		path := filepath.Join(u.opts.DistDir, crd.file)
+		if _, err := os.Stat(path); err != nil {
+			fmt.Fprintf(u.opts.Out, "%s not found: no %s resource\n", path, crd.what)
+			continue
+		}
+		cmd := exec.CommandContext(u.ctx, filepath.Join(u.opts.K8sBinDir, "kubectl"), "--kubeconfig", u.layout.Kubeconfig(), "apply", "-f", path)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl apply %s: %w\n%s", path, err, out)
+		}
+		err := waitFor(u.ctx, 30*time.Second, "the "+crd.what+" resource to be served", func() error {
+			_, err := client.Discovery().ServerResourcesForGroupVersion(crd.groupVersion)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hostPortBackend is the portmap backend this host supports, found once per process the

@@ -36,7 +36,8 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kovs-annotations",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kovs-annotations",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kovs-agent-node",
-		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kovs-agent-node"} {
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kovs-agent-node",
+		"customresourcedefinition.apiextensions.k8s.io/clusternetworkpolicies.policy.networking.k8s.io"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply output lacks %s:\n%s", want, out)
 		}
@@ -49,7 +50,11 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"create", "events", "default", true}, {"create", "tokenreviews.authentication.k8s.io", "", true},
 			{"create", "leases.coordination.k8s.io", "kube-system", true}, {"update", "leases.coordination.k8s.io/kovs-controller", "kube-system", true},
 			{"get", "secrets/kovs-controller-tls", "kube-system", true}, {"update", "configmaps/kovs-ca", "kube-system", true},
+			{"list", "clusternetworkpolicies.policy.networking.k8s.io", "", true}, {"watch", "clusternetworkpolicies.policy.networking.k8s.io", "", true},
+			{"update", "clusternetworkpolicies.policy.networking.k8s.io:status", "", true},
 			// and nothing more
+			{"update", "clusternetworkpolicies.policy.networking.k8s.io", "", false}, {"create", "clusternetworkpolicies.policy.networking.k8s.io", "", false},
+			{"patch", "clusternetworkpolicies.policy.networking.k8s.io:status", "", false},
 			{"delete", "pods", "default", false}, {"update", "pods", "default", false}, {"delete", "nodes", "", false},
 			{"get", "secrets", "kube-system", false}, {"get", "secrets/other", "kube-system", false}, {"list", "secrets", "", false},
 			{"update", "leases.coordination.k8s.io/other", "kube-system", false}, {"create", "networkpolicies.networking.k8s.io", "default", false},
@@ -69,6 +74,7 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"patch", "nodes", "", false}, {"patch", "pods", "default", false}, {"delete", "pods", "default", false},
 			{"get", "configmaps/kovs-config", "kube-system", false}, {"get", "secrets/kovs-controller-tls", "kube-system", false},
 			{"create", "tokenreviews.authentication.k8s.io", "", false}, {"list", "networkpolicies.networking.k8s.io", "", false},
+			{"list", "clusternetworkpolicies.policy.networking.k8s.io", "", false},
 		},
 	}
 	t.Run("admission", func(t *testing.T) { checkAdmission(t, s) })

@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/network-policy-api/apis/v1beta1"
+	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/clusterpolicy"
+)
+
+// runClusterPolicies writes the status of every ClusterNetworkPolicy once the API serves
+// the resource (dist/policy-api/standard.yaml), until ctx ends. Without a client it only
+// waits.
+func runClusterPolicies(ctx context.Context, client versioned.Interface, recorder record.EventRecorder, obs observer) error {
+	if client == nil {
+		<-ctx.Done()
+		return nil
+	}
+	logged := false
+	for !clusterPoliciesServed(client) {
+		if !logged {
+			log.Info("the ClusterNetworkPolicy resource (policy.networking.k8s.io/v1beta1) is not installed: waiting for dist/policy-api/standard.yaml")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Second):
+		}
+	}
+	status, err := clusterpolicy.NewStatus(client, recorder, obs.reconcile())
+	if err != nil {
+		return err
+	}
+	return status.Run(ctx)
+}
+
+// clusterPoliciesServed reports whether the API serves ClusterNetworkPolicy v1beta1.
+func clusterPoliciesServed(client versioned.Interface) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(v1beta1.GroupVersion.String())
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "clusternetworkpolicies" {
+			return true
+		}
+	}
+	return false
+}
