@@ -29,6 +29,7 @@ type churnCounts struct {
 // PolicyChurnPerSec for ChurnDuration, then waits for the last changes to be realized.
 func (h *Harness) churn(ctx context.Context) error {
 	h.alloc.results() // the churn's allocation sample starts empty
+	h.alloc.afterCreateResults()
 	before := h.trafficByNode()
 	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-bandwidth")
 	split, splitErr := h.controllerSplit(ctx)
@@ -115,6 +116,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	h.result.Churn.PolicySuperseded = h.realization.supersededCount()
 	h.result.Churn.PolicySplit = h.realization.splitResults()
 	h.result.Churn.PolicyLatency, h.result.Churn.PolicyLost, h.result.Churn.PolicyNoNode = h.realization.results()
+	h.result.Churn.AllocationAfterCreate = h.alloc.afterCreateResults()
 	h.result.Churn.Allocation, h.result.Churn.AllocationPending, h.result.Churn.DeletedBeforeAllocation = h.alloc.results()
 	h.result.Churn.Traffic = h.agentTraffic(before)
 	return err

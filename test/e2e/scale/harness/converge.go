@@ -157,6 +157,7 @@ func (h *Harness) waitFirstConvergence(ctx context.Context) error {
 		}
 	}
 	h.result.ConvergenceSeen = time.Now()
+	h.result.InitialAllocationAfterCreate = h.alloc.afterCreateResults()
 	h.result.InitialAllocation, _, _ = h.alloc.results()
 	return nil
 }

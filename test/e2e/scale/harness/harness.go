@@ -160,7 +160,7 @@ func (h *Harness) startInformers(ctx context.Context) {
 	h.kubelets = newHollowKubelets(h.kubelet, pods.Lister(), nodes.Lister(), h.alloc.allocated)
 	onPod := func(obj any) {
 		if pod, ok := obj.(*corev1.Pod); ok {
-			h.kubelets.enqueue(pod)
+			h.kubelets.admit(ctx, pod)
 		}
 	}
 	_, _ = pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod,

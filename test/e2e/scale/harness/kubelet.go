@@ -87,6 +87,38 @@ func (k *hollowKubelets) book(node string) (*podaddr.Book, error) {
 	return b, nil
 }
 
+// allocate gives the pod its addresses on its node, as the node's CNI ADD does; the first
+// time, it reports the allocation. It is called when the pod informer delivers the pod
+// (each node allocates on its own, as real nodes do, not behind the shared workers' status
+// writes) and again by the pod's sync, which then finds them.
+func (k *hollowKubelets) allocate(ctx context.Context, pod *corev1.Pod) ([]ipam.PodAddress, error) {
+	book, err := k.book(pod.Spec.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	held := len(book.Lookup(string(pod.UID))) > 0
+	addrs, err := book.Allocate(ctx, string(pod.UID))
+	if err != nil {
+		return nil, err
+	}
+	if !held && k.allocated != nil {
+		k.allocated(podRef{pod.Namespace, pod.Name}, time.Now())
+	}
+	return addrs, nil
+}
+
+// admit is the pod informer's handler on a node's side: a new pod of a hollow node gets
+// its addresses at once (its sandbox's CNI ADD); the status is written by the workers.
+func (k *hollowKubelets) admit(ctx context.Context, pod *corev1.Pod) {
+	k.mu.Lock()
+	_, ours := k.nodeIP[pod.Spec.NodeName]
+	k.mu.Unlock()
+	if ours && pod.DeletionTimestamp == nil && len(pod.Status.PodIPs) == 0 {
+		_, _ = k.allocate(ctx, pod) // a node without blocks yet: the sync retries
+	}
+	k.enqueue(pod)
+}
+
 // release frees a deleted pod's addresses (its CNI DEL).
 func (k *hollowKubelets) release(pod *corev1.Pod) {
 	k.mu.Lock()
@@ -270,17 +302,9 @@ func (k *hollowKubelets) syncPod(ctx context.Context, ref podRef) error {
 		}
 		return err
 	}
-	book, err := k.book(pod.Spec.NodeName)
+	addrs, err := k.allocate(ctx, pod)
 	if err != nil {
 		return err // the node's agent waits for its blocks too
-	}
-	held := len(book.Lookup(string(pod.UID))) > 0
-	addrs, err := book.Allocate(ctx, string(pod.UID))
-	if err != nil {
-		return err
-	}
-	if !held && k.allocated != nil {
-		k.allocated(ref, time.Now())
 	}
 	ips := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {

@@ -64,9 +64,11 @@ func (r *Result) summary(p func(string, ...any)) {
 		secs(r.FirstConvergence.Sub(r.WorkloadStart)), secs(r.FirstConvergence.Sub(r.WorkloadWritten)), secs(r.ConvergenceSeen.Sub(r.FirstConvergence)))
 	if _, ran := r.phase("workload"); ran {
 		p("| pod creation to address allocated, initial load | %s |", r.InitialAllocation.Summary())
+		p("| ... from the Create call's answer (kovs's part and the watch) | %s |", r.InitialAllocationAfterCreate.Summary())
 	}
 	row("churn", "**pod creation to address allocated, under churn**", "**%s**; %d still pending at the end, %d deleted before",
 		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
+	row("churn", "... from the Create call's answer (kovs's part and the watch)", "%s", ch.AllocationAfterCreate.Summary())
 	if rc := ch.Reconciles; rc.Reconciles > 0 {
 		p("| kovs-controller's pod workers (bandwidth checks), churn (its /metrics) | %d reconciles (%.1f/s), mean %s each, mean queue wait %s |",
 			rc.Reconciles, float64(rc.Reconciles)/ch.Duration.Seconds(), rc.MeanReconcile().Round(time.Millisecond), rc.MeanWait().Round(time.Millisecond))

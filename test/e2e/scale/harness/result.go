@@ -21,8 +21,8 @@ type Result struct {
 	ConvergenceSeen time.Time
 	// WorkloadObjects counts the workload's objects created (namespaces, pods,
 	// policies), for a run that failed before writing them all.
-	WorkloadObjects   int64
-	InitialAllocation Durations
+	WorkloadObjects                                 int64
+	InitialAllocation, InitialAllocationAfterCreate Durations
 
 	ProbeLatency Durations
 	ProbeLost    int
@@ -43,10 +43,11 @@ type Result struct {
 type ChurnResult struct {
 	Duration                                        time.Duration
 	PodsCreated, PodsDeleted, PolicyChanges, Failed int64
-	// Allocation is pod creation to its kovs.io/pod-network annotation seen by the
-	// harness's informer; AllocationPending the pods still without one at the end,
-	// DeletedBeforeAllocation those the churn deleted before (no sample).
-	Allocation                                 Durations
+	// Allocation is pod creation (before its Create call) to its address allocated on
+	// its node; AllocationAfterCreate from the Create call's answer to the allocation
+	// (kovs's part, with the watch's delivery); AllocationPending the pods still without
+	// one at the end, DeletedBeforeAllocation those the churn deleted before (no sample).
+	Allocation, AllocationAfterCreate          Durations
 	AllocationPending, DeletedBeforeAllocation int
 	// PolicyLatency is a policy change's write to the last concerned agent applying it;
 	// PolicyLost the changes not realized within the deadline, PolicyNoNode those that

@@ -223,19 +223,23 @@ func (t *realizationTracker) supersededCount() int {
 	return t.superseded
 }
 
-// allocationTracker times pod creation to the kovs.io/pod-network annotation, as the
-// harness's pod informer sees it.
+// allocationTracker times pod creation (before the Create call) to its address allocated
+// on its node (the hollow node's CNI ADD, when the harness's pod informer delivers the
+// pod), and apart from it, the Create call's answer to the allocation: kovs's part, with
+// the watch's delivery (zero when the node allocated before the answer came back).
 type allocationTracker struct {
-	mu      sync.Mutex
-	started map[podRef]time.Time
-	latency Durations
+	mu          sync.Mutex
+	started     map[podRef]time.Time
+	answered    map[podRef]time.Time
+	latency     Durations
+	afterCreate Durations
 	// deletedFirst counts pods deleted before their address was seen (no sample).
 	deletedFirst int
 	last         time.Time // the last address seen
 }
 
 func newAllocationTracker() *allocationTracker {
-	return &allocationTracker{started: map[podRef]time.Time{}}
+	return &allocationTracker{started: map[podRef]time.Time{}, answered: map[podRef]time.Time{}}
 }
 
 func (t *allocationTracker) creating(ref podRef) {
@@ -244,9 +248,19 @@ func (t *allocationTracker) creating(ref podRef) {
 	t.mu.Unlock()
 }
 
+// created notes when the pod's Create call was answered.
+func (t *allocationTracker) created(ref podRef) {
+	t.mu.Lock()
+	if _, ok := t.started[ref]; ok {
+		t.answered[ref] = time.Now()
+	}
+	t.mu.Unlock()
+}
+
 func (t *allocationTracker) failed(ref podRef) {
 	t.mu.Lock()
 	delete(t.started, ref)
+	delete(t.answered, ref)
 	t.mu.Unlock()
 }
 
@@ -256,6 +270,7 @@ func (t *allocationTracker) deleted(ref podRef) {
 	defer t.mu.Unlock()
 	if _, ok := t.started[ref]; ok {
 		delete(t.started, ref)
+		delete(t.answered, ref)
 		t.deletedFirst++
 	}
 }
@@ -267,6 +282,12 @@ func (t *allocationTracker) allocated(ref podRef, at time.Time) {
 		t.latency = append(t.latency, at.Sub(start))
 		delete(t.started, ref)
 		t.last = at
+		answered, ok := t.answered[ref]
+		delete(t.answered, ref)
+		if !ok || answered.After(at) {
+			answered = at // allocated before the Create call's answer reached the harness
+		}
+		t.afterCreate = append(t.afterCreate, at.Sub(answered))
 	}
 }
 
@@ -278,6 +299,16 @@ func (t *allocationTracker) results() (Durations, int, int) {
 	d, waiting, deleted := t.latency, len(t.started), t.deletedFirst
 	t.latency, t.deletedFirst = nil, 0
 	return d, waiting, deleted
+}
+
+// afterCreateResults returns the samples of the Create call's answer to the allocation so
+// far and starts anew (call it with results).
+func (t *allocationTracker) afterCreateResults() Durations {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.afterCreate
+	t.afterCreate = nil
+	return d
 }
 
 // waiting is how many created pods have no address seen yet.

@@ -80,6 +80,8 @@ func (h *Harness) createPod(ctx context.Context, ref podRef, app int) error {
 	if err != nil {
 		h.alloc.failed(ref)
 		h.model.remove(ref)
+	} else {
+		h.alloc.created(ref)
 	}
 	return err
 }
