@@ -54,17 +54,23 @@ func (u *upRun) node(n Node) error {
 	if err := u.uplink(n, ns); err != nil {
 		return fmt.Errorf("node %s uplink: %w", n.Name, err)
 	}
+	if err := writeKubeconfig(l.NodeKubeconfig(n.Name), fmt.Sprintf("https://127.0.0.1:%d", NodeAPIServerPort), l.PKIDir()); err != nil {
+		return err
+	}
+	if u.opts.Runtime == RuntimeContainerd {
+		// A real node boots with its address on eth0; Open vSwitch comes with kovs, in
+		// dist's kovs-ovs DaemonSet, and br-ex takes the address over then
+		// (uplinkBridges).
+		if err := u.uplinkAddresses(n, ns, uplink); err != nil {
+			return fmt.Errorf("node %s uplink addresses: %w", n.Name, err)
+		}
+		return u.realNode(n)
+	}
 	if err := u.startOVS(n, ns); err != nil {
 		return fmt.Errorf("node %s OVS: %w", n.Name, err)
 	}
 	if err := u.uplinkBridge(n, ns); err != nil {
 		return fmt.Errorf("node %s %s: %w", n.Name, UplinkBridge, err)
-	}
-	if err := writeKubeconfig(l.NodeKubeconfig(n.Name), fmt.Sprintf("https://127.0.0.1:%d", NodeAPIServerPort), l.PKIDir()); err != nil {
-		return err
-	}
-	if u.opts.Runtime == RuntimeContainerd {
-		return u.realNode(n)
 	}
 	_, err := l.start(u.emulator(n))
 	return err
@@ -133,16 +139,29 @@ func (u *upRun) uplinkBridge(n Node, ns string) error {
 	}); err != nil {
 		return err
 	}
+	if err := u.uplinkAddresses(n, ns, UplinkBridge); err != nil {
+		return err
+	}
+	return runIn(ns, "ip", "link", "set", UplinkBridge, "up")
+}
+
+// uplinkAddresses puts the node's underlay addresses on dev.
+func (u *upRun) uplinkAddresses(n Node, ns, dev string) error {
 	for _, ip := range n.IPs {
-		args := []string{"addr", "add", ip + "/" + strconv.Itoa(underlayPrefix(ip).Bits()), "dev", UplinkBridge}
-		if netip.MustParseAddr(ip).Is6() {
-			args = append(args, "nodad")
-		}
-		if err := runIn(ns, "ip", args...); err != nil {
+		if err := runIn(ns, "ip", addrArgs("add", ip, dev)...); err != nil {
 			return err
 		}
 	}
-	return runIn(ns, "ip", "link", "set", UplinkBridge, "up")
+	return nil
+}
+
+// addrArgs are ip(8)'s arguments to add or del one of a node's underlay addresses on dev.
+func addrArgs(op, ip, dev string) []string {
+	args := []string{"addr", op, ip + "/" + strconv.Itoa(underlayPrefix(ip).Bits()), "dev", dev}
+	if op == "add" && netip.MustParseAddr(ip).Is6() {
+		args = append(args, "nodad")
+	}
+	return args
 }
 
 func underlayPrefix(ip string) netip.Prefix {
