@@ -111,7 +111,7 @@ func (a *Agent) watchUninstall(ctx context.Context) {
 // and its DaemonSet is gone:
 // br-int (its ports, flows and groups go with it; the gateway's addresses and routes with
 // its port), the Service host rules, the masquerade table, the CNI socket and the kovs-cni binary. The CNI
-// config was removed already, so the runtime starts no new pod on kovs meanwhile.
+// config goes first, so the runtime starts no new pod on kovs meanwhile.
 func (a *Agent) cleanNodeIfUninstalled() {
 	if !a.uninstall.removed.Load() {
 		return
@@ -119,6 +119,9 @@ func (a *Agent) cleanNodeIfUninstalled() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := log.WithField("node", a.cfg.NodeName)
+	if err := removeCNIConf(a.cfg.CNIConfDir); err != nil {
+		l.WithError(err).Error("uninstall: remove the CNI config")
+	}
 	// After any table write in flight; none is written after this.
 	a.tables.removeForGood(serviceNFTable, masqueradeNFTable)
 	removeServiceRoutes(a.cfg.GatewayName)
