@@ -78,6 +78,8 @@ type traffic struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex // guards the loops' counts, which await reads while they run
+	// echoTimeout is how long a session's echo may take before it counts as broken.
+	echoTimeout time.Duration
 }
 
 type sessionLoop struct {
@@ -110,9 +112,18 @@ const (
 	deniedProbeTimeout = 250 * time.Millisecond
 )
 
+// startTraffic starts the loops; a session breaks when an echo takes more than 2 s.
 func startTraffic(t *testing.T, pairs []pair, interval time.Duration) *traffic {
 	t.Helper()
-	tr := &traffic{stop: make(chan struct{})}
+	return startTrafficEcho(t, pairs, interval, 2*time.Second)
+}
+
+// startTrafficEcho is startTraffic whose sessions wait up to echoTimeout for each echo:
+// through a pause TCP retransmits until the path is back, and a session that carries on
+// after it has survived it.
+func startTrafficEcho(t *testing.T, pairs []pair, interval, echoTimeout time.Duration) *traffic {
+	t.Helper()
+	tr := &traffic{stop: make(chan struct{}), echoTimeout: echoTimeout}
 	for _, p := range pairs {
 		name := fmt.Sprintf("%s(%s)->%s(%s)", p.from.name, p.from.node, p.to.name, p.to.node)
 		fl := &freshLoop{name: name, denied: p.denied}
@@ -160,7 +171,7 @@ func (tr *traffic) runSession(sl *sessionLoop, interval time.Duration) {
 			return
 		case <-time.After(interval):
 		}
-		err := sl.s.Echo(2 * time.Second)
+		err := sl.s.Echo(tr.echoTimeout)
 		tr.mu.Lock()
 		if err != nil {
 			sl.err = err
@@ -299,4 +310,32 @@ func (tr *traffic) check(t *testing.T, during string) {
 				len(f.failures), strings.Join(f.failures, "\n  "))
 		}
 	}
+}
+
+// report logs what the traffic saw through an event that is allowed to pause it (an
+// ovs-vswitchd restart): established sessions must survive it and a denied pair must
+// never connect, but new connections of allowed pairs may fail while it lasts. It returns
+// the longest run of failed new connections of the allowed pairs, the pause.
+func (tr *traffic) report(t *testing.T, during string) time.Duration {
+	t.Helper()
+	var pause time.Duration
+	for _, s := range tr.sessions {
+		t.Logf("established session %s during %s: %d round trips, broken: %v", s.name, during, s.n, s.err != nil)
+		if s.err != nil {
+			t.Errorf("%s: established connection %s broke after %d round trips: %v", during, s.name, s.n, s.err)
+		}
+	}
+	for _, f := range tr.fresh {
+		if f.denied {
+			t.Logf("probes of the denied pair %s during %s: %d attempted, %d let through or failed otherwise", f.name, during, f.ok+f.failed, f.failed)
+			if f.failed > 0 {
+				t.Errorf("%s: %d of %d probes of the denied pair %s did not time out:\n  %s", during, f.failed, f.ok+f.failed, f.name,
+					strings.Join(f.failures, "\n  "))
+			}
+			continue
+		}
+		t.Logf("new connections %s during %s: %d attempted, %d failed, longest run of failures %s", f.name, during, f.ok+f.failed, f.failed, f.longestGap)
+		pause = max(pause, f.longestGap)
+	}
+	return pause
 }
