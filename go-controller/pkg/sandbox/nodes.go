@@ -37,9 +37,10 @@ func (u *upRun) underlay() error {
 	return nil
 }
 
-// node creates one node: its namespace, its uplink into the underlay, its own
-// ovsdb-server and ovs-vswitchd (userspace datapath), br-ex with the node's address, and its
-// node emulator.
+// node creates one node: its namespace, its uplink into the underlay, and then either
+// (emulator) its own ovsdb-server and ovs-vswitchd (userspace datapath), br-ex with the
+// node's address and its node emulator, or (real node) the node's address on eth0, its
+// mount namespace and containerd; a real node gets OVS from dist's kovs-ovs DaemonSet.
 func (u *upRun) node(n Node) error {
 	l := u.layout
 	ns := l.NodeNetNS(n.Name)
@@ -129,20 +130,25 @@ func OVSVswitchdCtl(l Layout, node string) string {
 
 // uplinkBridge creates br-ex (netdev) owning eth0 and puts the node's addresses on it.
 func (u *upRun) uplinkBridge(n Node, ns string) error {
-	if err := vsctl(u.layout, n.Name, "--may-exist", "add-br", UplinkBridge,
-		"--", "set", "bridge", UplinkBridge, "datapath_type=netdev", "other_config:hwaddr="+strconv.Quote(n.MAC),
-		"--", "--may-exist", "add-port", UplinkBridge, uplink); err != nil {
-		return err
-	}
-	if err := waitFor(u.ctx, 20*time.Second, UplinkBridge+" to appear in "+n.Name, func() error {
-		return runIn(ns, "ip", "link", "show", UplinkBridge)
-	}); err != nil {
+	if err := u.makeUplinkBridge(n, ns); err != nil {
 		return err
 	}
 	if err := u.uplinkAddresses(n, ns, UplinkBridge); err != nil {
 		return err
 	}
 	return runIn(ns, "ip", "link", "set", UplinkBridge, "up")
+}
+
+// makeUplinkBridge creates br-ex (netdev) with eth0 as its port and waits for its device.
+func (u *upRun) makeUplinkBridge(n Node, ns string) error {
+	if err := vsctl(u.layout, n.Name, "--may-exist", "add-br", UplinkBridge,
+		"--", "set", "bridge", UplinkBridge, "datapath_type=netdev", "other_config:hwaddr="+strconv.Quote(n.MAC),
+		"--", "--may-exist", "add-port", UplinkBridge, uplink); err != nil {
+		return err
+	}
+	return waitFor(u.ctx, 20*time.Second, UplinkBridge+" to appear in "+n.Name, func() error {
+		return runIn(ns, "ip", "link", "show", UplinkBridge)
+	})
 }
 
 // uplinkAddresses puts the node's underlay addresses on dev.

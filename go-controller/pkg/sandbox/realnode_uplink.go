@@ -43,14 +43,7 @@ func (u *upRun) uplinkBridges() error {
 // moveUplinkToBridge makes br-ex with eth0 as its port and moves the node's addresses
 // onto it.
 func (u *upRun) moveUplinkToBridge(n Node, ns string) error {
-	if err := vsctl(u.layout, n.Name, "--may-exist", "add-br", UplinkBridge,
-		"--", "set", "bridge", UplinkBridge, "datapath_type=netdev", "other_config:hwaddr="+fmt.Sprintf("%q", n.MAC),
-		"--", "--may-exist", "add-port", UplinkBridge, uplink); err != nil {
-		return err
-	}
-	if err := waitFor(u.ctx, 20*time.Second, UplinkBridge+" to appear in "+n.Name, func() error {
-		return runIn(ns, "ip", "link", "show", UplinkBridge)
-	}); err != nil {
+	if err := u.makeUplinkBridge(n, ns); err != nil {
 		return err
 	}
 	var cmds []string
