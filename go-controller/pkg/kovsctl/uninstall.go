@@ -33,8 +33,10 @@ func (a Access) Uninstall(ctx context.Context, namespace, name string, withdraw 
 		return err
 	}
 	_, err = fmt.Fprintf(w, "DaemonSet %s/%s: uninstall requested (%s=true).\n"+
-		"Now delete kovs (kubectl delete -k dist/): each agent then removes br-int, its nftables tables,\n"+
-		"the CNI config, socket and binary from its node. kovsctl uninstall --withdraw takes the request back.\n",
-		namespace, name, nodestatus.UninstallAnnotation)
+		"Now delete that DaemonSet and wait (kubectl -n %s delete ds %s --wait): each agent then removes\n"+
+		"br-int (through OVS, which must still run), its nftables tables, the CNI config, socket and binary\n"+
+		"from its node. Then delete the rest of kovs (kubectl delete -k dist/ --ignore-not-found).\n"+
+		"kovsctl uninstall --withdraw takes the request back.\n",
+		namespace, name, nodestatus.UninstallAnnotation, namespace, name)
 	return err
 }
