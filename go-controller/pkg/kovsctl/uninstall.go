@@ -33,10 +33,9 @@ func (a Access) Uninstall(ctx context.Context, namespace, name string, withdraw 
 		return err
 	}
 	_, err = fmt.Fprintf(w, "DaemonSet %s/%s: uninstall requested (%s=true).\n"+
-		"Now delete that DaemonSet and wait (kubectl -n %s delete ds %s --wait): each agent then removes\n"+
-		"br-int (through OVS, which must still run), its nftables tables, the CNI config, socket and binary\n"+
-		"from its node. Then delete the rest of kovs (kubectl delete -k dist/ --ignore-not-found).\n"+
+		"Now delete kovs (kubectl delete -k dist/): each agent then removes br-int (through OVS, which\n"+
+		"waits for it), its nftables tables, the CNI config, socket and binary from its node.\n"+
 		"kovsctl uninstall --withdraw takes the request back.\n",
-		namespace, name, nodestatus.UninstallAnnotation, namespace, name)
+		namespace, name, nodestatus.UninstallAnnotation)
 	return err
 }

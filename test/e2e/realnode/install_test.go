@@ -3,7 +3,6 @@ package realnode_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovsdaemon"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -195,35 +195,39 @@ spec:
 }
 
 // checkUninstall removes the test's workloads, asks for the uninstall as an operator
-// does (kovsctl uninstall), deletes the agent DaemonSet and then the rest of kovs with
-// kubectl delete -k (docs/install.md#uninstall: the agents clean up through OVS, which
-// must still run), and requires every node to be left without kovs: no br-int (so no
-// flows or ports), no gateway device, no Service or masquerade rules, no conflist,
-// socket or kovs-cni binary.
+// does (kovsctl uninstall), then removes kovs with kubectl delete -k (the agents and OVS
+// stop together; OVS waits for the agents' cleanup), and requires every node to be left
+// without kovs: no br-int (so no flows or ports), no gateway device, no Service or
+// masquerade rules, no conflist, socket or kovs-cni binary.
 func checkUninstall(t *testing.T, s *framework.Sandbox) {
 	kubectlOK(t, s, "delete", "namespace", ns, "--wait=true", "--timeout=120s")
 	if err := (kovsctl.Access{Client: s.Client}).Uninstall(context.Background(), "kube-system", "kovs-agent", false, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	kubectlOK(t, s, "-n", "kube-system", "delete", "daemonset", "kovs-agent", "--wait=true", "--timeout=120s")
-	waitNoPods(t, s, "app=kovs-agent")
+	// The agents mark the request for OVS before it is deleted.
 	for _, n := range []string{"node1", "node2", "node3"} {
-		// ovs-vsctl br-exists: 0 the bridge exists, 2 it does not; anything else is no
-		// answer, which proves nothing.
-		out, err := exec.Command("ovs-vsctl", "--db="+s.OVSDB(n), "--timeout=10", "br-exists", "br-int").CombinedOutput()
-		var exit *exec.ExitError
-		switch {
-		case err == nil:
-			show, _ := exec.Command("ovs-vsctl", "--db="+s.OVSDB(n), "show").CombinedOutput()
-			t.Errorf("%s: br-int is still there:\n%s", n, show)
-		case !errors.As(err, &exit) || exit.ExitCode() != 2:
-			t.Errorf("%s: OVS does not answer whether br-int is gone: %v\n%s", n, err, out)
-		}
+		marker := filepath.Join(s.Layout.OVSDir(n), ovsdaemon.UninstallMarker)
+		framework.Eventually(t, 30*time.Second, n+"'s agent to mark the uninstall for OVS", func() error {
+			_, err := os.Stat(marker)
+			return err
+		})
 	}
-	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--ignore-not-found", "--wait=true", "--timeout=120s")
+	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--wait=true", "--timeout=120s")
 	waitNoPods(t, s, "app in (kovs-agent, kovs-controller, kovs-ovs)")
 	for _, n := range []string{"node1", "node2", "node3"} {
 		l := s.Layout
+		// OVS is gone: br-int must be gone from its database on the node, where br-ex
+		// (the node's, not kovs's) stays and shows the file is the one OVS used.
+		bridges, err := exec.Command("ovsdb-tool", "query", filepath.Join(l.NodeDir(n), "etc-openvswitch", "conf.db"),
+			`["Open_vSwitch",{"op":"select","table":"Bridge","where":[],"columns":["name"]}]`).CombinedOutput()
+		switch {
+		case err != nil:
+			t.Errorf("%s: read the OVS database: %v\n%s", n, err, bridges)
+		case !strings.Contains(string(bridges), `"br-ex"`):
+			t.Errorf("%s: the OVS database has no br-ex, so it is not the node's: %s", n, bridges)
+		case strings.Contains(string(bridges), `"br-int"`):
+			t.Errorf("%s: br-int is still in the OVS database: %s", n, bridges)
+		}
 		for _, f := range []string{filepath.Join(l.CNIConfDir(n), "10-kovs.conflist"), filepath.Join(l.CNIBinDir(n), "kovs-cni"),
 			filepath.Join(l.NodeDir(n), "kovs-run", "cni.sock")} {
 			if _, err := os.Stat(f); err == nil {
