@@ -206,9 +206,10 @@ func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.Share
 	<-ctx.Done()
 	a.health.cniServing.Store(false)
 	a.ready.set(fmt.Errorf("shutting down"))
-	if err := removeCNIConf(a.cfg.CNIConfDir); err != nil {
-		log.WithError(err).Warn("remove CNI config")
-	}
+	// The CNI config stays: a stop is a restart or a rollout, and without the config the
+	// runtime reports the network not ready and the node goes NotReady until the next
+	// agent writes it again. Meanwhile CNI ADD finds no agent on the socket and fails, and
+	// the runtime retries it. Only an uninstall removes the config.
 	a.cleanNodeIfUninstalled()
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovsdaemon"
 )
 
 // cniBinary is the plugin binary the DaemonSet's init container installs.
@@ -74,6 +75,7 @@ func (a *Agent) watchUninstall(ctx context.Context) {
 	// mark records the DaemonSet's state d; deleted when it is gone.
 	mark := func(d *appsv1.DaemonSet, deleted bool) {
 		deleting := deleted || (d != nil && d.DeletionTimestamp != nil)
+		a.markUninstall(uninstallRequested(d))
 		switch {
 		case deleting && uninstallRequested(d):
 			if !a.uninstall.removed.Swap(true) {
@@ -111,7 +113,7 @@ func (a *Agent) watchUninstall(ctx context.Context) {
 // and its DaemonSet is gone:
 // br-int (its ports, flows and groups go with it; the gateway's addresses and routes with
 // its port), the Service host rules, the masquerade table, the CNI socket and the kovs-cni binary. The CNI
-// config was removed already, so the runtime starts no new pod on kovs meanwhile.
+// config goes first, so the runtime starts no new pod on kovs meanwhile.
 func (a *Agent) cleanNodeIfUninstalled() {
 	if !a.uninstall.removed.Load() {
 		return
@@ -119,16 +121,40 @@ func (a *Agent) cleanNodeIfUninstalled() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := log.WithField("node", a.cfg.NodeName)
+	if err := removeCNIConf(a.cfg.CNIConfDir); err != nil {
+		l.WithError(err).Error("uninstall: remove the CNI config")
+	}
 	// After any table write in flight; none is written after this.
 	a.tables.removeForGood(serviceNFTable, masqueradeNFTable)
 	removeServiceRoutes(a.cfg.GatewayName)
 	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
 		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)
 	}
+	a.markUninstall(false) // done: OVS may stop
 	for _, f := range []string{a.cfg.CNISocket, filepath.Join(a.cfg.CNIBinDir, cniBinary)} {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			l.WithError(err).Error(fmt.Sprintf("uninstall: remove %s", f))
 		}
 	}
 	l.WithField("bridge", a.cfg.Bridge).Info("uninstalled: kovs removed its bridge, CNI config, socket and binary from the node")
+}
+
+// markUninstall keeps OVS's uninstall marker (ovsdaemon.UninstallMarker in the OVS run
+// directory) in step with the operator's request: while it is there, a kovs-ovs stopped
+// by the same `kubectl delete -k` as this agent waits until the agent has removed br-int
+// through it. Without an OVS run directory there is nothing to mark.
+func (a *Agent) markUninstall(requested bool) {
+	if a.cfg.OVSRundir == "" {
+		return
+	}
+	f := filepath.Join(a.cfg.OVSRundir, ovsdaemon.UninstallMarker)
+	var err error
+	if requested {
+		err = os.WriteFile(f, nil, 0o644)
+	} else if err = os.Remove(f); os.IsNotExist(err) {
+		err = nil
+	}
+	if err != nil {
+		log.WithError(err).WithField("file", f).Warn("uninstall marker for kovs-ovs")
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovsdaemon"
 )
 
 // logLines hands every log message of the agent's DaemonSet watch to a channel.
@@ -87,7 +88,7 @@ func TestUninstallOnlyWhenAsked(t *testing.T) {
 		store := &bridgeDeleter{}
 		a := &Agent{
 			cfg: Config{NodeName: "node-1", Bridge: "br-int", GatewayName: "kovs-test-nogw", PodName: pod.Name, PodNamespace: ns,
-				CNISocket: filepath.Join(dir, "cni.sock"), CNIBinDir: dir},
+				CNISocket: filepath.Join(dir, "cni.sock"), CNIBinDir: dir, OVSRundir: dir},
 			client: client, store: store, pods: corelisters.NewPodLister(pods),
 			tables: &hostTables{apply: kernel.apply},
 		}
@@ -133,6 +134,9 @@ func TestUninstallOnlyWhenAsked(t *testing.T) {
 				t.Errorf("%s is gone though no one asked for an uninstall: %v", f, err)
 			}
 		}
+		if _, err := os.Stat(filepath.Join(a.cfg.OVSRundir, ovsdaemon.UninstallMarker)); err == nil {
+			t.Error("OVS's uninstall marker is there though no uninstall is asked for: kovs-ovs would wait at every stop")
+		}
 	}
 
 	t.Run("orphan delete and re-apply removes nothing", func(t *testing.T) {
@@ -175,7 +179,14 @@ func TestUninstallOnlyWhenAsked(t *testing.T) {
 		requestUninstall(t, client, false)
 		deleteDS(t, client)
 		lines.waitLog(t, "kovs is being uninstalled")
+		marker := filepath.Join(a.cfg.OVSRundir, ovsdaemon.UninstallMarker)
+		if _, err := os.Stat(marker); err != nil {
+			t.Errorf("no uninstall marker for kovs-ovs while the agent is to clean up: %v", err)
+		}
 		a.cleanNodeIfUninstalled()
+		if _, err := os.Stat(marker); err == nil {
+			t.Error("the uninstall marker is still there after the cleanup: kovs-ovs would wait for nothing")
+		}
 		if len(store.deleted) != 1 || store.deleted[0] != "br-int" {
 			t.Errorf("bridges deleted: %v, want [br-int]", store.deleted)
 		}

@@ -33,8 +33,9 @@ func (a Access) Uninstall(ctx context.Context, namespace, name string, withdraw 
 		return err
 	}
 	_, err = fmt.Fprintf(w, "DaemonSet %s/%s: uninstall requested (%s=true).\n"+
-		"Now delete kovs (kubectl delete -k dist/): each agent then removes br-int, its nftables tables,\n"+
-		"the CNI config, socket and binary from its node. kovsctl uninstall --withdraw takes the request back.\n",
+		"Now delete kovs (kubectl delete -k dist/): each agent then removes br-int (through OVS, which\n"+
+		"waits for it), its nftables tables, the CNI config, socket and binary from its node.\n"+
+		"kovsctl uninstall --withdraw takes the request back.\n",
 		namespace, name, nodestatus.UninstallAnnotation)
 	return err
 }

@@ -52,6 +52,9 @@ type Config struct {
 	// itself, so the node's other bridges do not wait for an agent that never comes.
 	// 0: wait for the agent however long it takes.
 	FlowRestoreWaitTimeout time.Duration
+	// UninstallWait bounds how long a stopping supervisor waits for kovs-agent to remove
+	// its bridges when the agent marked an uninstall (UninstallMarker). 0: no wait.
+	UninstallWait time.Duration
 	// Hostname is recorded as external_ids:hostname; empty: os.Hostname.
 	Hostname string
 	Log      log.FieldLogger

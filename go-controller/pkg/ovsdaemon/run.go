@@ -80,6 +80,7 @@ func Run(ctx context.Context, cfg Config) error {
 	for {
 		select {
 		case <-ctx.Done():
+			awaitUninstall(cfg)
 			cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
 			return nil
 		case <-vswitchd.done:
@@ -382,4 +383,46 @@ func Probe(ctx context.Context, runDir, vswitchdCtl string, timeout time.Duratio
 func appctlVersion(ctx context.Context, ctl string, secs int) error {
 	_, err := run(ctx, nil, "ovs-appctl", "--timeout="+strconv.Itoa(secs), "-t", ctl, "version")
 	return err
+}
+
+// UninstallMarker is the file of the run directory with which kovs-agent says the
+// operator asked for kovs to be removed (kovsctl uninstall): the agent removes its
+// bridges through OVS at its shutdown, so OVS, stopped by the same `kubectl delete -k`,
+// must outlast it (awaitUninstall). The agent removes the file when the request is
+// withdrawn and once it has cleaned up.
+const UninstallMarker = "kovs-uninstall"
+
+// awaitUninstall holds a stopping supervisor while kovs-agent uninstalls: with the
+// marker present and kovs-agent's bridges still in the database, it waits until they are
+// gone, at most UninstallWait, before the daemons stop.
+func awaitUninstall(cfg Config) {
+	if cfg.UninstallWait <= 0 {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(cfg.RunDir, UninstallMarker)); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.UninstallWait)
+	defer cancel()
+	logged := false
+	for {
+		out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
+			"--bare", "--columns=name", "find", "Bridge", kovsBridges)
+		if err == nil && strings.TrimSpace(out) == "" {
+			if logged {
+				cfg.Log.Info("kovs-agent removed its bridges")
+			}
+			return
+		}
+		if !logged {
+			cfg.Log.WithField("bridges", strings.Fields(out)).Info("kovs is being uninstalled: waiting for kovs-agent to remove its bridges")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			cfg.Log.WithField("waited", cfg.UninstallWait).Warn("kovs-agent did not remove its bridges in time: stopping OVS with them")
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

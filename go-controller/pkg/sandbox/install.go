@@ -18,6 +18,7 @@ import (
 const (
 	kovsNamespace = "kube-system"
 	kovsAgentDS   = "kovs-agent"
+	kovsOVSDS     = "kovs-ovs"
 	// The controller's Deployment has the binary's name (kovsController).
 )
 
@@ -30,9 +31,10 @@ func (l Layout) InstallDir() string { return filepath.Join(l.Dir(), "kovs-instal
 //     the uplink bridge (the tunnel endpoint is an address of that OVS bridge);
 //   - kube-apiserver at the node's own loopback (the relays serve it there): the agents
 //     and controllers run on the host network before any Service proxy works, the case
-//     the optional ConfigMap kovs-kube-apiserver exists for;
-//   - no ovs container: the nodes run Open vSwitch themselves (the sandbox made br-ex on
-//     it).
+//     the optional ConfigMap kovs-kube-apiserver exists for.
+//
+// Nothing of dist/ is removed: Open vSwitch runs in dist's kovs-ovs DaemonSet, and the
+// sandbox gives each node its br-ex once it runs (uplinkBridges).
 func (l Layout) installOverlay(distRel string, family IPFamily, noMasquerade []string, nodePodCIDRs bool) map[string]string {
 	return map[string]string{
 		"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
@@ -43,7 +45,6 @@ resources:
   - kube-apiserver.yaml
 patches:
   - path: config.yaml
-  - path: no-ovs-container.yaml
 `,
 		"config.yaml": `apiVersion: v1
 kind: ConfigMap
@@ -61,18 +62,6 @@ metadata: {name: kovs-kube-apiserver, namespace: kube-system}
 data:
   KUBERNETES_SERVICE_HOST: "127.0.0.1"
   KUBERNETES_SERVICE_PORT: "` + strconv.Itoa(NodeAPIServerPort) + `"
-`,
-		"no-ovs-container.yaml": `apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: kovs-agent, namespace: kube-system}
-spec:
-  template:
-    spec:
-      initContainers:
-        - {name: ovs, $patch: delete}
-      volumes:
-        - {name: ovs-db, $patch: delete}
-        - {name: lib-modules, $patch: delete}
 `,
 	}
 }
@@ -100,8 +89,9 @@ func (u *upRun) writeInstallOverlay() error {
 }
 
 // installKovs installs kovs the way an operator does, `kubectl apply -k` of dist/ through
-// the sandbox's overlay, and waits until it runs: the agent on every node, the
-// controller's replicas available, and every node Ready (kubelet reports Ready once
+// the sandbox's overlay, gives every node its br-ex once OVS runs there, and waits until
+// kovs runs: OVS and the agent on every node, the controller's replicas available, and
+// every node Ready (kubelet reports Ready once
 // kovs's conflist is in the node's /etc/cni/net.d).
 func (u *upRun) installKovs() error {
 	if u.opts.KovsBinDir == "" {
@@ -114,6 +104,9 @@ func (u *upRun) installKovs() error {
 	start := time.Now()
 	if out, err := u.kubectl("apply", "-k", u.layout.InstallDir()); err != nil {
 		return fmt.Errorf("kubectl apply -k %s: %w\n%s", u.layout.InstallDir(), err, out)
+	}
+	if err := u.uplinkBridges(); err != nil {
+		return err
 	}
 	if err := u.waitKovsRunning(); err != nil {
 		return err
@@ -143,12 +136,21 @@ func (u *upRun) waitKovsRunning() error {
 				return permanent(u.withLog(fmt.Errorf("%s exited", KubeletProcess(n.Name)), KubeletProcess(n.Name)))
 			}
 		}
-		ds, err := client.AppsV1().DaemonSets(kovsNamespace).Get(ctx, kovsAgentDS, metav1.GetOptions{})
+		// The agent's DaemonSet, and OVS's where the installed dist/ has one (dist/ as
+		// shipped does; a dist/ of before 2026-12-05 ran OVS in the agent's pod).
+		dss, err := client.AppsV1().DaemonSets(kovsNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app in (" + kovsAgentDS + "," + kovsOVSDS + ")"})
 		if err != nil {
 			return err
 		}
-		if err := daemonSetReady(ds, len(u.state.Nodes)); err != nil {
-			return err
+		agent := false
+		for i := range dss.Items {
+			agent = agent || dss.Items[i].Name == kovsAgentDS
+			if err := daemonSetReady(&dss.Items[i], len(u.state.Nodes)); err != nil {
+				return err
+			}
+		}
+		if !agent {
+			return fmt.Errorf("no DaemonSet %s/%s yet", kovsNamespace, kovsAgentDS)
 		}
 		dep, err := client.AppsV1().Deployments(kovsNamespace).Get(ctx, kovsController, metav1.GetOptions{})
 		if err != nil {

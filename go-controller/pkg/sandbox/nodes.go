@@ -37,9 +37,10 @@ func (u *upRun) underlay() error {
 	return nil
 }
 
-// node creates one node: its namespace, its uplink into the underlay, its own
-// ovsdb-server and ovs-vswitchd (userspace datapath), br-ex with the node's address, and its
-// node emulator.
+// node creates one node: its namespace, its uplink into the underlay, and then either
+// (emulator) its own ovsdb-server and ovs-vswitchd (userspace datapath), br-ex with the
+// node's address and its node emulator, or (real node) the node's address on eth0, its
+// mount namespace and containerd; a real node gets OVS from dist's kovs-ovs DaemonSet.
 func (u *upRun) node(n Node) error {
 	l := u.layout
 	ns := l.NodeNetNS(n.Name)
@@ -54,17 +55,23 @@ func (u *upRun) node(n Node) error {
 	if err := u.uplink(n, ns); err != nil {
 		return fmt.Errorf("node %s uplink: %w", n.Name, err)
 	}
+	if err := writeKubeconfig(l.NodeKubeconfig(n.Name), fmt.Sprintf("https://127.0.0.1:%d", NodeAPIServerPort), l.PKIDir()); err != nil {
+		return err
+	}
+	if u.opts.Runtime == RuntimeContainerd {
+		// A real node boots with its address on eth0; Open vSwitch comes with kovs, in
+		// dist's kovs-ovs DaemonSet, and br-ex takes the address over then
+		// (uplinkBridges).
+		if err := u.uplinkAddresses(n, ns, uplink); err != nil {
+			return fmt.Errorf("node %s uplink addresses: %w", n.Name, err)
+		}
+		return u.realNode(n)
+	}
 	if err := u.startOVS(n, ns); err != nil {
 		return fmt.Errorf("node %s OVS: %w", n.Name, err)
 	}
 	if err := u.uplinkBridge(n, ns); err != nil {
 		return fmt.Errorf("node %s %s: %w", n.Name, UplinkBridge, err)
-	}
-	if err := writeKubeconfig(l.NodeKubeconfig(n.Name), fmt.Sprintf("https://127.0.0.1:%d", NodeAPIServerPort), l.PKIDir()); err != nil {
-		return err
-	}
-	if u.opts.Runtime == RuntimeContainerd {
-		return u.realNode(n)
 	}
 	_, err := l.start(u.emulator(n))
 	return err
@@ -123,26 +130,44 @@ func OVSVswitchdCtl(l Layout, node string) string {
 
 // uplinkBridge creates br-ex (netdev) owning eth0 and puts the node's addresses on it.
 func (u *upRun) uplinkBridge(n Node, ns string) error {
+	if err := u.makeUplinkBridge(n, ns); err != nil {
+		return err
+	}
+	if err := u.uplinkAddresses(n, ns, UplinkBridge); err != nil {
+		return err
+	}
+	return runIn(ns, "ip", "link", "set", UplinkBridge, "up")
+}
+
+// makeUplinkBridge creates br-ex (netdev) with eth0 as its port and waits for its device.
+func (u *upRun) makeUplinkBridge(n Node, ns string) error {
 	if err := vsctl(u.layout, n.Name, "--may-exist", "add-br", UplinkBridge,
 		"--", "set", "bridge", UplinkBridge, "datapath_type=netdev", "other_config:hwaddr="+strconv.Quote(n.MAC),
 		"--", "--may-exist", "add-port", UplinkBridge, uplink); err != nil {
 		return err
 	}
-	if err := waitFor(u.ctx, 20*time.Second, UplinkBridge+" to appear in "+n.Name, func() error {
+	return waitFor(u.ctx, 20*time.Second, UplinkBridge+" to appear in "+n.Name, func() error {
 		return runIn(ns, "ip", "link", "show", UplinkBridge)
-	}); err != nil {
-		return err
-	}
+	})
+}
+
+// uplinkAddresses puts the node's underlay addresses on dev.
+func (u *upRun) uplinkAddresses(n Node, ns, dev string) error {
 	for _, ip := range n.IPs {
-		args := []string{"addr", "add", ip + "/" + strconv.Itoa(underlayPrefix(ip).Bits()), "dev", UplinkBridge}
-		if netip.MustParseAddr(ip).Is6() {
-			args = append(args, "nodad")
-		}
-		if err := runIn(ns, "ip", args...); err != nil {
+		if err := runIn(ns, "ip", addrArgs("add", ip, dev)...); err != nil {
 			return err
 		}
 	}
-	return runIn(ns, "ip", "link", "set", UplinkBridge, "up")
+	return nil
+}
+
+// addrArgs are ip(8)'s arguments to add or del one of a node's underlay addresses on dev.
+func addrArgs(op, ip, dev string) []string {
+	args := []string{"addr", op, ip + "/" + strconv.Itoa(underlayPrefix(ip).Bits()), "dev", dev}
+	if op == "add" && netip.MustParseAddr(ip).Is6() {
+		args = append(args, "nodad")
+	}
+	return args
 }
 
 func underlayPrefix(ip string) netip.Prefix {

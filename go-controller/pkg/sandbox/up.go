@@ -263,8 +263,9 @@ func (l Layout) keepLogs() string {
 	if err := os.Rename(l.LogDir(), dst); err != nil {
 		return ""
 	}
-	// On real nodes kovs itself runs in pods: its logs (and CoreDNS's) are the nodes'
-	// /var/log/pods, copied as <node>-pods; OVS writes its own log files (<node>-ovs).
+	// On real nodes kovs itself runs in pods, OVS (kovs-ovs) included: its logs (and
+	// CoreDNS's) are the nodes' /var/log/pods, copied as <node>-pods. An emulated node's
+	// OVS writes its own log files (<node>-ovs).
 	nodes, _ := filepath.Glob(l.NodeDir("*"))
 	for _, dir := range nodes {
 		node := filepath.Base(dir)

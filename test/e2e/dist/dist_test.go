@@ -32,7 +32,7 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 		t.Fatalf("kubectl apply -k dist: %v\n%s", err, out)
 	}
 	for _, want := range []string{"serviceaccount/kovs-controller", "serviceaccount/kovs-agent", "clusterrole.rbac.authorization.k8s.io/kovs-controller",
-		"configmap/kovs-config", "deployment.apps/kovs-controller", "daemonset.apps/kovs-agent", "service/kovs-controller",
+		"configmap/kovs-config", "deployment.apps/kovs-controller", "daemonset.apps/kovs-agent", "daemonset.apps/kovs-ovs", "service/kovs-controller",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kovs-annotations",
 		"validatingadmissionpolicybinding.admissionregistration.k8s.io/kovs-annotations",
 		"validatingadmissionpolicy.admissionregistration.k8s.io/kovs-agent-node",

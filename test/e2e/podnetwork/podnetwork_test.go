@@ -23,6 +23,7 @@ func TestPodNetworkIPv4(t *testing.T) {
 	t.Run("one bad peer", c.checkBadPeer)
 	t.Run("kovs-agent restart keeps connections", c.checkAgentRestart)
 	t.Run("ovs-vswitchd restart is repaired", c.checkVswitchdRestart)
+	t.Run("ovs-vswitchd restart with flow-restore-wait", c.checkFlowRestoreWaitRestart)
 	t.Run("kovs-agent without the controller fails closed", c.checkAgentFailsClosed)
 	t.Run("churn", c.checkChurn)
 }

@@ -31,6 +31,9 @@ type traffic struct {
 	wg       sync.WaitGroup
 	// mu guards the loops' counts, which await reads while they run.
 	mu sync.Mutex
+	// echoTimeout is how long a session's echo may take before the session counts as
+	// broken; 0 is 2 s.
+	echoTimeout time.Duration
 }
 
 type sessionLoop struct {
@@ -67,7 +70,14 @@ type pair struct {
 }
 
 func (c *cluster) startTraffic(t *testing.T, pairs []pair, interval time.Duration) *traffic {
-	tr := &traffic{stop: make(chan struct{})}
+	return c.startTrafficEcho(t, pairs, interval, 0)
+}
+
+// startTrafficEcho is startTraffic whose sessions wait up to echoTimeout for each echo:
+// through a pause TCP retransmits until the path is back, and a session that carries on
+// after it has survived it.
+func (c *cluster) startTrafficEcho(t *testing.T, pairs []pair, interval, echoTimeout time.Duration) *traffic {
+	tr := &traffic{stop: make(chan struct{}), echoTimeout: echoTimeout}
 	for _, p := range pairs {
 		dst := framework.PodIPs(p.to)[0]
 		name := fmt.Sprintf("%s(%s)->%s(%s)", p.from.Name, p.from.Spec.NodeName, p.to.Name, p.to.Spec.NodeName)
@@ -112,7 +122,11 @@ func (tr *traffic) runSession(sl *sessionLoop, interval time.Duration) {
 			return
 		case <-time.After(interval):
 		}
-		err := sl.s.Echo(2 * time.Second)
+		timeout := tr.echoTimeout
+		if timeout == 0 {
+			timeout = 2 * time.Second
+		}
+		err := sl.s.Echo(timeout)
 		tr.mu.Lock()
 		if err != nil {
 			sl.err = err

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/kovsctl"
+	"github.com/kovs-net/kovs/go-controller/pkg/ovsdaemon"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -53,42 +54,58 @@ func initContainer(t *testing.T, ds *appsv1.DaemonSet, name string) corev1.Conta
 	return corev1.Container{}
 }
 
-// checkOVSContainer runs dist/'s ovs container (the kovs/ovs image, its probes and
-// mounts) in a pod of its own, with empty directories for its run and database paths, and
-// requires it to stay up and answer for 60 s: Ready (its own probe), never restarted, and
-// ovsdb-server and ovs-vswitchd answering kubectl exec.
-func checkOVSContainer(t *testing.T, s *framework.Sandbox) {
-	c := initContainer(t, agentDaemonSet(t, s), "ovs")
-	c.RestartPolicy = nil // a sidecar's; here it is the pod's only container
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "ovs", Namespace: ns},
-		Spec: corev1.PodSpec{NodeName: "node3", Containers: []corev1.Container{c}, Volumes: []corev1.Volume{
-			{Name: "ovs-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			{Name: "ovs-db", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			{Name: "lib-modules", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/lib/modules"}}},
-		}},
+// checkOVSDaemonSet requires Open vSwitch to run as dist/ ships it, in the kovs-ovs
+// DaemonSet and nowhere else: one Ready pod per node that has never restarted, whose
+// ovsdb-server (with the agent's br-int) and ovs-vswitchd answer kubectl exec; no
+// container of the kovs-agent pods runs OVS.
+func checkOVSDaemonSet(t *testing.T, s *framework.Sandbox) {
+	ovs := podsOf(t, s, "kube-system", "app=kovs-ovs")
+	if len(ovs) != 3 {
+		t.Fatalf("kovs-ovs pods on %d nodes, want one on each of 3: %v", len(ovs), ovs)
 	}
-	ctx := context.Background()
-	if _, err := s.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod/ovs", "--timeout=90s")
-	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Second) {
-		p, err := s.Client.CoreV1().Pods(ns).Get(ctx, "ovs", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for node, p := range ovs {
 		st := p.Status.ContainerStatuses
 		if len(st) != 1 || !st[0].Ready || st[0].RestartCount != 0 || st[0].State.Running == nil {
-			t.Fatalf("the ovs container did not stay up: %+v", st)
+			t.Errorf("%s: the kovs-ovs pod %s is not up and unrestarted: %+v", node, p.Name, st)
+			continue
 		}
-		for _, cmd := range [][]string{{"ovs-vsctl", "--timeout=5", "show"}, {"ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "version"}} {
-			if out, err := execIn(s, ns, "ovs", cmd...); err != nil {
-				t.Fatalf("%v in the ovs container: %v\n%s", cmd, err, out)
+		for _, cmd := range [][]string{{"ovs-vsctl", "--timeout=5", "br-exists", "br-int"}, {"ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "version"}} {
+			if out, err := execIn(s, "kube-system", p.Name, cmd...); err != nil {
+				t.Errorf("%s: %v in %s: %v\n%s", node, cmd, p.Name, err, out)
+			}
+		}
+		if ovsVswitchdPid(s, node) == 0 {
+			t.Errorf("%s: no ovs-vswitchd runs in the node's containers", node)
+		}
+	}
+	for node, p := range podsOf(t, s, "kube-system", "app=kovs-agent") {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			if strings.Contains(c.Image, "kovs/ovs") {
+				t.Errorf("%s: the kovs-agent pod %s runs %s (%s): OVS belongs to the kovs-ovs DaemonSet", node, p.Name, c.Name, c.Image)
 			}
 		}
 	}
-	kubectlOK(t, s, "-n", ns, "delete", "pod", "ovs", "--wait=true")
+}
+
+// ovsVswitchdPid is the pid of the ovs-vswitchd running in node's containers (its
+// cgroups are under the node's cgroup root), or 0.
+func ovsVswitchdPid(s *framework.Sandbox, node string) int {
+	root := []byte(s.Layout.CgroupRoot(node) + "/")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil || filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "ovs-vswitchd" {
+			continue
+		}
+		if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); bytes.Contains(cg, root) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // checkInstallDuringAdd reruns dist/'s install-cni init container on node3 while a CNI
@@ -178,31 +195,38 @@ spec:
 }
 
 // checkUninstall removes the test's workloads, asks for the uninstall as an operator
-// does (kovsctl uninstall), then removes kovs with kubectl delete -k, and requires every
-// node to be left without kovs: no br-int (so no flows or ports), no gateway device, no
-// Service or masquerade rules, no conflist, socket or kovs-cni binary.
+// does (kovsctl uninstall), then removes kovs with kubectl delete -k (the agents and OVS
+// stop together; OVS waits for the agents' cleanup), and requires every node to be left
+// without kovs: no br-int (so no flows or ports), no gateway device, no Service or
+// masquerade rules, no conflist, socket or kovs-cni binary.
 func checkUninstall(t *testing.T, s *framework.Sandbox) {
 	kubectlOK(t, s, "delete", "namespace", ns, "--wait=true", "--timeout=120s")
 	if err := (kovsctl.Access{Client: s.Client}).Uninstall(context.Background(), "kube-system", "kovs-agent", false, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--wait=true", "--timeout=120s")
-	ctx := context.Background()
-	framework.Eventually(t, 120*time.Second, "kovs pods gone", func() error {
-		pods, err := s.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app in (kovs-agent, kovs-controller)"})
-		if err != nil && !apierrors.IsNotFound(err) {
+	// The agents mark the request for OVS before it is deleted.
+	for _, n := range []string{"node1", "node2", "node3"} {
+		marker := filepath.Join(s.Layout.OVSDir(n), ovsdaemon.UninstallMarker)
+		framework.Eventually(t, 30*time.Second, n+"'s agent to mark the uninstall for OVS", func() error {
+			_, err := os.Stat(marker)
 			return err
-		}
-		if len(pods.Items) > 0 {
-			return fmt.Errorf("%d pods left in kube-system, e.g. %s", len(pods.Items), pods.Items[0].Name)
-		}
-		return nil
-	})
+		})
+	}
+	kubectlOK(t, s, "delete", "-k", s.Layout.InstallDir(), "--wait=true", "--timeout=120s")
+	waitNoPods(t, s, "app in (kovs-agent, kovs-controller, kovs-ovs)")
 	for _, n := range []string{"node1", "node2", "node3"} {
 		l := s.Layout
-		if err := exec.Command("ovs-vsctl", "--db="+s.OVSDB(n), "br-exists", "br-int").Run(); err == nil {
-			out, _ := exec.Command("ovs-vsctl", "--db="+s.OVSDB(n), "show").CombinedOutput()
-			t.Errorf("%s: br-int is still there:\n%s", n, out)
+		// OVS is gone: br-int must be gone from its database on the node, where br-ex
+		// (the node's, not kovs's) stays and shows the file is the one OVS used.
+		bridges, err := exec.Command("ovsdb-tool", "query", filepath.Join(l.NodeDir(n), "etc-openvswitch", "conf.db"),
+			`["Open_vSwitch",{"op":"select","table":"Bridge","where":[],"columns":["name"]}]`).CombinedOutput()
+		switch {
+		case err != nil:
+			t.Errorf("%s: read the OVS database: %v\n%s", n, err, bridges)
+		case !strings.Contains(string(bridges), `"br-ex"`):
+			t.Errorf("%s: the OVS database has no br-ex, so it is not the node's: %s", n, bridges)
+		case strings.Contains(string(bridges), `"br-int"`):
+			t.Errorf("%s: br-int is still in the OVS database: %s", n, bridges)
 		}
 		for _, f := range []string{filepath.Join(l.CNIConfDir(n), "10-kovs.conflist"), filepath.Join(l.CNIBinDir(n), "kovs-cni"),
 			filepath.Join(l.NodeDir(n), "kovs-run", "cni.sock")} {
@@ -220,6 +244,21 @@ func checkUninstall(t *testing.T, s *framework.Sandbox) {
 			}
 		}
 	}
+}
+
+// waitNoPods waits until kube-system has no pod of the label selector.
+func waitNoPods(t *testing.T, s *framework.Sandbox, selector string) {
+	t.Helper()
+	framework.Eventually(t, 120*time.Second, "no pod "+selector+" in kube-system", func() error {
+		pods, err := s.Client.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left, e.g. %s", len(pods.Items), pods.Items[0].Name)
+		}
+		return nil
+	})
 }
 
 // nodeProcess finds the one process of this sandbox named name whose environment has env

@@ -45,7 +45,7 @@ func TestRealNodes(t *testing.T) {
 	t.Run("cluster DNS and the kubernetes Service", func(t *testing.T) { checkDNS(t, s) })
 	t.Run("hostPort", func(t *testing.T) { checkHostPort(t, s, web) })
 	t.Run("pod bandwidth annotations", func(t *testing.T) { checkBandwidth(t, s, web) })
-	t.Run("ovs container stays up and answers", func(t *testing.T) { checkOVSContainer(t, s) })
+	t.Run("OVS runs in the kovs-ovs DaemonSet", func(t *testing.T) { checkOVSDaemonSet(t, s) })
 	t.Run("install-cni while a CNI ADD is in flight", func(t *testing.T) { checkInstallDuringAdd(t, s) })
 	t.Run("kovs's ports are closed to pods", func(t *testing.T) { checkPortsClosedToPods(t, s) })
 	t.Run("the agent's token is bound to its node", func(t *testing.T) { checkAgentTokenIsNodeBound(t, s) })

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovsdaemon"
 )
 
 // Both daemons come up and answer, the switch works, the probe passes; SIGTERM stops
@@ -295,5 +297,56 @@ func TestVswitchdReachableFromAnotherPIDNamespace(t *testing.T) {
 	}
 	if code := n.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("unshare exited %d after kovs-ovs got SIGTERM, want 0", code)
+	}
+}
+
+// kovs-agent marked an uninstall (kovsctl uninstall, then `kubectl delete -k` stops the
+// agent and OVS together): on SIGTERM kovs-ovs keeps both daemons up until the agent has
+// removed its bridges through them, then stops. Without the mark it stops at once (an
+// OVS upgrade waits for nothing).
+func TestStopWaitsForAnUninstallingAgent(t *testing.T) {
+	n := newNode(t)
+	n.extra = []string{"--uninstall-wait=60s"}
+	n.start()
+	n.waitReady()
+	n.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
+		"external_ids:kovs.io/owner=kovs-agent")
+	marker := filepath.Join(n.runDir(), ovsdaemon.UninstallMarker)
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.signal(syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(n.output.String(), "waiting for kovs-agent to remove its bridges") {
+		if time.Now().After(deadline) {
+			t.Fatalf("kovs-ovs did not wait for the uninstalling agent after SIGTERM:\n%s", n.output.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// What the agent does at its shutdown: both daemons still serve it (ovs-vsctl
+	// without --no-wait waits for ovs-vswitchd to apply the deletion).
+	n.vsctl("del-br", "br-int")
+	if code := n.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("kovs-ovs exited %d after the agent's cleanup, want 0", code)
+	}
+	if !strings.Contains(n.output.String(), "kovs-agent removed its bridges") {
+		t.Errorf("kovs-ovs stopped without seeing the bridges go:\n%s", n.output.String())
+	}
+
+	// No mark: SIGTERM stops at once, with the agent's bridge still there.
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	n.waitReady()
+	n.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
+		"external_ids:kovs.io/owner=kovs-agent")
+	before := strings.Count(n.output.String(), "waiting for kovs-agent")
+	n.signal(syscall.SIGTERM)
+	if code := n.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("kovs-ovs exited %d after SIGTERM, want 0", code)
+	}
+	if strings.Count(n.output.String(), "waiting for kovs-agent") != before {
+		t.Errorf("kovs-ovs waited for an agent that marked no uninstall:\n%s", n.output.String())
 	}
 }
