@@ -116,10 +116,10 @@ func runMigration(t *testing.T, s *framework.Sandbox, mg migration, a, c *corev1
 	}()
 	// The start state in force: x/a -> y/b denied, z/c -> y/b allowed.
 	framework.Eventually(t, 30*time.Second, mg.name+": the start state in force", func() error {
-		if r := s.Probe(a, bIP, "80/tcp", probeTimeout); r.Connected {
+		if r := s.Probe(a, bIP, "80/tcp", cellBudget); r.Connected {
 			return fmt.Errorf("x/a -> y/b connects before the migration")
 		}
-		if r := s.Probe(c, bIP, "80/tcp", probeTimeout); !r.Connected {
+		if r := s.Probe(c, bIP, "80/tcp", cellBudget); !r.Connected {
 			return fmt.Errorf("z/c -> y/b: %s", framework.Describe(r))
 		}
 		return nil
@@ -178,7 +178,7 @@ func runMigration(t *testing.T, s *framework.Sandbox, mg migration, a, c *corev1
 		}
 		return nil
 	})
-	if r := s.Probe(a, bIP, "80/tcp", probeTimeout); r.Connected {
+	if r := s.Probe(a, bIP, "80/tcp", cellBudget); r.Connected {
 		t.Errorf("%s: x/a -> y/b connects after the migration", mg.name)
 	}
 	return probes, connected
@@ -220,7 +220,7 @@ func hammerWhile(s *framework.Sandbox, a, c *corev1.Pod, bIP netip.Addr, d time.
 				if i == 0 {
 					from = c
 				}
-				r := s.Probe(from, bIP, "80/tcp", probeTimeout)
+				r := s.Probe(from, bIP, "80/tcp", cellBudget)
 				mu.Lock()
 				switch {
 				case i == 0 && r.Connected:
