@@ -60,6 +60,10 @@ func checkAdmission(t *testing.T, s *framework.Sandbox) {
 	b, _ := json.Marshal(annotate)
 	_, err := kubelet.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{})
 	mustRefuse(t, "node1's kubelet rewrites node1's subnets", err)
+	forgedAddresses, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		ipam.NodeAddressesAnnotationKey: `{"addresses":["192.0.2.1"]}`}}})
+	_, err = kubelet.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, forgedAddresses, metav1.PatchOptions{})
+	mustRefuse(t, "node1's kubelet rewrites node1's recorded tunnel addresses", err)
 
 	controller := s.ClientAs(t, framework.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:kube-system")
 	if _, err := controller.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{}); err != nil {

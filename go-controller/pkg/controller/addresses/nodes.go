@@ -40,6 +40,8 @@ type NodeReconciler struct {
 	Recorder record.EventRecorder
 	// OnNodeReady is called when a node's pools exist (its waiting pods can go).
 	OnNodeReady func(node string)
+	// holders are the nodes' recorded tunnel addresses (node_identity.go).
+	holders addressHolders
 }
 
 // Reconcile allocates (or adopts) the node's blocks, records them on the Node and creates
@@ -48,7 +50,8 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 	node, err := r.Nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		r.Alloc.dropNode(name)
-		log.WithField("node", name).Info("node deleted, subnets released")
+		r.holders.drop(name)
+		log.WithField("node", name).Info("node deleted, subnets and addresses released")
 		return nil
 	}
 	if err != nil {
@@ -64,9 +67,17 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 	if err := r.Alloc.setNodeBlocks(name, blocks); err != nil {
 		return err
 	}
-	if err := r.annotate(ctx, node, blocks); err != nil {
+	addrs, taken, err := r.tunnelAddresses(node)
+	if err != nil {
 		return err
 	}
+	if len(taken) > 0 {
+		r.reportTaken(node, taken)
+	}
+	if err := r.annotate(ctx, node, blocks, addrs); err != nil {
+		return err
+	}
+	r.holders.set(name, addrs)
 	if r.OnNodeReady != nil {
 		r.OnNodeReady(name)
 	}
@@ -142,10 +153,11 @@ func (r *NodeReconciler) clusterPrefixes() []netip.Prefix {
 	return out
 }
 
-// annotate writes kovs.io/node-subnets if it differs and, on a node whose blocks have no
-// high water recorded yet, in the same patch a kovs.io/address-high-water record ahead of
-// their first addresses (highwater.go): a new node's first pods need no Node write.
-func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix) error {
+// annotate writes kovs.io/node-subnets and kovs.io/node-addresses if they differ and, on a
+// node whose blocks have no high water recorded yet, in the same patch a
+// kovs.io/address-high-water record ahead of their first addresses (highwater.go): a new
+// node's first pods need no Node write.
+func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix, addrs []netip.Addr) error {
 	ann, err := ipam.NewNodeSubnetsAnnotation(blocks)
 	if err != nil {
 		return err
@@ -157,6 +169,13 @@ func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks
 	changes := map[string]string{}
 	if node.Annotations[ipam.NodeSubnetsAnnotationKey] != value {
 		changes[ipam.NodeSubnetsAnnotationKey] = value
+	}
+	recorded, err := ipam.NodeAddressesAnnotation(addrs)
+	if err != nil {
+		return err
+	}
+	if old, ok := node.Annotations[ipam.NodeAddressesAnnotationKey]; !ok || old != recorded {
+		changes[ipam.NodeAddressesAnnotationKey] = recorded
 	}
 	l := r.Alloc.recordLock(node.Name)
 	l.Lock()
