@@ -42,3 +42,24 @@ func TestNodeAddressesAnnotationRefusesWhatIsNoHostAddress(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseNodeAddressesAnnotation(f *testing.F) {
+	f.Add(`{"addresses":["172.31.0.2","fd00:172:31::2"]}`)
+	f.Add(`{"addresses":[]}`)
+	f.Add(`{"addresses":["172.31.0.2","172.31.0.2"]}`)
+	f.Add(`{"addresses":["fe80::1%eth0"]}`)
+	f.Fuzz(func(t *testing.T, value string) {
+		addrs, err := ParseNodeAddressesAnnotation(value)
+		if err != nil {
+			return
+		}
+		enc, err := NodeAddressesAnnotation(addrs)
+		if err != nil {
+			t.Fatalf("%q parsed to %v, which does not encode: %v", value, addrs, err)
+		}
+		again, err := ParseNodeAddressesAnnotation(enc)
+		if err != nil || !slices.Equal(addrs, again) {
+			t.Fatalf("%q: %v encoded to %q parse to %v (%v)", value, addrs, enc, again, err)
+		}
+	})
+}
