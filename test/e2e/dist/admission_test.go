@@ -193,3 +193,27 @@ func refusedBy(err error, policy string) error {
 	}
 	return nil
 }
+
+// checkAgentDaemonSetRead: with its token, an agent lists and watches its own DaemonSet the
+// way it does (a metadata.name field selector, pkg/agent/uninstall.go), and no other.
+func checkAgentDaemonSetRead(t *testing.T, s *framework.Sandbox) {
+	ctx := context.Background()
+	agent := s.TokenClient(t, agentToken(t, s, "node1"))
+	byName := func(name string) metav1.ListOptions {
+		return metav1.ListOptions{FieldSelector: "metadata.name=" + name}
+	}
+	if _, err := agent.AppsV1().DaemonSets("kube-system").List(ctx, byName("kovs-agent")); err != nil {
+		t.Errorf("the agent may not list its DaemonSet by name: %v", err)
+	}
+	w, err := agent.AppsV1().DaemonSets("kube-system").Watch(ctx, byName("kovs-agent"))
+	if err != nil {
+		t.Errorf("the agent may not watch its DaemonSet by name: %v", err)
+	} else {
+		w.Stop()
+	}
+	for what, opts := range map[string]metav1.ListOptions{"every DaemonSet of kube-system": {}, "kube-proxy's": byName("kube-proxy")} {
+		if _, err := agent.AppsV1().DaemonSets("kube-system").List(ctx, opts); !apierrors.IsForbidden(err) {
+			t.Errorf("the agent lists %s: %v, want forbidden", what, err)
+		}
+	}
+}
