@@ -58,27 +58,28 @@ func (m *modelCluster) targets(pods []*corev1.Pod) ([]target, map[string]*corev1
 
 // probeCell probes one cell once, from a source port the pod has not used lately, with
 // cellBudget, and counts an allowed answer and a slow one.
-func (m *modelCluster) probeCell(c cellKey, byKey map[string]*corev1.Pod) outcome {
+func (m *modelCluster) probeCell(ctx context.Context, c cellKey, byKey map[string]*corev1.Pod) outcome {
 	from, to := byKey[c.From], byKey[c.To]
 	dst, err := m.destination(to, c.IPv6)
 	if err != nil {
 		return outcome{err: err.Error()}
 	}
-	o := probeFromNetNS(m.s.NetNSPath(from), dst, c.Port, m.ports.next(c.From), c.To)
+	o := probeFromNetNS(ctx, m.s.NetNSPath(from), dst, c.Port, m.ports.next(c.From), c.To)
 	m.slow.record(o)
 	return o
 }
 
 // probeFromNetNS probes addr:port from source port src inside the network namespace at
-// nsPath, with cellBudget, and classifies the result for a probe sent to pod want.
-func probeFromNetNS(nsPath string, addr netip.Addr, port string, src uint16, want string) outcome {
+// nsPath, with cellBudget (or until ctx ends), and classifies the result for a probe sent
+// to pod want.
+func probeFromNetNS(ctx context.Context, nsPath string, addr netip.Addr, port string, src uint16, want string) outcome {
 	p, err := responder.ParsePort(port)
 	if err != nil {
 		return outcome{err: err.Error()}
 	}
 	var r responder.Result
 	err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		r = responder.ProbeFromPort(context.Background(), responder.Target{Addr: addr, Port: p}, src, cellBudget)
+		r = responder.ProbeFromPort(ctx, responder.Target{Addr: addr, Port: p}, src, cellBudget)
 		return nil
 	})
 	if err != nil {
@@ -178,7 +179,7 @@ func (m *modelCluster) probe(t *testing.T, cells []cellKey, byKey map[string]*co
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			o := m.probeCell(c, byKey)
+			o := m.probeCell(context.Background(), c, byKey)
 			mu.Lock()
 			got[c] = o
 			mu.Unlock()
@@ -221,8 +222,11 @@ func (m *modelCluster) alwaysDenied(t *testing.T, what string, writes []write, c
 }
 
 // deniedWatch probes cells continuously until finished: each must be dropped every time.
+// finish cuts the probes in flight short: one that had not connected by then is not
+// counted (neither dropped nor a violation); one that had is.
 type deniedWatch struct {
-	stop       chan struct{}
+	ctx        context.Context
+	stop       context.CancelFunc
 	wg         sync.WaitGroup
 	mu         sync.Mutex
 	probes     int
@@ -232,21 +236,23 @@ type deniedWatch struct {
 
 // watchDenied starts probing cells, each worker going round its share of them.
 func (m *modelCluster) watchDenied(cells []cellKey, byKey map[string]*corev1.Pod) *deniedWatch {
-	w := &deniedWatch{stop: make(chan struct{})}
+	w := &deniedWatch{}
+	w.ctx, w.stop = context.WithCancel(context.Background())
 	workers := min(watchParallel, len(cells))
 	for i := range workers {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			for n := i; ; n += workers {
-				select {
-				case <-w.stop:
+				if w.ctx.Err() != nil {
 					return
-				default:
 				}
 				c := cells[n%len(cells)]
 				start := time.Now()
-				o := m.probeCell(c, byKey)
+				o := m.probeCell(w.ctx, c, byKey)
+				if w.ctx.Err() != nil && !o.allowed && !strings.HasPrefix(o.err, "connected") {
+					return // cut short by finish before it connected
+				}
 				w.record(c, o, start)
 			}
 		}()
@@ -274,7 +280,7 @@ func (w *deniedWatch) record(c cellKey, o outcome, at time.Time) {
 // finish stops the probes and returns how many ran, how many were not dropped, and the
 // first of those.
 func (w *deniedWatch) finish() (probes, bad int, violations []string) {
-	close(w.stop)
+	w.stop()
 	w.wg.Wait()
 	return w.probes, w.bad, w.violations
 }

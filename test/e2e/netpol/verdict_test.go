@@ -73,7 +73,7 @@ func TestCellVerdictNeedsMoreThanSilence(t *testing.T) {
 	src := uint16(firstSourcePort)
 	probe := func(port string) outcome {
 		src++
-		o := probeFromNetNS(nsPath, loopback, port, src, pod)
+		o := probeFromNetNS(context.Background(), nsPath, loopback, port, src, pod)
 		counts.record(o)
 		return o
 	}
