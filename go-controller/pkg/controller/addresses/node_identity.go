@@ -19,12 +19,36 @@ import (
 const ReasonAddressTaken = "NodeAddressTaken"
 
 // addressHolders is which node holds which recorded address: first come, first served.
-// It knows what this controller recorded since it started; a Node's
-// kovs.io/node-addresses (read from the lister) tells what was recorded before.
+// It is loaded once from the Nodes' kovs.io/node-addresses (what was recorded before this
+// controller started, or before it led), then kept as this controller records them, so a
+// reconcile looks each address up instead of reading every Node.
 type addressHolders struct {
 	mu     sync.Mutex
+	loaded bool
 	byAddr map[netip.Addr]string
 	byNode map[string][]netip.Addr
+}
+
+// load reads the recorded addresses of nodes, once.
+func (h *addressHolders) load(nodes []*corev1.Node) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loaded {
+		return
+	}
+	h.loaded = true
+	for _, n := range nodes {
+		value, ok := n.Annotations[ipam.NodeAddressesAnnotationKey]
+		if !ok {
+			continue
+		}
+		addrs, err := ipam.ParseNodeAddressesAnnotation(value)
+		if err != nil {
+			log.WithField("node", n.Name).WithError(err).Warn("unreadable node addresses record: its addresses are free to others")
+			continue
+		}
+		h.setLocked(n.Name, addrs)
+	}
 }
 
 // holder is the node other than self that holds ip, or "".
@@ -41,6 +65,10 @@ func (h *addressHolders) holder(ip netip.Addr, self string) string {
 func (h *addressHolders) set(node string, addrs []netip.Addr) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.setLocked(node, addrs)
+}
+
+func (h *addressHolders) setLocked(node string, addrs []netip.Addr) {
 	if h.byAddr == nil {
 		h.byAddr, h.byNode = map[netip.Addr]string{}, map[string][]netip.Addr{}
 	}
@@ -50,7 +78,9 @@ func (h *addressHolders) set(node string, addrs []netip.Addr) {
 		}
 	}
 	for _, ip := range addrs {
-		h.byAddr[ip] = node
+		if _, held := h.byAddr[ip]; !held {
+			h.byAddr[ip] = node
+		}
 	}
 	h.byNode[node] = addrs
 }
@@ -61,24 +91,12 @@ func (h *addressHolders) drop(node string) { h.set(node, nil) }
 // tunnelAddresses are the node's InternalIPs, in its order, that no other Node holds:
 // what kovs.io/node-addresses records for it. taken lists the others and their holders.
 func (r *NodeReconciler) tunnelAddresses(node *corev1.Node) (keep []netip.Addr, taken []string, err error) {
-	recorded := map[netip.Addr]string{}
-	nodes, err := r.Nodes.List(labels.Everything())
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, n := range nodes {
-		value, ok := n.Annotations[ipam.NodeAddressesAnnotationKey]
-		if n.Name == node.Name || !ok {
-			continue
-		}
-		addrs, err := ipam.ParseNodeAddressesAnnotation(value)
+	if !r.holders.isLoaded() {
+		nodes, err := r.Nodes.List(labels.Everything())
 		if err != nil {
-			log.WithField("node", n.Name).WithError(err).Warn("unreadable node addresses record: its addresses are free to others")
-			continue
+			return nil, nil, err
 		}
-		for _, ip := range addrs {
-			recorded[ip] = n.Name
-		}
+		r.holders.load(nodes)
 	}
 	seen := map[netip.Addr]bool{}
 	for _, a := range node.Status.Addresses {
@@ -87,17 +105,19 @@ func (r *NodeReconciler) tunnelAddresses(node *corev1.Node) (keep []netip.Addr, 
 			continue
 		}
 		seen[ip] = true
-		holder := r.holders.holder(ip, node.Name)
-		if holder == "" {
-			holder = recorded[ip]
-		}
-		if holder != "" {
+		if holder := r.holders.holder(ip, node.Name); holder != "" {
 			taken = append(taken, fmt.Sprintf("%s (node %s's)", ip, holder))
 			continue
 		}
 		keep = append(keep, ip)
 	}
 	return keep, taken, nil
+}
+
+func (h *addressHolders) isLoaded() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.loaded
 }
 
 // reportTaken makes a refused claim loud: an Event on the claimant and a log line.
