@@ -206,12 +206,16 @@ func createPolicy(t *testing.T, s *framework.Sandbox, np *networkingv1.NetworkPo
 	}
 }
 
-// hammerWhile probes x/a -> y/b from three workers and z/c -> y/b from one for d.
+// hammerAttackers is how many workers probe x/a -> y/b at once: each probe of a dropped
+// connection lasts cellBudget, so this many keep about a dozen probes a second going.
+const hammerAttackers = 24
+
+// hammerWhile probes x/a -> y/b from hammerAttackers workers and z/c -> y/b from one for d.
 func hammerWhile(s *framework.Sandbox, a, c *corev1.Pod, bIP netip.Addr, d time.Duration) (probes, connected, controls int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
-	for i := range 4 {
+	for i := range 1 + hammerAttackers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
