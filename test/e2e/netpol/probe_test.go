@@ -34,8 +34,9 @@ const (
 	// probeParallel bounds the probes of a round in flight at once: enough for a round of
 	// the dual-stack sandbox in one wave, since every denied cell waits out cellBudget.
 	probeParallel = 512
-	// watchParallel bounds the continuous probes of the cells that must stay denied while a
-	// step is applied (each waits cellBudget when dropped): about 32 probes a second.
+	// watchParallel is how many continuous probes of the cells that must stay denied while a
+	// step is applied are in flight (each waits cellBudget when dropped): about 32 probes
+	// a second, however few the cells.
 	watchParallel = 64
 	// maxViolations bounds the violations a watch keeps for the report.
 	maxViolations = 20
@@ -234,11 +235,14 @@ type deniedWatch struct {
 	violations []string // the first maxViolations of them
 }
 
-// watchDenied starts probing cells, each worker going round its share of them.
+// watchDenied starts probing cells, the workers going round them, each from its own place.
 func (m *modelCluster) watchDenied(cells []cellKey, byKey map[string]*corev1.Pod) *deniedWatch {
 	w := &deniedWatch{}
 	w.ctx, w.stop = context.WithCancel(context.Background())
-	workers := min(watchParallel, len(cells))
+	workers := watchParallel // several per cell when there are few: each probe waits cellBudget
+	if len(cells) == 0 {
+		workers = 0
+	}
 	for i := range workers {
 		w.wg.Add(1)
 		go func() {
