@@ -39,10 +39,29 @@ func nodeInternalIPs(n *corev1.Node) []netip.Addr {
 	return ips
 }
 
-// tunnelEndpoint is the node's first InternalIP of the underlay family the cluster's
-// tunnels use (the family of this node's own endpoint).
-func tunnelEndpoint(n *corev1.Node, family6 bool) (netip.Addr, bool) {
-	for _, ip := range nodeInternalIPs(n) {
+// peerAddresses are another Node's tunnel identity: the InternalIPs kovs-controller
+// recorded for it (kovs.io/node-addresses), which no other Node holds. A node's own
+// kubelet writes its status.addresses, so a compromised node could claim another's
+// address there (issue 29); only a Node the controller has not recorded yet (a controller
+// older than the record) is taken at its status's word. ok is false when the record is
+// unreadable.
+func peerAddresses(n *corev1.Node) ([]netip.Addr, bool) {
+	value, recorded := n.Annotations[ipam.NodeAddressesAnnotationKey]
+	if !recorded {
+		return nodeInternalIPs(n), true
+	}
+	addrs, err := ipam.ParseNodeAddressesAnnotation(value)
+	if err != nil {
+		log.WithField("peer", n.Name).WithError(err).Warn("tunnel peer left out: unreadable address record")
+		return nil, false
+	}
+	return addrs, true
+}
+
+// firstOfFamily is the first address of the underlay family the cluster's tunnels use
+// (the family of this node's own endpoint).
+func firstOfFamily(addrs []netip.Addr, family6 bool) (netip.Addr, bool) {
+	for _, ip := range addrs {
 		if ip.Is6() == family6 {
 			return ip, true
 		}
@@ -56,18 +75,22 @@ func gatewayMAC(blocks []netip.Prefix) net.HardwareAddr {
 }
 
 // tunnelPeer turns another Node into a tunnel peer; ok is false while it has no subnets or
-// no endpoint of the tunnel family.
+// no recorded endpoint of the tunnel family.
 func tunnelPeer(n *corev1.Node, family6 bool) (pipeline.TunnelPeer, bool) {
 	blocks, err := nodeSubnets(n)
 	if err != nil {
 		return pipeline.TunnelPeer{}, false
 	}
-	ip, ok := tunnelEndpoint(n, family6)
+	addrs, ok := peerAddresses(n)
+	if !ok {
+		return pipeline.TunnelPeer{}, false
+	}
+	ip, ok := firstOfFamily(addrs, family6)
 	if !ok {
 		return pipeline.TunnelPeer{}, false
 	}
 	return pipeline.TunnelPeer{NodeName: n.Name, UnderlayIP: ip, PodSubnets: blocks, GatewayMAC: gatewayMAC(blocks),
-		NodeIPs: nodeInternalIPs(n)}, true
+		NodeIPs: addrs}, true
 }
 
 // reportRejectedPeers logs the peers whose rejection (pipeline.UsablePeers) is new or

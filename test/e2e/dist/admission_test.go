@@ -3,6 +3,7 @@ package dist_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +29,8 @@ import (
 // write both.
 func checkAdmission(t *testing.T, s *framework.Sandbox) {
 	ctx := context.Background()
-	waitPolicies(t, s)
 	agent := s.TokenClient(t, agentToken(t, s, "node1"))
+	waitPolicies(t, s, agent)
 	condition := func(status corev1.ConditionStatus) map[string]any {
 		return map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
 			Type: corev1.NodeNetworkUnavailable, Status: status, Reason: "KovsE2E", Message: "admission test",
@@ -59,6 +60,10 @@ func checkAdmission(t *testing.T, s *framework.Sandbox) {
 	b, _ := json.Marshal(annotate)
 	_, err := kubelet.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{})
 	mustRefuse(t, "node1's kubelet rewrites node1's subnets", err)
+	forgedAddresses, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		ipam.NodeAddressesAnnotationKey: `{"addresses":["192.0.2.1"]}`}}})
+	_, err = kubelet.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, forgedAddresses, metav1.PatchOptions{})
+	mustRefuse(t, "node1's kubelet rewrites node1's recorded tunnel addresses", err)
 
 	controller := s.ClientAs(t, framework.ControllerUser, "system:serviceaccounts", "system:serviceaccounts:kube-system")
 	if _, err := controller.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
@@ -131,19 +136,63 @@ func agentToken(t *testing.T, s *framework.Sandbox, node string) string {
 	return tr.Status.Token
 }
 
-// waitPolicies waits until kube-apiserver enforces dist/'s policies (their bindings are
-// watched, not read on apply): a refused test write says they are in force.
-func waitPolicies(t *testing.T, s *framework.Sandbox) {
+// waitPolicies waits until kube-apiserver enforces each of dist/'s admission policies
+// (their bindings are watched, not read on apply): a dry-run write that only that policy
+// refuses must be refused by it, by name. Any other error (RBAC, a missing object, an
+// apiserver not ready) is not a sign of the policy and keeps the test waiting; not in force
+// within 20 s fails the test.
+func waitPolicies(t *testing.T, s *framework.Sandbox, agent kubernetes.Interface) {
 	ctx := context.Background()
+	dryRun := []string{metav1.DryRunAll}
 	probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe",
 		Annotations: map[string]string{ipam.NodeSubnetsAnnotationKey: "{}"}}}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		_, err := s.Client.CoreV1().Nodes().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
+	framework.Eventually(t, 20*time.Second, "kovs-annotations in force (a node created with "+ipam.NodeSubnetsAnnotationKey+" refused by it)", func() error {
+		_, err := s.Client.CoreV1().Nodes().Create(ctx, probe, metav1.CreateOptions{DryRun: dryRun})
+		return refusedBy(err, "kovs-annotations")
+	})
+	condition, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "KovsE2E",
+		LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()}}}})
+	framework.Eventually(t, 20*time.Second, "kovs-agent-node in force (node1's agent refused node2's condition by it)", func() error {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, "node2", types.StrategicMergePatchType, condition, metav1.PatchOptions{DryRun: dryRun}, "status")
+		return refusedBy(err, "kovs-agent-node")
+	})
+}
+
+// refusedBy returns nil when err is a refusal by the ValidatingAdmissionPolicy named
+// policy, and otherwise says what err was instead.
+func refusedBy(err error, policy string) error {
+	switch {
+	case err == nil:
+		return fmt.Errorf("the write was allowed")
+	case !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+		return fmt.Errorf("not an admission refusal: %w", err)
+	case !strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'"):
+		return fmt.Errorf("refused, but not by %s: %w", policy, err)
 	}
-	t.Log("dist/'s admission policies were not in force after 20 s")
+	return nil
+}
+
+// checkAgentDaemonSetRead: with its token, an agent lists and watches its own DaemonSet the
+// way it does (a metadata.name field selector, pkg/agent/uninstall.go), and no other.
+func checkAgentDaemonSetRead(t *testing.T, s *framework.Sandbox) {
+	ctx := context.Background()
+	agent := s.TokenClient(t, agentToken(t, s, "node1"))
+	byName := func(name string) metav1.ListOptions {
+		return metav1.ListOptions{FieldSelector: "metadata.name=" + name}
+	}
+	if _, err := agent.AppsV1().DaemonSets("kube-system").List(ctx, byName("kovs-agent")); err != nil {
+		t.Errorf("the agent may not list its DaemonSet by name: %v", err)
+	}
+	w, err := agent.AppsV1().DaemonSets("kube-system").Watch(ctx, byName("kovs-agent"))
+	if err != nil {
+		t.Errorf("the agent may not watch its DaemonSet by name: %v", err)
+	} else {
+		w.Stop()
+	}
+	for what, opts := range map[string]metav1.ListOptions{"every DaemonSet of kube-system": {}, "kube-proxy's": byName("kube-proxy")} {
+		if _, err := agent.AppsV1().DaemonSets("kube-system").List(ctx, opts); !apierrors.IsForbidden(err) {
+			t.Errorf("the agent lists %s: %v, want forbidden", what, err)
+		}
+	}
 }

@@ -65,8 +65,11 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"list", "pods", "", true}, {"watch", "pods", "", true}, {"get", "configmaps/kovs-ca", "kube-system", true},
 			{"list", "services", "", true}, {"watch", "services", "", true},
 			{"list", "endpointslices.discovery.k8s.io", "", true}, {"watch", "endpointslices.discovery.k8s.io", "", true},
-			{"watch", "daemonsets.apps", "kube-system", true}, {"create", "events", "default", true},
+			{"watch", "daemonsets.apps/kovs-agent", "kube-system", true}, {"list", "daemonsets.apps/kovs-agent", "kube-system", true},
+			{"create", "events", "default", true},
 			// and nothing more
+			{"watch", "daemonsets.apps", "kube-system", false}, {"list", "daemonsets.apps", "kube-system", false},
+			{"watch", "daemonsets.apps/kube-proxy", "kube-system", false},
 			{"watch", "daemonsets.apps", "default", false}, {"delete", "daemonsets.apps", "kube-system", false},
 			{"update", "daemonsets.apps", "kube-system", false},
 			{"update", "services", "default", false}, {"delete", "services", "default", false},
@@ -78,6 +81,7 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 		},
 	}
 	t.Run("admission", func(t *testing.T) { checkAdmission(t, s) })
+	t.Run("the agent reads its own DaemonSet only", func(t *testing.T) { checkAgentDaemonSetRead(t, s) })
 	for account, questions := range checks {
 		token, err := s.Kubectl("create", "token", account, "-n", "kube-system")
 		if err != nil {

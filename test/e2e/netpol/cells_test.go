@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -89,15 +90,23 @@ func cellsOf(ports []string, families []bool, pods []target) []cellKey {
 	return cells
 }
 
-// outcome is what a probe of a cell saw: allowed, denied (no answer: policy drops), or an
-// error (anything else, which is neither).
+// outcome is what a probe of a cell saw: allowed, denied (no answer within cellBudget:
+// policy drops), or an error (anything else, which is neither); took is how long the
+// probe ran.
 type outcome struct {
 	allowed bool
 	err     string
+	took    time.Duration
 }
 
 // classify reads a probe result sent to pod want.
 func classify(r responder.Result, want string) outcome {
+	o := classifyResult(r, want)
+	o.took = r.Duration
+	return o
+}
+
+func classifyResult(r responder.Result, want string) outcome {
 	switch {
 	case r.Connected && r.Reply != nil && r.Reply.Identity == want:
 		return outcome{allowed: true}

@@ -34,6 +34,8 @@ type modelCluster struct {
 	barriers int
 	// ports are the source ports of the probes (probe_test.go).
 	ports sourcePorts
+	// slow counts the probes that connected, and those that answered late (probe_test.go).
+	slow slowCells
 	// broken says why the cluster can no longer run cases (a reset that did not return
 	// it to the standard model); empty while it can.
 	broken string

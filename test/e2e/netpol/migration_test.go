@@ -116,10 +116,10 @@ func runMigration(t *testing.T, s *framework.Sandbox, mg migration, a, c *corev1
 	}()
 	// The start state in force: x/a -> y/b denied, z/c -> y/b allowed.
 	framework.Eventually(t, 30*time.Second, mg.name+": the start state in force", func() error {
-		if r := s.Probe(a, bIP, "80/tcp", probeTimeout); r.Connected {
+		if r := s.Probe(a, bIP, "80/tcp", cellBudget); r.Connected {
 			return fmt.Errorf("x/a -> y/b connects before the migration")
 		}
-		if r := s.Probe(c, bIP, "80/tcp", probeTimeout); !r.Connected {
+		if r := s.Probe(c, bIP, "80/tcp", cellBudget); !r.Connected {
 			return fmt.Errorf("z/c -> y/b: %s", framework.Describe(r))
 		}
 		return nil
@@ -178,7 +178,7 @@ func runMigration(t *testing.T, s *framework.Sandbox, mg migration, a, c *corev1
 		}
 		return nil
 	})
-	if r := s.Probe(a, bIP, "80/tcp", probeTimeout); r.Connected {
+	if r := s.Probe(a, bIP, "80/tcp", cellBudget); r.Connected {
 		t.Errorf("%s: x/a -> y/b connects after the migration", mg.name)
 	}
 	return probes, connected
@@ -206,12 +206,16 @@ func createPolicy(t *testing.T, s *framework.Sandbox, np *networkingv1.NetworkPo
 	}
 }
 
-// hammerWhile probes x/a -> y/b from three workers and z/c -> y/b from one for d.
+// hammerAttackers is how many workers probe x/a -> y/b at once: each probe of a dropped
+// connection lasts cellBudget, so this many keep about a dozen probes a second going.
+const hammerAttackers = 24
+
+// hammerWhile probes x/a -> y/b from hammerAttackers workers and z/c -> y/b from one for d.
 func hammerWhile(s *framework.Sandbox, a, c *corev1.Pod, bIP netip.Addr, d time.Duration) (probes, connected, controls int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
-	for i := range 4 {
+	for i := range 1 + hammerAttackers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -220,7 +224,7 @@ func hammerWhile(s *framework.Sandbox, a, c *corev1.Pod, bIP netip.Addr, d time.
 				if i == 0 {
 					from = c
 				}
-				r := s.Probe(from, bIP, "80/tcp", probeTimeout)
+				r := s.Probe(from, bIP, "80/tcp", cellBudget)
 				mu.Lock()
 				switch {
 				case i == 0 && r.Connected:

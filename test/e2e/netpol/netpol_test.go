@@ -12,18 +12,24 @@
 //     step's writes reaches all nodes (its realization means every change the controller
 //     compiled before it is installed everywhere), and every policy of the case's
 //     namespaces has a complete kovs.io/realization annotation.
-//  3. Three rounds of probes must each match the expectation: two at once, and one after
-//     every node's agent has finished two more full flow resyncs (so at least one started
-//     after realization); the sandbox runs the agents with a short resync period for it.
+//  3. Three rounds of probes must each match the expectation: two at once (at the same
+//     time, from different source ports), and one after every node's agent has finished
+//     two more full flow resyncs (so at least one started after realization); the sandbox
+//     runs the agents with a short resync period for it.
 //
-// A probe that is neither connected to the pod it was sent to nor silently dropped
-// (refused, answered by another pod, failed) is an error, never a deny.
+// A cell is denied only when its probe got no answer within cellBudget, which covers a
+// retransmission of every handshake packet; allowed cells get the same budget and no
+// second try. The probes that connected only after the first retransmission time are
+// counted per sandbox and printed at its end; more than one in a thousand (more than one,
+// in a run of fewer) fails the run (probe_test.go). A probe that is neither connected to the pod it was sent to nor
+// silently dropped (refused, answered by another pod, failed) is an error, never a deny.
 package netpol_test
 
 import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +71,7 @@ func runTruthTable(t *testing.T, newCluster func(*testing.T, *framework.Sandbox,
 				}
 			}
 			t.Logf("%d cases in %s", len(byFamily[family]), time.Since(start).Round(time.Second))
+			m.slow.check(t)
 		})
 	}
 }
@@ -112,20 +119,34 @@ func (m *modelCluster) runStep(t *testing.T, what string, step Step, pods []*cor
 	resyncs := m.fullResyncs(t)
 	ok := true
 	var took []string
+	// Rounds 1 and 2 probe at the same time (each cell from two source ports): a round
+	// lasts cellBudget, which every denied cell waits out.
+	roundStart := time.Now()
+	var first [2]observed
+	var wg sync.WaitGroup
+	for i := range first {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first[i] = m.probe(t, cells, byKey)
+		}()
+	}
+	wg.Wait()
+	took = append(took, "rounds 1 and 2 "+time.Since(roundStart).Round(time.Millisecond).String())
 	for round := 1; round <= 3 && ok; round++ {
 		when := "right after realization"
-		if round == 3 {
+		var got observed
+		if round < 3 {
+			got = first[round-1]
+		} else {
 			waitStart := time.Now()
 			m.waitFullResyncs(t, resyncs, 2)
 			took = append(took, "resyncs "+time.Since(waitStart).Round(time.Millisecond).String())
 			when = "after two more full flow resyncs on every node"
+			roundStart = time.Now()
+			got = m.probe(t, cells, byKey)
+			took = append(took, "round 3 "+time.Since(roundStart).Round(time.Millisecond).String())
 		}
-		roundStart := time.Now()
-		got := m.probe(t, cells, byKey, probeTimeout)
-		if n := m.reprobeSlow(t, got, want, byKey); n > 0 {
-			took = append(took, fmt.Sprintf("round %d: %d allowed cells answered only within %s", round, n, slowTimeout))
-		}
-		took = append(took, fmt.Sprintf("round %d %s", round, time.Since(roundStart).Round(time.Millisecond)))
 		if bad := got.mismatches(want); len(bad) > 0 {
 			t.Errorf("%s: round %d of 3 (%s) differs from the expectation in %d cells (! marks them; A=allowed, D=denied as observed, E=error):\n%s",
 				what, round, when, len(bad), got.render(want, keys))

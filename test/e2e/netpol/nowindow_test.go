@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,10 @@ import (
 // (its OVS port, which carries the address, exists: before its flows and its policy are
 // installed) until well after ADD returned. If kovs opened the pod before its policy
 // flows were installed, some of those connections would get through. The same run
-// against an unselected pod shows the prober would notice.
+// against an unselected pod shows the prober would notice. No step waits for time: the
+// run ends once the hammer's connections are seen reaching the attached pod minSigns
+// times (answered by the open pod; dropped by the guarded pod's ingress default deny, its
+// counter read on node1).
 func TestNoWindowBeforePolicy(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--nodes", "3")
@@ -76,14 +80,30 @@ func TestNoWindowBeforePolicy(t *testing.T) {
 				t.Fatalf("CNI ADD: %v", err)
 			}
 			t.Cleanup(func() { _ = runtime.Del(context.Background(), att) })
-			time.Sleep(3 * time.Second)
-			attempts, reached := h.stop()
-			t.Logf("%d connection attempts to %s (%s), from before CNI ADD until 3 s after; %d connected", attempts, tc.name, ip, reached)
-			if attempts < 50 {
-				t.Fatalf("only %d attempts: the test proves nothing", attempts)
+			// The run ends on a positive sign that the hammer's connections reached the
+			// pod after ADD: the unselected pod answered many of them, or the guarded
+			// pod's ingress default deny on node1 dropped many of their packets.
+			if tc.wantReached {
+				framework.Eventually(t, 30*time.Second, "the hammer connected to the unselected pod", func() error {
+					if n := h.reached.Load(); n < minSigns {
+						return fmt.Errorf("%d connections of %d wanted", n, minSigns)
+					}
+					return nil
+				})
+			} else {
+				deny := ingressDefaultDeny(t, s, "node1", tc.name)
+				framework.Eventually(t, 30*time.Second, "the guarded pod's ingress default deny dropping the hammer's packets", func() error {
+					n, err := deny()
+					if err == nil && n < minSigns {
+						err = fmt.Errorf("%d packets dropped of %d wanted", n, minSigns)
+					}
+					return err
+				})
 			}
-			if tc.wantReached && reached == 0 {
-				t.Fatal("the prober never reached the unselected pod: it would not notice a window either")
+			attempts, reached := h.stop()
+			t.Logf("%d connection attempts to %s (%s), from its port's creation during CNI ADD until %d signs after it; %d connected", attempts, tc.name, ip, minSigns, reached)
+			if tc.wantReached && reached < minSigns {
+				t.Fatalf("the prober reached the unselected pod %d times, want %d: it would not notice a window either", reached, minSigns)
 			}
 			if !tc.wantReached && reached > 0 {
 				t.Fatalf("a denied client connected %d times to a pod its policy selects: a window before the policy", reached)
@@ -169,7 +189,49 @@ func startResponder(t *testing.T, netnsPath, identity string) {
 	t.Cleanup(func() { _ = r.Close() })
 }
 
-// hammer opens a new TCP connection to an address every few milliseconds.
+// minSigns is how many connections to the open pod, or packets dropped by the guarded
+// pod's policy, end a run: the hammer is seen at work on the attached pod, many times.
+const minSigns = 20
+
+// ingressDefaultDeny returns a reader of the packets node's IngressPolicy default deny of
+// the pod named name in namespace w has dropped (ovs-flows/README.md, IngressPolicy 50).
+func ingressDefaultDeny(t *testing.T, s *framework.Sandbox, node, name string) func() (uint64, error) {
+	t.Helper()
+	out, err := exec.Command("ovs-vsctl", "--db", s.OVSDB(node), "--bare", "--columns=ofport", "find", "Interface",
+		"external_ids:kovs.io/pod-namespace=w", "external_ids:kovs.io/pod-name="+name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: the port of w/%s: %v: %s", node, name, err, out)
+	}
+	ofport, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("%s: the port of w/%s: ofport %q: %v", node, name, out, err)
+	}
+	match := fmt.Sprintf("reg1=0x%x actions=drop", ofport)
+	return func() (uint64, error) {
+		flows, err := s.ListFlows(node)
+		if err != nil {
+			return 0, err
+		}
+		var n uint64
+		found := false
+		for _, f := range flows {
+			if f.Table == 70 && f.Priority == 50 && strings.Contains(f.Text, match) {
+				n += f.Packets
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("%s has no IngressPolicy default deny %q", node, match)
+		}
+		return n, nil
+	}
+}
+
+// hammerWorkers is how many connections the hammer has in flight.
+const hammerWorkers = 8
+
+// hammer opens a new TCP connection to an address every few milliseconds; attempts
+// counts those that ended.
 type hammer struct {
 	done              chan struct{}
 	wg                sync.WaitGroup
@@ -178,7 +240,7 @@ type hammer struct {
 
 func startHammer(s *framework.Sandbox, from *corev1.Pod, to netip.Addr) *hammer {
 	h := &hammer{done: make(chan struct{})}
-	for w := 0; w < 8; w++ {
+	for w := 0; w < hammerWorkers; w++ {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
@@ -188,10 +250,10 @@ func startHammer(s *framework.Sandbox, from *corev1.Pod, to netip.Addr) *hammer 
 					return
 				default:
 				}
-				h.attempts.Add(1)
 				if r := s.Probe(from, to, "80/tcp", 200*time.Millisecond); r.Connected {
 					h.reached.Add(1)
 				}
+				h.attempts.Add(1)
 				time.Sleep(5 * time.Millisecond)
 			}
 		}()

@@ -1,32 +1,43 @@
 package netpol_test
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 	"github.com/kovs-net/kovs/test/e2e/netpol/policymodel"
 )
 
 const (
-	// probeTimeout is how long a round's probe waits for an answer before it counts the
-	// cell denied. Allowed cells answer in milliseconds; a round lasts about this long,
-	// since every denied cell waits it out (many at a time).
-	probeTimeout = 500 * time.Millisecond
-	// slowTimeout is the second chance of an allowed cell that did not answer within
-	// probeTimeout: on a loaded machine the userspace datapath's first packets of a
-	// connection can take longer. A cell NetworkPolicy drops never answers, however long
-	// it is given; a cell expected denied is never probed again.
-	slowTimeout = 3 * time.Second
-	// probeParallel bounds the probes of a round in flight at once.
-	probeParallel = 256
-	// watchTimeout and watchParallel are the same for the continuous probes of the cells
-	// that must stay denied while a step is applied: short, so each cell is tried often.
-	watchTimeout  = 250 * time.Millisecond
-	watchParallel = 8
+	// cellBudget is how long every probe of a cell waits for an answer, whether the cell is
+	// expected allowed or denied: a cell is denied only when nothing answered within it.
+	// It covers a retransmission of every handshake packet: Linux sends a lost TCP SYN or
+	// SYN-ACK again after its initial retransmission timeout, firstRetransmit; the probe
+	// itself sends a UDP datagram or an SCTP INIT again every 250 ms. The second second
+	// is for a loaded machine to carry the retransmitted packet through. Allowed cells get
+	// the same budget, and no second try: an allowed path that lost a packet answers
+	// within it (and counts as slow), a wrongly allowed cell that lost one connects
+	// within it and is caught.
+	cellBudget = 2 * time.Second
+	// firstRetransmit is the kernel's initial TCP retransmission timeout (TCP_TIMEOUT_INIT):
+	// an allowed cell that answers later needed a second try of some packet, or waited as
+	// long as one. Such cells are counted per run (slowCells).
+	firstRetransmit = time.Second
+	// probeParallel bounds the probes of a round in flight at once: enough for a round of
+	// the dual-stack sandbox in one wave, since every denied cell waits out cellBudget.
+	probeParallel = 512
+	// watchParallel is how many continuous probes of the cells that must stay denied while a
+	// step is applied are in flight (each waits cellBudget when dropped): about 32 probes
+	// a second, however few the cells.
+	watchParallel = 64
 	// maxViolations bounds the violations a watch keeps for the report.
 	maxViolations = 20
 )
@@ -46,14 +57,83 @@ func (m *modelCluster) targets(pods []*corev1.Pod) ([]target, map[string]*corev1
 	return out, byKey
 }
 
-// probeCell probes one cell once, from a source port the pod has not used lately.
-func (m *modelCluster) probeCell(c cellKey, byKey map[string]*corev1.Pod, timeout time.Duration) outcome {
+// probeCell probes one cell once, from a source port the pod has not used lately, with
+// cellBudget, and counts an allowed answer and a slow one.
+func (m *modelCluster) probeCell(ctx context.Context, c cellKey, byKey map[string]*corev1.Pod) outcome {
 	from, to := byKey[c.From], byKey[c.To]
 	dst, err := m.destination(to, c.IPv6)
 	if err != nil {
 		return outcome{err: err.Error()}
 	}
-	return classify(m.s.ProbeFromPort(from, dst, c.Port, m.ports.next(c.From), timeout), c.To)
+	o := probeFromNetNS(ctx, m.s.NetNSPath(from), dst, c.Port, m.ports.next(c.From), c.To)
+	m.slow.record(o)
+	return o
+}
+
+// probeFromNetNS probes addr:port from source port src inside the network namespace at
+// nsPath, with cellBudget (or until ctx ends), and classifies the result for a probe sent
+// to pod want.
+func probeFromNetNS(ctx context.Context, nsPath string, addr netip.Addr, port string, src uint16, want string) outcome {
+	p, err := responder.ParsePort(port)
+	if err != nil {
+		return outcome{err: err.Error()}
+	}
+	var r responder.Result
+	err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		r = responder.ProbeFromPort(ctx, responder.Target{Addr: addr, Port: p}, src, cellBudget)
+		return nil
+	})
+	if err != nil {
+		return outcome{err: fmt.Sprintf("enter %s: %v", nsPath, err)}
+	}
+	return classify(r, want)
+}
+
+// slowCells counts, over one run of the truth tables (one sandbox), the probes that
+// connected and those of them that answered only after firstRetransmit.
+type slowCells struct {
+	mu        sync.Mutex
+	connected int
+	slow      []string // "cell (duration)", the first maxViolations of them
+	slowCount int
+}
+
+func (s *slowCells) record(o outcome) {
+	if !o.allowed {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connected++
+	if o.took > firstRetransmit {
+		s.slowCount++
+		if len(s.slow) < maxViolations {
+			s.slow = append(s.slow, o.took.Round(time.Millisecond).String())
+		}
+	}
+}
+
+// maxSlowShare is the share of connected probes of a run that may answer only after
+// firstRetransmit: one in a thousand (and one in a run of fewer probes). Inside one machine nothing loses packets on
+// purpose; an answer that late means a lost packet or a datapath stalled for a whole
+// retransmission timeout. A loaded machine (the CI runs, 2 cores shared) stretches a
+// few; more than one in a thousand is a fault to find (issue 29), not load.
+const maxSlowShare = 0.001
+
+// check reports, for the run's summary, how many probes connected and how many answered
+// late, and fails the run when more than maxSlowShare of them did.
+func (s *slowCells) check(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	limit := max(1, int(maxSlowShare*float64(s.connected)))
+	msg := fmt.Sprintf("%d probes connected, %d of them only after %s, a retransmission (at most %d allowed: %.1f%%)",
+		s.connected, s.slowCount, firstRetransmit, limit, 100*maxSlowShare)
+	if s.slowCount > limit {
+		t.Errorf("%s; their times: %s", msg, strings.Join(s.slow, ", "))
+		return
+	}
+	t.Log(msg)
 }
 
 // Source ports of probes: each pod goes round [firstSourcePort, lastSourcePort], below the
@@ -88,7 +168,7 @@ func (p *sourcePorts) next(pod string) uint16 {
 }
 
 // probe probes every cell once, many at a time.
-func (m *modelCluster) probe(t *testing.T, cells []cellKey, byKey map[string]*corev1.Pod, timeout time.Duration) observed {
+func (m *modelCluster) probe(t *testing.T, cells []cellKey, byKey map[string]*corev1.Pod) observed {
 	t.Helper()
 	got := make(observed, len(cells))
 	var mu sync.Mutex
@@ -100,7 +180,7 @@ func (m *modelCluster) probe(t *testing.T, cells []cellKey, byKey map[string]*co
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			o := m.probeCell(c, byKey, timeout)
+			o := m.probeCell(context.Background(), c, byKey)
 			mu.Lock()
 			got[c] = o
 			mu.Unlock()
@@ -108,30 +188,6 @@ func (m *modelCluster) probe(t *testing.T, cells []cellKey, byKey map[string]*co
 	}
 	wg.Wait()
 	return got
-}
-
-// reprobeSlow probes again, with slowTimeout, the cells expected allowed that did not
-// answer, and records what they answer now; it returns how many answered this time.
-func (m *modelCluster) reprobeSlow(t *testing.T, got observed, want map[cellKey]bool, byKey map[string]*corev1.Pod) int {
-	t.Helper()
-	var slow []cellKey
-	for _, c := range got.mismatches(want) {
-		if want[c] && !got[c].allowed {
-			slow = append(slow, c)
-		}
-	}
-	if len(slow) == 0 {
-		return 0
-	}
-	again := m.probe(t, slow, byKey, slowTimeout)
-	answered := 0
-	for _, c := range slow {
-		got[c] = again[c]
-		if again[c].allowed {
-			answered++
-		}
-	}
-	return answered
 }
 
 // alwaysDenied lists the cells that are denied before the step, after each of its writes
@@ -167,8 +223,11 @@ func (m *modelCluster) alwaysDenied(t *testing.T, what string, writes []write, c
 }
 
 // deniedWatch probes cells continuously until finished: each must be dropped every time.
+// finish cuts the probes in flight short: one that had not connected by then is not
+// counted (neither dropped nor a violation); one that had is.
 type deniedWatch struct {
-	stop       chan struct{}
+	ctx        context.Context
+	stop       context.CancelFunc
 	wg         sync.WaitGroup
 	mu         sync.Mutex
 	probes     int
@@ -176,23 +235,28 @@ type deniedWatch struct {
 	violations []string // the first maxViolations of them
 }
 
-// watchDenied starts probing cells, each worker going round its share of them.
+// watchDenied starts probing cells, the workers going round them, each from its own place.
 func (m *modelCluster) watchDenied(cells []cellKey, byKey map[string]*corev1.Pod) *deniedWatch {
-	w := &deniedWatch{stop: make(chan struct{})}
-	workers := min(watchParallel, len(cells))
+	w := &deniedWatch{}
+	w.ctx, w.stop = context.WithCancel(context.Background())
+	workers := watchParallel // several per cell when there are few: each probe waits cellBudget
+	if len(cells) == 0 {
+		workers = 0
+	}
 	for i := range workers {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			for n := i; ; n += workers {
-				select {
-				case <-w.stop:
+				if w.ctx.Err() != nil {
 					return
-				default:
 				}
 				c := cells[n%len(cells)]
 				start := time.Now()
-				o := m.probeCell(c, byKey, watchTimeout)
+				o := m.probeCell(w.ctx, c, byKey)
+				if w.ctx.Err() != nil && !o.allowed && !strings.HasPrefix(o.err, "connected") {
+					return // cut short by finish before it connected
+				}
 				w.record(c, o, start)
 			}
 		}()
@@ -220,7 +284,7 @@ func (w *deniedWatch) record(c cellKey, o outcome, at time.Time) {
 // finish stops the probes and returns how many ran, how many were not dropped, and the
 // first of those.
 func (w *deniedWatch) finish() (probes, bad int, violations []string) {
-	close(w.stop)
+	w.stop()
 	w.wg.Wait()
 	return w.probes, w.bad, w.violations
 }

@@ -20,6 +20,8 @@ func TestPodNetworkIPv4(t *testing.T) {
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
 	t.Run("forged pod annotation", c.checkForgedAnnotation)
 	t.Run("tunnel inner source", c.checkTunnelInnerSource)
+	t.Run("tunnel steering through a node's addresses", c.checkTunnelSteering)
+	t.Run("what the agent's loopback servers tell a hostNetwork pod", c.checkLoopbackServers)
 	t.Run("one bad peer", c.checkBadPeer)
 	t.Run("kovs-agent restart keeps connections", c.checkAgentRestart)
 	t.Run("ovs-vswitchd restart is repaired", c.checkVswitchdRestart)

@@ -16,7 +16,7 @@ import (
 // the 10-minute outage of docs/upgrades.md is the same test with KOVS_CONTROLLER_OUTAGE=10m.
 const outageEnv = "KOVS_CONTROLLER_OUTAGE"
 
-const defaultOutage = 90 * time.Second
+const defaultOutage = time.Minute
 
 // checkControllerOutage: with every kovs-controller replica gone, pods created meanwhile
 // start on every node (their addresses are the node agents'), each with an address of

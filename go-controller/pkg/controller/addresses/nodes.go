@@ -38,6 +38,8 @@ type NodeReconciler struct {
 	Client   kubernetes.Interface
 	Nodes    corelisters.NodeLister
 	Recorder record.EventRecorder
+	// holders are the nodes' recorded tunnel addresses (node_identity.go).
+	holders addressHolders
 }
 
 // Reconcile allocates (or adopts) the node's blocks and records them on the Node; a
@@ -46,7 +48,8 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 	node, err := r.Nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		r.Alloc.dropNode(name)
-		log.WithField("node", name).Info("node deleted, subnets released")
+		r.holders.drop(name)
+		log.WithField("node", name).Info("node deleted, subnets and addresses released")
 		return nil
 	}
 	if err != nil {
@@ -60,7 +63,18 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, name string) error {
 		return r.reportNoSubnet(ctx, node, err)
 	}
 	r.Alloc.setNodeBlocks(name, blocks)
-	return r.annotate(ctx, node, blocks)
+	addrs, taken, err := r.tunnelAddresses(node)
+	if err != nil {
+		return err
+	}
+	if len(taken) > 0 {
+		r.reportTaken(node, taken)
+	}
+	if err := r.annotate(ctx, node, blocks, addrs); err != nil {
+		return err
+	}
+	r.holders.set(name, addrs)
+	return nil
 }
 
 func (r *NodeReconciler) blocksFor(node *corev1.Node) ([]netip.Prefix, error) {
@@ -132,8 +146,8 @@ func (r *NodeReconciler) clusterPrefixes() []netip.Prefix {
 	return out
 }
 
-// annotate writes kovs.io/node-subnets if it differs.
-func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix) error {
+// annotate writes kovs.io/node-subnets and kovs.io/node-addresses if they differ.
+func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks []netip.Prefix, addrs []netip.Addr) error {
 	ann, err := ipam.NewNodeSubnetsAnnotation(blocks)
 	if err != nil {
 		return err
@@ -142,13 +156,26 @@ func (r *NodeReconciler) annotate(ctx context.Context, node *corev1.Node, blocks
 	if err != nil {
 		return err
 	}
-	if node.Annotations[ipam.NodeSubnetsAnnotationKey] == value {
+	changes := map[string]string{}
+	if node.Annotations[ipam.NodeSubnetsAnnotationKey] != value {
+		changes[ipam.NodeSubnetsAnnotationKey] = value
+	}
+	recorded, err := ipam.NodeAddressesAnnotation(addrs)
+	if err != nil {
+		return err
+	}
+	if old, ok := node.Annotations[ipam.NodeAddressesAnnotationKey]; !ok || old != recorded {
+		changes[ipam.NodeAddressesAnnotationKey] = recorded
+	}
+	if len(changes) == 0 {
 		return nil
 	}
-	if err := patchAnnotations(ctx, r.Client.CoreV1().Nodes(), node.Name, map[string]string{ipam.NodeSubnetsAnnotationKey: value}); err != nil {
+	if err := patchAnnotations(ctx, r.Client.CoreV1().Nodes(), node.Name, changes); err != nil {
 		return fmt.Errorf("record subnets on node %s: %w", node.Name, err)
 	}
-	log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
+	if _, ok := changes[ipam.NodeSubnetsAnnotationKey]; ok {
+		log.WithField("node", node.Name).WithField("subnets", value).Info("node subnets assigned")
+	}
 	return nil
 }
 
