@@ -348,7 +348,7 @@ exec sleep infinity
 
 // proberPod runs proberScript on node against targets.
 func proberPod(node string, targets []string) string {
-	indented := "        " + strings.ReplaceAll(strings.TrimRight(proberScript, "\n"), "\n", "\n        ")
+	indented := "          " + strings.ReplaceAll(strings.TrimRight(proberScript, "\n"), "\n", "\n          ")
 	return `apiVersion: v1
 kind: Pod
 metadata: {name: prober-` + node + `, namespace: ` + ns + `, labels: {app: prober}}
