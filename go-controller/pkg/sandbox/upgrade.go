@@ -36,8 +36,11 @@ func Upgrade(ctx context.Context, l Layout, opts UpgradeOptions) error {
 	if err != nil {
 		return err
 	}
-	if st.Runtime != RuntimeContainerd || st.KovsBinDir == "" {
-		return fmt.Errorf("sandbox %q: upgrade needs real nodes running kovs (up --runtime containerd)", l.Name)
+	if st.Runtime != RuntimeContainerd {
+		return fmt.Errorf("sandbox %q: upgrade needs real nodes (up --runtime containerd)", l.Name)
+	}
+	if _, err := os.Stat(filepath.Join(l.InstallDir(), "kustomization.yaml")); err != nil {
+		return fmt.Errorf("sandbox %q: kovs was not installed (up --network none?): nothing to upgrade in %s", l.Name, l.InstallDir())
 	}
 	if _, err := os.Stat(filepath.Join(opts.DistDir, "kustomization.yaml")); err != nil {
 		return fmt.Errorf("upgrade: %s has no kustomization.yaml (set --dist to the new release's dist/)", opts.DistDir)

@@ -69,8 +69,15 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	probers := podsOf(t, s, ns, "app=prober")
 	framework.Eventually(t, 60*time.Second, "every prober's sessions and new connections to run", func() error {
 		for _, p := range probers {
-			for _, st := range proberState(t, s, p.Name) {
-				if st.broken || st.rounds < 3 {
+			sts, err := proberState(s, p.Name)
+			if err != nil {
+				return err
+			}
+			for _, st := range sts {
+				if st.broken {
+					t.Fatalf("%s before the upgrade: %s", p.Name, st)
+				}
+				if st.rounds < 3 {
 					return fmt.Errorf("%s: %s", p.Name, st)
 				}
 			}
@@ -110,8 +117,15 @@ spec:
 	// The traffic must be seen flowing on the new release, not merely not failing.
 	framework.Eventually(t, 90*time.Second, "sessions and new connections to run on the upgraded nodes", func() error {
 		for _, p := range probers {
-			for _, st := range proberState(t, s, p.Name) {
-				if st.broken || st.after < 10 {
+			sts, err := proberState(s, p.Name)
+			if err != nil {
+				return err
+			}
+			for _, st := range sts {
+				if st.broken {
+					return nil // no more to wait for: the counts below report it
+				}
+				if st.after < 10 {
 					return fmt.Errorf("%s: %s", p.Name, st)
 				}
 			}
@@ -136,7 +150,11 @@ spec:
 	var sessions, broken, conns, failed int
 	var longest time.Duration
 	for _, p := range probers {
-		for _, st := range proberState(t, s, p.Name) {
+		sts, err := proberState(s, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range sts {
 			if st.kind == "session" {
 				sessions++
 				if st.broken {
@@ -249,12 +267,12 @@ func (p proberStatus) String() string {
 	return fmt.Sprintf("new connections to %s: %d ok (%d after the upgrade), %d failed, longest gap %s", p.target, p.rounds, p.after, p.failed, p.maxGap)
 }
 
-// proberState reads a prober's state files (/tmp/state/session-<ip>, newconn-<ip>).
-func proberState(t *testing.T, s *framework.Sandbox, pod string) []proberStatus {
-	t.Helper()
+// proberState reads a prober's state files (/tmp/state/session-<ip>, newconn-<ip>): one
+// of each per target once its loops have made a round.
+func proberState(s *framework.Sandbox, pod string) ([]proberStatus, error) {
 	out, err := execIn(s, ns, pod, "bash", "-c", `cd /tmp/state && for f in *; do echo "$f $(cat $f)"; done`)
 	if err != nil {
-		t.Fatalf("%s: read its state: %v\n%s", pod, err, out)
+		return nil, fmt.Errorf("%s: read its state: %v\n%s", pod, err, out)
 	}
 	var sts []proberStatus
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -280,14 +298,14 @@ func proberState(t *testing.T, s *framework.Sandbox, pod string) []proberStatus 
 			err = fmt.Errorf("unknown state file")
 		}
 		if err != nil {
-			t.Fatalf("%s: state line %q: %v", pod, line, err)
+			return nil, fmt.Errorf("%s: state line %q: %v", pod, line, err)
 		}
 		sts = append(sts, st)
 	}
 	if len(sts) != 4 {
-		t.Fatalf("%s: %d state files, want a session and a new-connection loop to each of 2 other nodes:\n%s", pod, len(sts), out)
+		return nil, fmt.Errorf("%s: %d state files, want a session and a new-connection loop to each of 2 other nodes:\n%s", pod, len(sts), out)
 	}
-	return sts
+	return sts, nil
 }
 
 // The web pods of the upgrade test: agnhost netexec, and a TCP echo server (socat) on
