@@ -71,21 +71,48 @@ func Upgrade(ctx context.Context, l Layout, opts UpgradeOptions) error {
 		return err
 	}
 	start = time.Now()
-	if out, err := u.kubectlIn(first, "apply", "-f", "-"); err != nil {
-		return fmt.Errorf("upgrade: kubectl apply of everything but the agents: %w\n%s", err, out)
+	if err := u.applyAndRoll("deployment/"+kovsController, func() (string, error) { return u.kubectlIn(first, "apply", "-f", "-") }); err != nil {
+		return err
 	}
 	if out, err := u.kubectl("-n", kovsNamespace, "rollout", "status", "deployment/"+kovsController, "--timeout=5m"); err != nil {
 		return fmt.Errorf("upgrade: the controller's rollout: %w\n%s", err, out)
 	}
 	fmt.Fprintf(opts.Out, "upgrade: kovs-controller rolled out in %.1fs\n", time.Since(start).Seconds())
 	start = time.Now()
-	if out, err := u.kubectl("apply", "-k", l.InstallDir()); err != nil {
-		return fmt.Errorf("upgrade: kubectl apply -k %s: %w\n%s", l.InstallDir(), err, out)
+	if err := u.applyAndRoll("daemonset/"+kovsAgentDS, func() (string, error) { return u.kubectl("apply", "-k", l.InstallDir()) }); err != nil {
+		return err
 	}
 	if err := u.waitKovsRunning(); err != nil {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "upgrade: kovs-agent rolled out on every node, every node Ready, in %.1fs\n", time.Since(start).Seconds())
+	return nil
+}
+
+// applyAndRoll runs apply and makes sure workload (deployment/NAME or daemonset/NAME in
+// kube-system) replaces its pods: the new images carry the old ones' names (:latest), so
+// a release whose dist/ leaves the pod template as it was would otherwise keep the old
+// binaries running. A template apply changed rolls by itself; an unchanged one is
+// restarted (kubectl rollout restart).
+func (u *upRun) applyAndRoll(workload string, apply func() (string, error)) error {
+	before, err := u.kubectl("-n", kovsNamespace, "get", workload, "-o", "jsonpath={.spec.template}")
+	if err != nil {
+		return fmt.Errorf("upgrade: %s: %w\n%s", workload, err, before)
+	}
+	if out, err := apply(); err != nil {
+		return fmt.Errorf("upgrade: kubectl apply (%s): %w\n%s", workload, err, out)
+	}
+	after, err := u.kubectl("-n", kovsNamespace, "get", workload, "-o", "jsonpath={.spec.template}")
+	if err != nil {
+		return fmt.Errorf("upgrade: %s: %w\n%s", workload, err, after)
+	}
+	if after != before {
+		return nil
+	}
+	fmt.Fprintf(u.opts.Out, "upgrade: the new dist/ leaves %s's pod template as it was: rollout restart\n", workload)
+	if out, err := u.kubectl("-n", kovsNamespace, "rollout", "restart", workload); err != nil {
+		return fmt.Errorf("upgrade: kubectl rollout restart %s: %w\n%s", workload, err, out)
+	}
 	return nil
 }
 

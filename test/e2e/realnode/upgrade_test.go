@@ -225,6 +225,24 @@ spec:
 		}
 		return nil
 	})
+
+	// The same release again: dist/ leaves both pod templates as they are, so the upgrade
+	// must restart the controller and the agents itself; the pods keep their addresses,
+	// the new agents' own records now (br-int's high water, not the Node's).
+	held1 := runningPodAddresses(t, s)
+	out = s.Upgrade(t, env)
+	t.Logf("upgraded again to the same release:\n%s", out)
+	for _, w := range []string{"deployment/kovs-controller", "daemonset/kovs-agent"} {
+		if !strings.Contains(out, w+"'s pod template as it was: rollout restart") {
+			t.Errorf("upgrading to the same release did not restart %s", w)
+		}
+	}
+	held2 := runningPodAddresses(t, s)
+	for uid, b := range held1 {
+		if a, ok := held2[uid]; !ok || fmt.Sprint(a.ips) != fmt.Sprint(b.ips) {
+			t.Errorf("pod %s had %v before the second upgrade, %v after", b.name, b.ips, a.ips)
+		}
+	}
 }
 
 type podAddresses struct {
