@@ -64,7 +64,8 @@ e2e: build images
 
 ## upgrade-test: TestUpgradeFromPreviousRelease on three real nodes: the sandbox comes up
 ## with the release at UPGRADE_FROM (built once into $(KOVS_CACHE)/kovs-<commit>) and is
-## upgraded to this tree's (docs/upgrades.md; about 10 minutes; not part of make test)
+## upgraded to this tree's (docs/upgrades.md; 3 minutes once the old release is built,
+## which takes a few more the first time; not part of make test)
 UPGRADE_FROM ?= e57e8fbd5ededab49d5e3d57a23fff2a02c4dd96
 OLD_RELEASE  := $(KOVS_CACHE)/kovs-$(UPGRADE_FROM)
 upgrade-test: tools build images
