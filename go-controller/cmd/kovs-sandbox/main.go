@@ -29,6 +29,9 @@ commands:
   up --control-plane-only --nodes 0 [--cluster-cidrs CIDRS] [--audit-kovs]
                                     scale mode: control plane and kovs-controller only
                                     (make scale simulates the nodes and agents)
+  upgrade [--images DIR] [--dist DIR] [--no-masquerade-cidrs CIDRS]
+                                    real nodes: move kovs to this binary's release
+                                    (docs/upgrades.md's order: images, controller, agents)
   down                              remove everything the sandbox made
   status                            processes and nodes
   kubeconfig                        print the admin kubeconfig path
@@ -61,7 +64,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cmds := map[string]func(context.Context, sandbox.Layout, []string) error{
-		"up": cmdUp, "down": cmdDown, "status": cmdStatus, "kubeconfig": cmdKubeconfig,
+		"up": cmdUp, "upgrade": cmdUpgrade, "down": cmdDown, "status": cmdStatus, "kubeconfig": cmdKubeconfig,
 		"exec": cmdExec, "probe": cmdProbe, "matrix": cmdMatrix, "restart": cmdRestart, "node-emulator": cmdNodeEmulator,
 		"node-host": cmdNodeHost, "relays": cmdRelays, "external-host": cmdExternalHost, "external": cmdExternal,
 	}
@@ -122,6 +125,26 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 		return err
 	}
 	fmt.Printf("sandbox %q up in %.1fs\nexport KUBECONFIG=%s\n", l.Name, time.Since(start).Seconds(), l.Kubeconfig())
+	return nil
+}
+
+func cmdUpgrade(ctx context.Context, l sandbox.Layout, args []string) error {
+	fs := flag.NewFlagSet("upgrade", flag.ExitOnError)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	images := fs.String("images", filepath.Join(filepath.Dir(self), "..", "images"), "the new release's image archives (make images), imported into every node")
+	dist := fs.String("dist", filepath.Join(filepath.Dir(self), "..", "..", "dist"), "the new release's dist/, applied through the sandbox's overlay")
+	k8sBin := fs.String("k8s-bin-dir", defaultK8sBinDir(), "kubectl")
+	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs, as given to up")
+	_ = fs.Parse(args)
+	start := time.Now()
+	if err := sandbox.Upgrade(ctx, l, sandbox.UpgradeOptions{ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
+		K8sBinDir: *k8sBin, NoMasqueradeCIDRs: splitList(*noMasq), Out: os.Stdout}); err != nil {
+		return err
+	}
+	fmt.Printf("sandbox %q upgraded in %.1fs\n", l.Name, time.Since(start).Seconds())
 	return nil
 }
 

@@ -205,3 +205,16 @@ func (s *Sandbox) TokenKubeconfig() string {
 	}
 	return path
 }
+
+// Upgrade moves the sandbox's kovs to the release of to (`kovs-sandbox upgrade` of to's
+// binaries: its images and dist/, docs/upgrades.md's order) and from then on drives the
+// sandbox with to's kovs-sandbox, `down` included. It returns the command's output.
+func (s *Sandbox) Upgrade(t testing.TB, to Env, flags ...string) string {
+	t.Helper()
+	s.env = to
+	out, err := s.Run(append([]string{"upgrade"}, flags...)...)
+	if err != nil {
+		t.Fatalf("upgrade to %s: %v\n%s", to.BinDir, err, out)
+	}
+	return out
+}

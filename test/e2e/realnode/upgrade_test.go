@@ -1,0 +1,405 @@
+package realnode_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+// oldReleaseEnv names a checkout of the previous release with its `make build` and
+// `make images` done (make upgrade-test prepares one at a pinned commit).
+const oldReleaseEnv = "KOVS_OLD_RELEASE_DIR"
+
+// TestUpgradeFromPreviousRelease is issue #26's upgrade on real nodes: the sandbox comes up
+// with the previous release (its kovs-sandbox, images and dist/: kovs-controller allocates
+// pod addresses), pods run on every node with long-lived TCP sessions between nodes and a
+// new connection every 100 ms, one pod is deleted just before the upgrade, then kovs is
+// upgraded to this tree's release in docs/upgrades.md's order. Every running pod keeps its
+// address, no session breaks, no new connection fails; pods created afterwards get no
+// address a running pod holds nor the one freed before the upgrade, and reach the old ones.
+func TestUpgradeFromPreviousRelease(t *testing.T) {
+	oldDir := os.Getenv(oldReleaseEnv)
+	if oldDir == "" {
+		t.Skipf("upgrade test: set %s to a checkout of the previous release with make build and make images done (make upgrade-test does it)", oldReleaseEnv)
+	}
+	env := framework.Require(t)
+	old := framework.Env{BinDir: filepath.Join(oldDir, "_output", "bin"), K8sBinDir: env.K8sBinDir}
+	for _, f := range []string{filepath.Join(old.BinDir, "kovs-sandbox"), filepath.Join(oldDir, "_output", "images", "agent.tar"),
+		filepath.Join(oldDir, "dist", "kustomization.yaml")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s=%s: %s is missing: run make build and make images in that checkout", oldReleaseEnv, oldDir, f)
+		}
+	}
+	for _, f := range []string{filepath.Join(env.BinDir, "..", "images", "agent.tar")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("the new release's images: %s is missing: run make images", f)
+		}
+	}
+	// The previous release's kovs-sandbox takes its own images and dist/.
+	s := framework.Up(t, old, "--runtime", "containerd", "--nodes", "3")
+	s.EnsureNamespace(t, ns, nil)
+	s.Apply(upgradeWebDeployment)
+	kubectlOK(t, s, "-n", ns, "rollout", "status", "deployment/web", "--timeout=180s")
+	web := podsOf(t, s, ns, "app=web")
+	if len(web) != 3 {
+		t.Fatalf("web pods on %d nodes, want one on each of 3: %v", len(web), web)
+	}
+	for node := range web {
+		var targets []string
+		for other, p := range web {
+			if other != node {
+				targets = append(targets, framework.PodIPs(&p)[0].String())
+			}
+		}
+		sort.Strings(targets)
+		s.Apply(proberPod(node, targets))
+	}
+	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod", "-l", "app=prober", "--timeout=120s")
+	probers := podsOf(t, s, ns, "app=prober")
+	framework.Eventually(t, 60*time.Second, "every prober's sessions and new connections to run", func() error {
+		for _, p := range probers {
+			sts, err := proberState(s, p.Name)
+			if err != nil {
+				return err
+			}
+			for _, st := range sts {
+				if st.broken {
+					t.Fatalf("%s before the upgrade: %s", p.Name, st)
+				}
+				if st.rounds < 3 {
+					return fmt.Errorf("%s: %s", p.Name, st)
+				}
+			}
+		}
+		return nil
+	})
+
+	// A pod freed just before the upgrade: its address must not come back right after.
+	s.Apply(`apiVersion: v1
+kind: Pod
+metadata: {name: freed, namespace: ` + ns + `}
+spec:
+  nodeName: node2
+  containers: [{name: c, image: ` + agnhost + `, imagePullPolicy: IfNotPresent, args: [pause]}]
+`)
+	freedPod := s.WaitRunning(t, ns, "freed", 120*time.Second)
+	freed := framework.PodIPs(freedPod)
+	kubectlOK(t, s, "-n", ns, "delete", "pod", "freed", "--wait=true", "--timeout=60s")
+
+	before := runningPodAddresses(t, s)
+	highWater := map[string]string{}
+	for node := range web {
+		n, err := s.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		highWater[node] = n.Annotations["kovs.io/address-high-water"]
+	}
+	t.Logf("before the upgrade: %d running pods with kovs addresses; freed %v on node2; the old controller's high water %v", len(before), freed, highWater)
+
+	upgradeStart := time.Now()
+	out := s.Upgrade(t, env)
+	t.Logf("upgraded in %s:\n%s", time.Since(upgradeStart).Round(time.Second), out)
+	for _, p := range probers {
+		kubectlOK(t, s, "exec", "-n", ns, p.Name, "--", "touch", "/tmp/upgraded")
+	}
+	// The traffic must be seen flowing on the new release, not merely not failing.
+	framework.Eventually(t, 90*time.Second, "sessions and new connections to run on the upgraded nodes", func() error {
+		for _, p := range probers {
+			sts, err := proberState(s, p.Name)
+			if err != nil {
+				return err
+			}
+			for _, st := range sts {
+				if st.broken {
+					return nil // no more to wait for: the counts below report it
+				}
+				if st.after < 10 {
+					return fmt.Errorf("%s: %s", p.Name, st)
+				}
+			}
+		}
+		return nil
+	})
+	for _, p := range probers {
+		kubectlOK(t, s, "exec", "-n", ns, p.Name, "--", "touch", "/tmp/stop")
+	}
+	var summaries []string
+	framework.Eventually(t, 60*time.Second, "every prober to report", func() error {
+		summaries = nil
+		for _, p := range probers {
+			logs, err := s.Kubectl("logs", "-n", ns, p.Name)
+			if err != nil || !strings.Contains(logs, "\nDONE") {
+				return fmt.Errorf("%s has not reported: %v\n%s", p.Name, err, logs)
+			}
+			summaries = append(summaries, fmt.Sprintf("%s (%s):\n%s", p.Name, p.Spec.NodeName, strings.TrimSpace(logs)))
+		}
+		return nil
+	})
+	var sessions, broken, conns, failed int
+	var longest time.Duration
+	for _, p := range probers {
+		sts, err := proberState(s, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range sts {
+			if st.kind == "session" {
+				sessions++
+				if st.broken {
+					broken++
+				}
+			} else {
+				conns += st.rounds
+				failed += st.failed
+				longest = max(longest, st.maxGap)
+			}
+		}
+	}
+	t.Logf("across the upgrade: %d long-lived sessions, %d broken; %d new connections, %d failed; longest gap between two successful new connections %s\n%s",
+		sessions, broken, conns, failed, longest, strings.Join(summaries, "\n"))
+	if sessions != 6 || broken != 0 || failed != 0 {
+		t.Errorf("want 6 sessions and none broken, no new connection failed: %d sessions, %d broken, %d of %d new connections failed", sessions, broken, failed, conns)
+	}
+
+	after := runningPodAddresses(t, s)
+	for uid, b := range before {
+		a, ok := after[uid]
+		switch {
+		case !ok:
+			t.Errorf("pod %s is gone after the upgrade", b.name)
+		case fmt.Sprint(a.ips) != fmt.Sprint(b.ips):
+			t.Errorf("pod %s had %v before the upgrade, %v after", b.name, b.ips, a.ips)
+		}
+	}
+	for _, group := range []map[string]corev1.Pod{web, probers} {
+		checkAddresses(t, s, group) // the address is still on each pod's eth0
+	}
+
+	// Pods created after the upgrade: the new agents allocate.
+	s.Apply(strings.ReplaceAll(outageDeployment, "outage", "fresh"))
+	kubectlOK(t, s, "-n", ns, "rollout", "status", "deployment/fresh", "--timeout=240s")
+	fresh := podsOf(t, s, ns, "app=fresh")
+	if len(fresh) != 3 {
+		t.Fatalf("fresh pods on %d nodes, want 3: %v", len(fresh), fresh)
+	}
+	checkAddresses(t, s, fresh)
+	held := map[netip.Addr]string{}
+	for _, b := range before {
+		for _, ip := range b.ips {
+			held[ip] = "running pod " + b.name
+		}
+	}
+	for _, ip := range freed {
+		held[ip] = "pod freed just before the upgrade"
+	}
+	for node, p := range fresh {
+		for _, ip := range framework.PodIPs(&p) {
+			if owner, dup := held[ip]; dup {
+				t.Errorf("new pod %s on %s got %s, the address of the %s", p.Name, node, ip, owner)
+			}
+		}
+	}
+	t.Logf("pods created after the upgrade: %v (freed before it: %v)", podIPList(fresh), freed)
+	framework.Eventually(t, 120*time.Second, "every new pod to reach the old web pods and be reached by them", func() error {
+		for node, np := range fresh {
+			for other, wp := range web {
+				if v, err := connect(s, ns, np.Name, framework.PodIPs(&wp)[0], 8080); err != nil || v != "CONNECTED" {
+					return fmt.Errorf("%s (%s) -> web on %s: %s %v", np.Name, node, other, v, err)
+				}
+				if v, err := connect(s, ns, wp.Name, framework.PodIPs(&np)[0], 8080); err != nil || v != "CONNECTED" {
+					return fmt.Errorf("web on %s -> %s (%s): %s %v", other, np.Name, node, v, err)
+				}
+			}
+		}
+		return nil
+	})
+
+	// The same release again: dist/ leaves both pod templates as they are, so the upgrade
+	// must restart the controller and the agents itself; the pods keep their addresses,
+	// the new agents' own records now (br-int's high water, not the Node's).
+	held1 := runningPodAddresses(t, s)
+	out = s.Upgrade(t, env)
+	t.Logf("upgraded again to the same release:\n%s", out)
+	for _, w := range []string{"deployment/kovs-controller", "daemonset/kovs-agent"} {
+		if !strings.Contains(out, w+"'s pod template as it was: rollout restart") {
+			t.Errorf("upgrading to the same release did not restart %s", w)
+		}
+	}
+	held2 := runningPodAddresses(t, s)
+	for uid, b := range held1 {
+		if a, ok := held2[uid]; !ok || fmt.Sprint(a.ips) != fmt.Sprint(b.ips) {
+			t.Errorf("pod %s had %v before the second upgrade, %v after", b.name, b.ips, a.ips)
+		}
+	}
+}
+
+type podAddresses struct {
+	name string
+	ips  []netip.Addr
+}
+
+// runningPodAddresses is every running pod off the host network (the test's pods and the
+// cluster's add-ons, whose addresses are kovs's), by UID.
+func runningPodAddresses(t *testing.T, s *framework.Sandbox) map[string]podAddresses {
+	t.Helper()
+	list, err := s.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]podAddresses{}
+	for _, p := range list.Items {
+		if p.Spec.HostNetwork || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		out[string(p.UID)] = podAddresses{name: p.Namespace + "/" + p.Name, ips: framework.PodIPs(&p)}
+	}
+	return out
+}
+
+// proberStatus is one loop of a prober pod, read from its state file.
+type proberStatus struct {
+	kind, target string // "session" or "newconn"
+	// rounds: echoes on the session, or successful new connections; after: of those,
+	// since /tmp/upgraded exists.
+	rounds, after, failed int
+	broken                bool
+	maxGap                time.Duration
+}
+
+func (p proberStatus) String() string {
+	if p.kind == "session" {
+		return fmt.Sprintf("session to %s: %d echoes (%d after the upgrade), broken %v", p.target, p.rounds, p.after, p.broken)
+	}
+	return fmt.Sprintf("new connections to %s: %d ok (%d after the upgrade), %d failed, longest gap %s", p.target, p.rounds, p.after, p.failed, p.maxGap)
+}
+
+// proberState reads a prober's state files (/tmp/state/session-<ip>, newconn-<ip>): one
+// of each per target once its loops have made a round.
+func proberState(s *framework.Sandbox, pod string) ([]proberStatus, error) {
+	out, err := execIn(s, ns, pod, "bash", "-c", `cd /tmp/state && for f in *; do echo "$f $(cat $f)"; done`)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read its state: %v\n%s", pod, err, out)
+	}
+	var sts []proberStatus
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var st proberStatus
+		var name string
+		var broken, gapMs int
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		name = f[0]
+		kind, target, _ := strings.Cut(name, "-")
+		st.kind, st.target = kind, target
+		var err error
+		switch kind {
+		case "session":
+			_, err = fmt.Sscan(strings.Join(f[1:], " "), &st.rounds, &st.after, &broken)
+			st.broken = broken != 0
+		case "newconn":
+			_, err = fmt.Sscan(strings.Join(f[1:], " "), &st.rounds, &st.failed, &st.after, &gapMs)
+			st.maxGap = time.Duration(gapMs) * time.Millisecond
+		default:
+			err = fmt.Errorf("unknown state file")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: state line %q: %v", pod, line, err)
+		}
+		sts = append(sts, st)
+	}
+	if len(sts) != 4 {
+		return nil, fmt.Errorf("%s: %d state files, want a session and a new-connection loop to each of 2 other nodes:\n%s", pod, len(sts), out)
+	}
+	return sts, nil
+}
+
+// The web pods of the upgrade test: agnhost netexec, and a TCP echo server (socat) on
+// 9000 for the probers' sessions and new connections.
+var upgradeWebDeployment = strings.Replace(webDeployment, `          readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
+`, `          readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
+        - name: echo
+          image: `+agnhost+`
+          imagePullPolicy: IfNotPresent
+          command: [socat, "TCP-LISTEN:9000,fork,reuseaddr", "EXEC:cat"]
+`, 1)
+
+// proberScript keeps, to each target, a TCP session open that echoes a counter every
+// 0.5 s (a missing or wrong echo within 10 s, or an error, breaks it) and makes a new
+// connection every 100 ms that must echo one line. Each loop writes its counts to
+// /tmp/state after every round; /tmp/upgraded starts the "after" counts and /tmp/stop
+// ends the loops, which then log their summary and DONE.
+const proberScript = `trap '' PIPE
+mkdir -p /tmp/state
+ms() { local t=${EPOCHREALTIME/./}; REPLY=$((t/1000)); }
+session() {
+  local t=$1 n=0 after=0 reply fd
+  if ! exec {fd}<>/dev/tcp/$t/9000; then echo "SESSION $t could not open"; echo "0 0 1" > /tmp/state/session-$t; return; fi
+  echo "SESSION $t open"
+  while [ ! -e /tmp/stop ]; do
+    n=$((n+1)); reply=""
+    if ! echo "$n" >&$fd || ! read -r -t 10 -u $fd reply || [ "$reply" != "$n" ]; then
+      echo "SESSION $t broken at echo $n (got '$reply') at $EPOCHREALTIME"; echo "$((n-1)) $after 1" > /tmp/state/session-$t; return
+    fi
+    [ -e /tmp/upgraded ] && after=$((after+1))
+    echo "$n $after 0" > /tmp/state/session-$t
+    sleep 0.5
+  done
+  echo "SESSION $t done: $n echoes, $after after the upgrade, not broken"
+}
+newconn() {
+  local t=$1 ok=0 fail=0 after=0 maxgap=0 last now got
+  ms; last=$REPLY
+  while [ ! -e /tmp/stop ]; do
+    got=$(printf 'c\n' | nc -N -w 2 $t 9000 2>&1)
+    ms; now=$REPLY
+    if [ "$got" = c ]; then
+      ok=$((ok+1)); [ -e /tmp/upgraded ] && after=$((after+1))
+      [ $((now-last)) -gt $maxgap ] && maxgap=$((now-last)); last=$now
+    else
+      fail=$((fail+1)); echo "NEWCONN $t failed at $EPOCHREALTIME: '$got'"
+    fi
+    echo "$ok $fail $after $maxgap" > /tmp/state/newconn-$t
+    sleep 0.1
+  done
+  echo "NEWCONN $t done: $ok ok ($after after the upgrade), $fail failed, longest gap ${maxgap}ms"
+}
+for t in "$@"; do session $t & newconn $t & done
+wait
+echo DONE
+exec sleep infinity
+`
+
+// proberPod runs proberScript on node against targets.
+func proberPod(node string, targets []string) string {
+	indented := "          " + strings.ReplaceAll(strings.TrimRight(proberScript, "\n"), "\n", "\n          ")
+	return `apiVersion: v1
+kind: Pod
+metadata: {name: prober-` + node + `, namespace: ` + ns + `, labels: {app: prober}}
+spec:
+  nodeName: ` + node + `
+  containers:
+    - name: prober
+      image: ` + agnhost + `
+      imagePullPolicy: IfNotPresent
+      command:
+        - bash
+        - -c
+        - |
+` + indented + `
+        - prober
+` + "        - " + strings.Join(targets, "\n        - ") + `
+`
+}
