@@ -124,6 +124,7 @@ func (b *Builder) ServicePortsFlows(ports []ServicePort) ([]Flow, []Group, error
 		b.servicePortFlows(s, p, groups)
 		flows = append(flows, s.flows...)
 	}
+	flows = append(flows, b.fragmentFlows(ports)...)
 	out := make([]Group, 0, len(groups))
 	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		out = append(out, groups[id])

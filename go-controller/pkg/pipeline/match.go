@@ -234,6 +234,11 @@ func (m Match) TpDst(port, mask uint16) Match {
 	return m.with(FieldTpDst, uintValue(uint64(port&mask), 2), uintValue(uint64(mask), 2))
 }
 
+// Fragment matches every IP fragment, the first (whose L4 header OpenFlow does not see:
+// OVS's normal fragment handling matches a fragment's ports as 0) and the later ones:
+// nw_frag=yes.
+func (m Match) Fragment() Match { return m.with(FieldIPFrag, []byte{FragAny}, []byte{FragAny}) }
+
 // TunID matches the tunnel key (the Geneve VNI).
 func (m Match) TunID(id uint64) Match { return m.exact(FieldTunID, uintValue(id, 8)) }
 

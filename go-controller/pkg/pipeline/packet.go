@@ -15,12 +15,15 @@ type Packet struct {
 	EthDst  net.HardwareAddr
 	EthType uint16
 
-	IPSrc    netip.Addr
-	IPDst    netip.Addr
-	IPProto  uint8
-	TTL      uint8
-	SrcPort  uint16 // TCP, UDP, SCTP
-	DstPort  uint16
+	IPSrc   netip.Addr
+	IPDst   netip.Addr
+	IPProto uint8
+	TTL     uint8
+	SrcPort uint16 // TCP, UDP, SCTP
+	DstPort uint16
+	// Frag are the packet's fragment bits (FragAny, FragLater; 0: not a fragment). OpenFlow
+	// sees a fragment's ports as 0, as OVS's normal fragment handling has it.
+	Frag     uint8
 	ICMPType uint8
 	ICMPCode uint8
 
@@ -89,9 +92,11 @@ func (p *Packet) get(f Field) []byte {
 	case FieldTunID:
 		return uintValue(p.TunID, width)
 	case FieldTpDst:
-		return uintValue(uint64(p.DstPort), width)
+		return uintValue(uint64(p.port(p.DstPort)), width)
 	case FieldTpSrc:
-		return uintValue(uint64(p.SrcPort), width)
+		return uintValue(uint64(p.port(p.SrcPort)), width)
+	case FieldIPFrag:
+		return []byte{p.Frag}
 	}
 	panic(fmt.Sprintf("pipeline: packet has no field %s", f.Name()))
 }
@@ -126,6 +131,14 @@ func (p *Packet) set(f Field, v []byte) {
 	default:
 		panic(fmt.Sprintf("pipeline: cannot set packet field %s", f.Name()))
 	}
+}
+
+// port is an L4 port as OpenFlow matches it: 0 in a fragment.
+func (p *Packet) port(n uint16) uint16 {
+	if p.Frag&FragAny != 0 {
+		return 0
+	}
+	return n
 }
 
 func (p *Packet) mac(f Field) *net.HardwareAddr {
