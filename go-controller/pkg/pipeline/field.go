@@ -50,6 +50,7 @@ const (
 	FieldTpSrc
 	FieldCTMark
 	FieldIPFrag
+	FieldCTNwProto
 )
 
 // valueFormat is how ovs-ofctl prints a field's value.
@@ -151,6 +152,8 @@ func (f Field) spec() fieldSpec {
 		return fieldSpec{"tp_src", "", "NXM_OF_TCP_SRC", 2, formatPort, 88}
 	case FieldIPFrag:
 		return fieldSpec{"nw_frag", "", "NXM_NX_IP_FRAG", 1, formatFrag, 86}
+	case FieldCTNwProto:
+		return fieldSpec{"ct_nw_proto", "", "NXM_NX_CT_NW_PROTO", 1, formatDecimal, rankCT + 2}
 	case FieldReg0, FieldReg1, FieldReg2, FieldReg3:
 		n := int(f - FieldReg0)
 		return fieldSpec{fmt.Sprintf("reg%d", n), "", fmt.Sprintf("NXM_NX_REG%d", n), 4, formatHex, rankReg + n}

@@ -36,7 +36,9 @@ func (t fragmentTarget) none() bool { return t.group == 0 && !t.drop }
 // ovs-flows/README.md). Later fragments carry no port at all, so fragments are sent by
 // ClusterIP and protocol only: where every port of that protocol they may be for agrees
 // (one port, or ports balanced by the same group); from the gateway port the NodePorts
-// count too. Where the ports disagree the fragments miss, as before.
+// count too. Where the ports disagree the fragments miss, as before. The protocol is
+// matched as conntrack's (ct_nw_proto): OVS parses an IPv6 later fragment's nw_proto as
+// 44, its fragment header, so it never matches udp6 or tcp6.
 func (b *Builder) fragmentFlows(ports []ServicePort) []Flow {
 	type key struct {
 		ip    netip.Addr
@@ -59,7 +61,8 @@ func (b *Builder) fragmentFlows(ports []ServicePort) []Flow {
 		idx := byKey[k]
 		first := ports[idx[0]]
 		s := b.owner(CategoryService, ServiceObjectID(first.Name))
-		m := MatchProtocol(first.protocol()).CTState(CTNew|CTTracked, 0).IPDst(host(k.ip)).Fragment()
+		// The protocol as conntrack knows it: an IPv6 later fragment's nw_proto is 44.
+		m := MatchProtocol(ipProto(k.ip)).CTState(CTNew|CTTracked, 0).CTNwProto(k.proto).IPDst(host(k.ip)).Fragment()
 		var internal, gateway []fragmentTarget
 		for _, i := range idx {
 			t := internalTarget(ports[i], i)

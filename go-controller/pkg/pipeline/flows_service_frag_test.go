@@ -94,3 +94,19 @@ func TestServiceFragmentsOfAmbiguousPortsAreNotGuessed(t *testing.T) {
 	wantTranslatedTo(t, NewTracer(flows).WithGroups(groups), "port a", servicePacket(t, client, vip, IPProtoUDP, 40000, 50), "10.244.2.10")
 	wantTranslatedTo(t, NewTracer(flows).WithGroups(groups), "port b", servicePacket(t, client, vip, IPProtoUDP, 40000, 60), "10.244.3.10")
 }
+
+// An IPv6 UDP port with session affinity: OpenFlow sees a later fragment's nw_proto as 44,
+// so neither the ServiceLB flow nor the endpoint's translation may need udp6 for it.
+func TestServiceFragmentsIPv6Affinity(t *testing.T) {
+	sc := threeNodesDualStack(1)
+	vip := ip("fd00:10:96::35")
+	g := ServiceGroup{ID: ServiceGroupBase | 31, Endpoints: []netip.AddrPort{ep("[fd00:10:244:2::a]:5353"), ep("[fd00:10:244:3::a]:5353")}}
+	flows, groups := withServices(t, sc, []ServicePort{
+		{Name: "default/dns6:dns/UDP", ClusterIP: vip, IPProto: IPProtoUDP, Port: 53, Internal: g, External: g, AffinityTimeout: 60},
+	})
+	p := servicePacket(t, sc.pods[1], vip, IPProtoUDP, 40000, 53)
+	for i, frag := range append(fragments(p), p) {
+		wantTranslatedTo(t, NewTracer(flows).WithGroups(groups), []string{"first fragment", "later fragment", "whole datagram"}[i], frag,
+			"fd00:10:244:2::a", "fd00:10:244:3::a")
+	}
+}

@@ -239,6 +239,11 @@ func (m Match) TpDst(port, mask uint16) Match {
 // nw_frag=yes.
 func (m Match) Fragment() Match { return m.with(FieldIPFrag, []byte{FragAny}, []byte{FragAny}) }
 
+// CTNwProto matches the IP protocol of the connection's original direction, which
+// conntrack knows for every fragment of a datagram it reassembled, even where the packet
+// itself does not say it (an IPv6 later fragment's nw_proto is 44, its fragment header).
+func (m Match) CTNwProto(proto uint8) Match { return m.exact(FieldCTNwProto, []byte{proto}) }
+
 // TunID matches the tunnel key (the Geneve VNI).
 func (m Match) TunID(id uint64) Match { return m.exact(FieldTunID, uintValue(id, 8)) }
 

@@ -61,7 +61,7 @@ func (p *Packet) matches(proto Protocol) bool {
 		if ipv6 {
 			ethType = EthTypeIPv6
 		}
-		return p.EthType == ethType && p.IPProto == ipProto
+		return p.EthType == ethType && p.nwProto() == ipProto
 	}
 	return true
 }
@@ -97,6 +97,8 @@ func (p *Packet) get(f Field) []byte {
 		return uintValue(uint64(p.port(p.SrcPort)), width)
 	case FieldIPFrag:
 		return []byte{p.Frag}
+	case FieldCTNwProto:
+		return []byte{p.IPProto}
 	}
 	panic(fmt.Sprintf("pipeline: packet has no field %s", f.Name()))
 }
@@ -132,6 +134,18 @@ func (p *Packet) set(f Field, v []byte) {
 		panic(fmt.Sprintf("pipeline: cannot set packet field %s", f.Name()))
 	}
 }
+
+// nwProto is the IP protocol as OpenFlow matches it: in an IPv6 fragment after the first,
+// the fragment header's (44), as OVS parses it.
+func (p *Packet) nwProto() uint8 {
+	if p.EthType == EthTypeIPv6 && p.Frag&FragLater != 0 {
+		return ipv6FragmentHeader
+	}
+	return p.IPProto
+}
+
+// ipv6FragmentHeader is the IPv6 next header value of a fragment header.
+const ipv6FragmentHeader = 44
 
 // port is an L4 port as OpenFlow matches it: 0 in a fragment.
 func (p *Packet) port(n uint16) uint16 {
