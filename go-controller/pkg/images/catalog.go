@@ -40,7 +40,8 @@ const (
 
 // Catalog returns every image kovs builds, kovs's own first.
 func Catalog() []Spec {
-	return []Spec{controllerSpec(), agentSpec(), ovsSpec(), pauseSpec(), agnhostSpec(), corednsSpec(), glibcDNSTestingSpec()}
+	return []Spec{controllerSpec(), agentSpec(), ovsSpec(), pauseSpec(), agnhostSpec(), corednsSpec(), glibcDNSTestingSpec(),
+		regressionIssue74839Spec(), busyboxSpec()}
 }
 
 // Lookup returns the specs of the given short names (all of them for none), in
