@@ -19,8 +19,12 @@ Written by ` + "`make conformance`" + ` (test/e2e/conformance, TestConformance):
 (kubelet v1.37.2, containerd 1.6, runc; kovs installed from dist/ with kubectl apply -k;
 CoreDNS as the cluster DNS), on the OVS userspace datapath. Every test runs once: nothing
 is retried. A test that cannot run here for a reason outside kovs is "not runnable", with
-the reason and its evidence. ` + "`make test`" + ` runs a subset of the NetworkPolicy suite
-(TestUpstreamNetpolSubset).
+the reason and its evidence. The third suite is the rest of sig-network an operator
+would run to check a kube-proxy replacement (issue 34): focus ` + "`[sig-network]`" + `, without
+Serial, Disruptive, Slow, Flaky, Feature-tagged, LoadBalancer, Conformance and Netpol
+tests. ` + "`make test`" + ` runs a subset of the NetworkPolicy suite (TestUpstreamNetpolSubset)
+and one test of each Services behaviour the third suite found missing
+(TestUpstreamSigNetworkSubset).
 
 `)
 	fmt.Fprintf(&b, "Last run: kovs %s, finished %s UTC.\n\n", kovsCommit(), time.Now().UTC().Format("2006-01-02 15:04"))
