@@ -189,8 +189,8 @@ func keptDir(t *testing.T, name string) string {
 func report(t *testing.T, r run) {
 	t.Helper()
 	c := r.counts()
-	t.Logf("%s: %d passed, %d failed, %d not runnable, %d skipped by the suite, in %s (log %s)", r.Suite.Name,
-		c["passed"], c["failed"], c["not runnable"], c["skipped by the suite"], r.Wall.Round(time.Second), r.Log)
+	t.Logf("%s: %d passed, %d failed, %d not runnable, %d skipped by the suite, %d not run, in %s (log %s)", r.Suite.Name,
+		c["passed"], c["failed"], c["not runnable"], c["skipped by the suite"], c["not run"], r.Wall.Round(time.Second), r.Log)
 	if len(r.Results) == 0 {
 		t.Errorf("%s: no test ran", r.Suite.Name)
 	}

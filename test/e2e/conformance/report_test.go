@@ -28,11 +28,11 @@ and one test of each Services behaviour the third suite found missing
 
 `)
 	fmt.Fprintf(&b, "Last run: kovs %s, finished %s UTC.\n\n", kovsCommit(), time.Now().UTC().Format("2006-01-02 15:04"))
-	b.WriteString("| suite | passed | failed | not runnable | skipped by the suite | wall time |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| suite | passed | failed | not runnable | skipped by the suite | not run | wall time |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		c := r.counts()
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s |\n", r.Suite.Name, c["passed"], c["failed"], c["not runnable"],
-			c["skipped by the suite"], r.Wall.Round(time.Second))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s |\n", r.Suite.Name, c["passed"], c["failed"], c["not runnable"],
+			c["skipped by the suite"], c["not run"], r.Wall.Round(time.Second))
 	}
 	for _, r := range runs {
 		fmt.Fprintf(&b, "\n## %s\n\nFocus `%s`.\n\n| test | result | time | why |\n|---|---|---|---|\n", r.Suite.Name, r.Suite.Focus)
