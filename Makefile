@@ -78,8 +78,9 @@ upgrade-test: tools build images
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_OLD_RELEASE_DIR=$(OLD_RELEASE) \
 		$(TESTRUN) -count=1 -timeout 30m -run '^TestUpgradeFromPreviousRelease$$' ./test/e2e/realnode/
 
-## conformance: the upstream NetworkPolicy suite and the sig-network [Conformance] tests
-## on three real nodes, written to docs/conformance.md (about 20 minutes; make test runs a subset)
+## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests and the rest of sig-network (Services, Networking)
+## on three real nodes, written to docs/conformance.md (about 45 minutes; make test runs subsets of the first and third;
+## KOVS_CONFORMANCE_ONLY=<part of a suite name> runs one suite alone)
 conformance: tools build images
 	KOVS_E2E=1 KOVS_CONFORMANCE=1 KOVS_CONFORMANCE_REPORT=$(CURDIR)/docs/conformance.md \
 		KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \

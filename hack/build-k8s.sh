@@ -4,7 +4,8 @@
 # scratch build module (never the project's go.mod), and cache them under $KOVS_CACHE
 # (default $HOME/.cache/kovs). A second run takes seconds.
 # It also builds the binaries of the test images kovs-images makes (`make images`):
-# agnhost (test/images/agnhost, in the same scratch module), pause (build/pause, gcc) and
+# agnhost and regression-issue-74839 (test/images/..., in the same scratch module), pause
+# (build/pause, gcc) and
 # CoreDNS (the cluster DNS of the sandbox's real nodes, the version kubeadm v1.37 deploys);
 # and e2e.test, the upstream end-to-end suite (test/e2e, in a scratch module of its own:
 # its test-only dependencies would change the components' go.sum).
@@ -16,10 +17,10 @@ K8S_VERSION=${K8S_VERSION:-1.37.2}
 CACHE=${KOVS_CACHE:-$HOME/.cache/kovs}
 OUT=$CACHE/k8s-v$K8S_VERSION/bin
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet)
-TEST_BINARIES=(agnhost pause e2e.test coredns)
+TEST_BINARIES=(agnhost regression-issue-74839 pause e2e.test coredns)
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
 
-# build_test_binaries builds agnhost and pause into $OUT where missing; it needs the
+# build_test_binaries builds the test binaries into $OUT where missing; it needs the
 # scratch module ($mod) the components are built in.
 build_test_binaries() {
   local kdir tag tmpd
@@ -32,6 +33,14 @@ build_test_binaries() {
     (cd "$mod" && go mod tidy && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmpd/agnhost" k8s.io/kubernetes/test/images/agnhost) \
       || { rm -rf "$tmpd"; exit 1; }
     mv "$tmpd/agnhost" "$OUT/agnhost"; rm -rf "$tmpd"
+  fi
+  if [ ! -x "$OUT/regression-issue-74839" ]; then
+    echo "building regression-issue-74839 $(cat "$kdir/test/images/regression-issue-74839/VERSION") (k8s.io/kubernetes v$K8S_VERSION)"
+    printf '//go:build tools\n\npackage k8sbuild\n\nimport _ "k8s.io/kubernetes/test/images/regression-issue-74839"\n' >"$mod/tools_regression_issue_74839.go"
+    tmpd=$(mktemp -d "$OUT/.regression-issue-74839.XXXXXX")
+    (cd "$mod" && go mod tidy && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmpd/regression-issue-74839" \
+      k8s.io/kubernetes/test/images/regression-issue-74839) || { rm -rf "$tmpd"; exit 1; }
+    mv "$tmpd/regression-issue-74839" "$OUT/regression-issue-74839"; rm -rf "$tmpd"
   fi
   if [ ! -x "$OUT/pause" ]; then
     command -v gcc >/dev/null || { echo "build-k8s: gcc is required for the pause image (apt-get install gcc libc6-dev)" >&2; exit 1; }

@@ -223,8 +223,9 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	if len(groups) != 1 || groups[0].ID != webGroup {
 		t.Errorf("groups after deleting x/db: %v", groups)
 	}
-	if got := len(of.Flows()); got != before-2 {
-		t.Errorf("flows %d -> %d, want the 2 of x/db removed", before, got)
+	// Its ServiceLB flow, the flow of fragments to its ClusterIP and its endpoint's flow.
+	if got := len(of.Flows()); got != before-3 {
+		t.Errorf("flows %d -> %d, want the 3 of x/db removed", before, got)
 	}
 	// A full resync against the switch's own dump finds nothing to do.
 	n := len(of.bundles)

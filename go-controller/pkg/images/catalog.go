@@ -40,7 +40,8 @@ const (
 
 // Catalog returns every image kovs builds, kovs's own first.
 func Catalog() []Spec {
-	return []Spec{controllerSpec(), agentSpec(), ovsSpec(), pauseSpec(), agnhostSpec(), corednsSpec(), glibcDNSTestingSpec()}
+	return []Spec{controllerSpec(), agentSpec(), ovsSpec(), pauseSpec(), agnhostSpec(), corednsSpec(), glibcDNSTestingSpec(),
+		regressionIssue74839Spec(), busyboxSpec()}
 }
 
 // Lookup returns the specs of the given short names (all of them for none), in
@@ -156,8 +157,9 @@ func pauseSpec() Spec {
 // agnhostSpec is test/images/agnhost of k8s.io/kubernetes on Debian instead of Alpine,
 // with the Debian packages of what upstream's Dockerfile installs (bind-tools ->
 // dnsutils, util-linux-misc -> util-linux), plus what busybox gives Alpine and the suites
-// call (ping, ps, wget). Left out: coredns and the fake registry's /var/registry (both
-// downloaded by upstream's build; only their own tests use them).
+// call (ping, ps, wget). CoreDNS, which upstream's build downloads, is the cached build's
+// (CoreDNSVersion). Left out: the fake registry's /var/registry (downloaded by upstream's
+// build; only its own tests use it).
 func agnhostSpec() Spec {
 	const porter = "test/images/agnhost/porter/"
 	return Spec{
@@ -176,6 +178,9 @@ func agnhostSpec() Spec {
 		},
 		Files: []File{
 			{Src: Source{Kind: K8sBinary, Name: "agnhost"}, Dest: "/agnhost", Mode: 0o755},
+			// Upstream downloads CoreDNS into the image; the DNS tests run it as a
+			// pod's own server ("should support configurable pod resolv.conf").
+			{Src: Source{Kind: K8sBinary, Name: "coredns"}, Dest: "/coredns", Mode: 0o755},
 			{Src: Source{Kind: K8sSource, Name: porter + "localhost.crt"}, Dest: "/localhost.crt", Mode: 0o644},
 			{Src: Source{Kind: K8sSource, Name: porter + "localhost.key"}, Dest: "/localhost.key", Mode: 0o644},
 		},

@@ -171,8 +171,8 @@ func (s Spec) Validate() error {
 	if d := firstDuplicate(s.Names); d != "" {
 		return fmt.Errorf("image %s: name %s given twice", s.Short, d)
 	}
-	if len(s.Entrypoint) == 0 {
-		return fmt.Errorf("image %s: no entrypoint", s.Short)
+	if len(s.Entrypoint) == 0 && len(s.Cmd) == 0 {
+		return fmt.Errorf("image %s: no entrypoint and no cmd", s.Short)
 	}
 	if err := s.validatePaths(); err != nil {
 		return err

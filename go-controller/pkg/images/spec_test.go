@@ -90,7 +90,7 @@ func TestValidateRejects(t *testing.T) {
 		{"name without registry", func(s *Spec) { s.Names = []string{"kovs/agent:latest"} }, "full registry/repository:tag"},
 		{"name without tag", func(s *Spec) { s.Names = []string{"docker.io/kovs/agent"} }, "full registry/repository:tag"},
 		{"name twice", func(s *Spec) { s.Names = append(s.Names, s.Names[0]) }, "given twice"},
-		{"no entrypoint", func(s *Spec) { s.Entrypoint = nil }, "no entrypoint"},
+		{"no entrypoint", func(s *Spec) { s.Entrypoint, s.Cmd = nil, nil }, "no entrypoint and no cmd"},
 		{"relative dest", func(s *Spec) { s.Files[0].Dest = "usr/bin/x" }, "absolute and clean"},
 		{"unclean dest", func(s *Spec) { s.Files[0].Dest = "/usr/../x" }, "absolute and clean"},
 		{"no mode", func(s *Spec) { s.Files[0].Mode = 0 }, "permission mode"},

@@ -49,6 +49,8 @@ const (
 	FieldReg4
 	FieldTpSrc
 	FieldCTMark
+	FieldIPFrag
+	FieldCTNwProto
 )
 
 // valueFormat is how ovs-ofctl prints a field's value.
@@ -62,6 +64,7 @@ const (
 	formatIPv6
 	formatCTState
 	formatPort // decimal when exact, hex value/mask when masked
+	formatFrag // nw_frag's keywords: yes, no, first, later, not_later
 )
 
 // fieldSpec describes one field to the renderer and the tracer.
@@ -147,6 +150,10 @@ func (f Field) spec() fieldSpec {
 		return fieldSpec{"ct_mark", "", "NXM_NX_CT_MARK", 4, formatHex, rankCT + 1}
 	case FieldTpSrc:
 		return fieldSpec{"tp_src", "", "NXM_OF_TCP_SRC", 2, formatPort, 88}
+	case FieldIPFrag:
+		return fieldSpec{"nw_frag", "", "NXM_NX_IP_FRAG", 1, formatFrag, 86}
+	case FieldCTNwProto:
+		return fieldSpec{"ct_nw_proto", "", "NXM_NX_CT_NW_PROTO", 1, formatDecimal, rankCT + 2}
 	case FieldReg0, FieldReg1, FieldReg2, FieldReg3:
 		n := int(f - FieldReg0)
 		return fieldSpec{fmt.Sprintf("reg%d", n), "", fmt.Sprintf("NXM_NX_REG%d", n), 4, formatHex, rankReg + n}
@@ -189,6 +196,8 @@ func (f Field) formatValue(value, mask []byte) string {
 			return hexC(beUint(value))
 		}
 		return hexC(beUint(value)) + "/" + hexC(beUint(mask))
+	case formatFrag:
+		return formatFragBits(value[0], mask[0])
 	case formatPort:
 		if isAllOnes(mask) {
 			return fmt.Sprintf("%d", beUint(value))
@@ -288,4 +297,30 @@ func formatCTFlags(value, mask CTFlags) string {
 		b.WriteString(flag.name())
 	}
 	return b.String()
+}
+
+// IP fragment bits of nw_frag, as OVS holds them: any fragment, and a fragment after the
+// first (which carries no L4 header).
+const (
+	FragAny   uint8 = 1
+	FragLater uint8 = 2
+)
+
+// formatFragBits prints nw_frag the way OVS does: yes (any fragment), no, first, later,
+// not_later.
+func formatFragBits(value, mask uint8) string {
+	switch {
+	case mask&(FragAny|FragLater) == FragAny:
+		if value&FragAny != 0 {
+			return "yes"
+		}
+		return "no"
+	case mask&(FragAny|FragLater) == FragLater:
+		return "not_later"
+	case value&FragLater != 0:
+		return "later"
+	case value&FragAny != 0:
+		return "first"
+	}
+	return "no"
 }

@@ -9,15 +9,16 @@ import (
 
 // Priorities of the Service tables.
 const (
-	prioServiceNodePort = 210 // NodePort traffic from the gateway
-	prioServiceLB       = 200 // new connections to a ClusterIP:port
-	prioEndpointDNAT    = 200 // the chosen endpoint
-	prioAffinityMiss    = 100 // no (or a stale) learned endpoint: the group chooses
-	prioAffinityLearned = 200 // learned flows in ServiceAffinity
-	prioHairpin         = 200
-	prioHairpinEstab    = 197 // ConntrackState: a hairpin connection's later packets (above SCTP, 195)
-	prioHairpinReply    = 110 // ConntrackZone: replies to the hairpin SNAT address
-	prioHairpinOutput   = 110 // Output: back out the port it came in on
+	prioServiceNodePort      = 210 // NodePort traffic from the gateway
+	prioServiceLB            = 200 // new connections to a ClusterIP:port
+	prioEndpointDNAT         = 200 // the chosen endpoint
+	prioEndpointDNATFragment = 190 // the chosen endpoint of an affinity port, for a fragment
+	prioAffinityMiss         = 100 // no (or a stale) learned endpoint: the group chooses
+	prioAffinityLearned      = 200 // learned flows in ServiceAffinity
+	prioHairpin              = 200
+	prioHairpinEstab         = 197 // ConntrackState: a hairpin connection's later packets (above SCTP, 195)
+	prioHairpinReply         = 110 // ConntrackZone: replies to the hairpin SNAT address
+	prioHairpinOutput        = 110 // Output: back out the port it came in on
 )
 
 // serviceStage is Service load balancing: one object per Service (its ports' flows and
@@ -124,6 +125,7 @@ func (b *Builder) ServicePortsFlows(ports []ServicePort) ([]Flow, []Group, error
 		b.servicePortFlows(s, p, groups)
 		flows = append(flows, s.flows...)
 	}
+	flows = append(flows, b.fragmentFlows(ports)...)
 	out := make([]Group, 0, len(groups))
 	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		out = append(out, groups[id])
@@ -217,22 +219,30 @@ func (b *Builder) serviceGroup(s *flowSet, p ServicePort, g ServiceGroup) Group 
 	eps := slices.Clone(g.Endpoints)
 	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	eps = slices.Compact(eps)
+	// The registers say which port a packet is for, so the flows match any IP packet of
+	// the family: a fragment after the first of an IPv6 datagram has nw_proto 44 (its
+	// fragment header) to OpenFlow, and would miss a tcp6 or udp6 match (fragmentFlows).
+	// What needs the transport protocol matched keeps it: the stateless SCTP rewrite and
+	// affinity's learn, which reads the ports; a fragment of an affinity port falls back
+	// to the plain translation below it.
+	anyIP := MatchProtocol(ipProto(p.ClusterIP))
 	for _, ep := range eps {
 		key := EndpointKey(ep)
 		group.Buckets = append(group.Buckets, []Action{LoadReg(EndpointKeyField.Mark(key)), Resubmit{Table: EndpointDNAT}})
-		m := MatchProtocol(proto).Reg(EndpointKeyField.Mark(key)).Reg(ServiceGroupField.Mark(g.ID))
+		regs := func(m Match) Match { return m.Reg(EndpointKeyField.Mark(key)).Reg(ServiceGroupField.Mark(g.ID)) }
 		dnat := []Action{CT{Commit: true, Zone: CTZone, Recirculate: true, Table: ServiceHairpin, NATDst: ep}}
-		if p.Stateless {
-			dnat = b.statelessEndpointActions(p, ep, netip.Addr{})
+		switch {
+		case p.Stateless:
+			s.add(EndpointDNAT, prioEndpointDNAT, regs(MatchProtocol(proto)), b.statelessEndpointActions(p, ep, netip.Addr{})...)
+		case p.AffinityTimeout == 0:
+			s.add(EndpointDNAT, prioEndpointDNAT, regs(anyIP), dnat...)
+		default:
+			s.add(EndpointDNAT, prioEndpointDNAT, regs(MatchProtocol(proto)), append([]Action{p.learnAffinity()}, dnat...)...)
+			s.add(EndpointDNAT, prioEndpointDNATFragment, regs(anyIP).Fragment(), dnat...)
 		}
-		if p.AffinityTimeout == 0 {
-			s.add(EndpointDNAT, prioEndpointDNAT, m, dnat...)
-			continue
-		}
-		s.add(EndpointDNAT, prioEndpointDNAT, m, append([]Action{p.learnAffinity()}, dnat...)...)
 	}
 	if p.AffinityTimeout != 0 && len(eps) > 0 {
-		s.add(EndpointDNAT, prioAffinityMiss, MatchProtocol(proto).Reg(ServiceGroupField.Mark(g.ID)), GroupOutput{ID: g.ID})
+		s.add(EndpointDNAT, prioAffinityMiss, anyIP.Reg(ServiceGroupField.Mark(g.ID)), GroupOutput{ID: g.ID})
 	}
 	return group
 }

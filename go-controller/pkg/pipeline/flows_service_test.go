@@ -406,9 +406,10 @@ func TestServiceHairpinIgnoresPolicy(t *testing.T) {
 }
 
 // TestServiceFlowCount: per Service port (no NodePort, no affinity) one ServiceLB flow,
-// one EndpointDNAT flow per endpoint and one group with a bucket per endpoint, so 1,000
-// Services of 10 endpoints are 11,000 flows and 1,000 groups (plus the node's own hairpin
-// flows; no endpoint is local, so no pod's).
+// one ServiceLB flow for the fragments to its ClusterIP, one EndpointDNAT flow per
+// endpoint and one group with a bucket per endpoint, so 1,000 Services of 10 endpoints
+// are 12,000 flows and 1,000 groups (plus the node's own hairpin flows; no endpoint is
+// local, so no pod's).
 func TestServiceFlowCount(t *testing.T) {
 	sc := oneNodeTwoPods()
 	b, err := NewBuilder(sc.node, testRound)
@@ -432,7 +433,7 @@ func TestServiceFlowCount(t *testing.T) {
 	// Per family ConntrackZone, HairpinUnSNAT and IngressPolicy; per node address the
 	// host's own hairpin (ServiceHairpin, ConntrackState).
 	hairpin := 3*len(b.families()) + 2*len(b.nodeAddresses())
-	if want := services*(1+endpoints) + hairpin; len(flows) != want {
+	if want := services*(2+endpoints) + hairpin; len(flows) != want {
 		t.Errorf("%d flows, want %d", len(flows), want)
 	}
 	if len(groups) != services || len(groups[0].Buckets) != endpoints {

@@ -234,6 +234,16 @@ func (m Match) TpDst(port, mask uint16) Match {
 	return m.with(FieldTpDst, uintValue(uint64(port&mask), 2), uintValue(uint64(mask), 2))
 }
 
+// Fragment matches every IP fragment, the first (whose L4 header OpenFlow does not see:
+// OVS's normal fragment handling matches a fragment's ports as 0) and the later ones:
+// nw_frag=yes.
+func (m Match) Fragment() Match { return m.with(FieldIPFrag, []byte{FragAny}, []byte{FragAny}) }
+
+// CTNwProto matches the IP protocol of the connection's original direction, which
+// conntrack knows for every fragment of a datagram it reassembled, even where the packet
+// itself does not say it (an IPv6 later fragment's nw_proto is 44, its fragment header).
+func (m Match) CTNwProto(proto uint8) Match { return m.exact(FieldCTNwProto, []byte{proto}) }
+
 // TunID matches the tunnel key (the Geneve VNI).
 func (m Match) TunID(id uint64) Match { return m.exact(FieldTunID, uintValue(id, 8)) }
 

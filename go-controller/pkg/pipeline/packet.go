@@ -15,12 +15,15 @@ type Packet struct {
 	EthDst  net.HardwareAddr
 	EthType uint16
 
-	IPSrc    netip.Addr
-	IPDst    netip.Addr
-	IPProto  uint8
-	TTL      uint8
-	SrcPort  uint16 // TCP, UDP, SCTP
-	DstPort  uint16
+	IPSrc   netip.Addr
+	IPDst   netip.Addr
+	IPProto uint8
+	TTL     uint8
+	SrcPort uint16 // TCP, UDP, SCTP
+	DstPort uint16
+	// Frag are the packet's fragment bits (FragAny, FragLater; 0: not a fragment). OpenFlow
+	// sees a fragment's ports as 0, as OVS's normal fragment handling has it.
+	Frag     uint8
 	ICMPType uint8
 	ICMPCode uint8
 
@@ -58,7 +61,7 @@ func (p *Packet) matches(proto Protocol) bool {
 		if ipv6 {
 			ethType = EthTypeIPv6
 		}
-		return p.EthType == ethType && p.IPProto == ipProto
+		return p.EthType == ethType && p.nwProto() == ipProto
 	}
 	return true
 }
@@ -89,9 +92,13 @@ func (p *Packet) get(f Field) []byte {
 	case FieldTunID:
 		return uintValue(p.TunID, width)
 	case FieldTpDst:
-		return uintValue(uint64(p.DstPort), width)
+		return uintValue(uint64(p.port(p.DstPort)), width)
 	case FieldTpSrc:
-		return uintValue(uint64(p.SrcPort), width)
+		return uintValue(uint64(p.port(p.SrcPort)), width)
+	case FieldIPFrag:
+		return []byte{p.Frag}
+	case FieldCTNwProto:
+		return []byte{p.IPProto}
 	}
 	panic(fmt.Sprintf("pipeline: packet has no field %s", f.Name()))
 }
@@ -126,6 +133,26 @@ func (p *Packet) set(f Field, v []byte) {
 	default:
 		panic(fmt.Sprintf("pipeline: cannot set packet field %s", f.Name()))
 	}
+}
+
+// nwProto is the IP protocol as OpenFlow matches it: in an IPv6 fragment after the first,
+// the fragment header's (44), as OVS parses it.
+func (p *Packet) nwProto() uint8 {
+	if p.EthType == EthTypeIPv6 && p.Frag&FragLater != 0 {
+		return ipv6FragmentHeader
+	}
+	return p.IPProto
+}
+
+// ipv6FragmentHeader is the IPv6 next header value of a fragment header.
+const ipv6FragmentHeader = 44
+
+// port is an L4 port as OpenFlow matches it: 0 in a fragment.
+func (p *Packet) port(n uint16) uint16 {
+	if p.Frag&FragAny != 0 {
+		return 0
+	}
+	return n
 }
 
 func (p *Packet) mac(f Field) *net.HardwareAddr {

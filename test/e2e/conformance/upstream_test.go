@@ -35,7 +35,7 @@ type notRunnable struct {
 // result is one upstream test as the suite's JUnit report has it.
 type result struct {
 	Name     string
-	Status   string // passed, failed, not runnable, skipped by the suite
+	Status   string // passed, failed, not runnable, skipped by the suite, not run
 	Duration time.Duration
 	Message  string
 }
@@ -135,11 +135,19 @@ func readJUnit(path string, s suite) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Tests the suite's own Skip leaves out are not part of it; ginkgo reports them
+	// skipped ("skipped") when they match the focus.
+	skip := regexp.MustCompile(`$^`)
+	if s.Skip != "" {
+		if skip, err = regexp.Compile(s.Skip); err != nil {
+			return nil, err
+		}
+	}
 	var out []result
 	for _, ts := range rep.Suites {
 		for _, c := range ts.Cases {
 			name, ok := strings.CutPrefix(c.Name, "[It] ")
-			if !ok || !focus.MatchString(name) {
+			if !ok || !focus.MatchString(name) || skip.MatchString(name) {
 				continue
 			}
 			res := result{Name: trimLabels(name), Status: c.Status, Duration: time.Duration(c.Time * float64(time.Second))}
@@ -150,6 +158,11 @@ func readJUnit(path string, s suite) ([]result, error) {
 				if !ok {
 					if c.Skipped == nil || c.Skipped.Message == "" {
 						continue // not selected (the suite's own skip)
+					}
+					if c.Skipped.Message == "skipped" {
+						// No reason: the run was interrupted (or timed out) before it.
+						res.Status, res.Message = "not run", "the run ended before it"
+						break
 					}
 					res.Status, res.Message = "skipped by the suite", oneLine(c.Skipped.Message)
 					break
@@ -209,7 +222,7 @@ func (r run) counts() map[string]int {
 func (r run) failures() []result {
 	var out []result
 	for _, res := range r.Results {
-		if res.Status == "failed" || res.Status == "skipped by the suite" {
+		if res.Status == "failed" || res.Status == "skipped by the suite" || res.Status == "not run" {
 			out = append(out, res)
 		}
 	}

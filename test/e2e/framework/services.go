@@ -88,6 +88,15 @@ func (s *Sandbox) ProbeFrom(c Client, addr netip.Addr, port string, timeout time
 	})
 }
 
+// ProbeDatagramFrom probes addr:port/udp from the client's namespace with a datagram of
+// size bytes (sent in fragments when larger than the path's MTU).
+func (s *Sandbox) ProbeDatagramFrom(c Client, addr netip.Addr, port uint16, size int, timeout time.Duration) responder.Result {
+	return probeIn(c, func() responder.Result {
+		t := responder.Target{Addr: addr, Port: responder.Port{Number: port, Protocol: responder.UDP}}
+		return responder.ProbeDatagram(context.Background(), t, size, timeout)
+	})
+}
+
 // ProbeSCTPFromPort probes addr:port/sctp from the client's namespace from source port
 // srcPort: probes from one port are, to the network, packets of one association.
 func (s *Sandbox) ProbeSCTPFromPort(c Client, addr netip.Addr, port uint16, srcPort uint16, timeout time.Duration) responder.Result {

@@ -16,7 +16,7 @@ import (
 // endpoints are hostNetwork pods on every node (so node addresses, one of them the
 // client's own), reached from the nodes themselves (hostNetwork clients) and from a pod,
 // on its ClusterIP and on a node's NodePort, TCP and UDP; new connections must reach every
-// endpoint.
+// endpoint, and a UDP datagram sent in fragments must be answered.
 func (c *svcCluster) testHostNetworkEndpointsEverywhere(t *testing.T) {
 	ns := c.namespace(t, "hostnet-all")
 	var specs []framework.PodSpec
@@ -50,5 +50,10 @@ func (c *svcCluster) testHostNetworkEndpointsEverywhere(t *testing.T) {
 				}
 			})
 		}
+		// Upstream's last step: a 2,000-byte UDP message, sent in fragments.
+		t.Run(from.Name+"/fragmented", func(t *testing.T) {
+			c.checkBigDatagrams(t, from, ip, 90, podKeys(pods...))
+			c.checkBigDatagrams(t, from, node1, uint16(nodePort(t, svc, "udp")), podKeys(pods...))
+		})
 	}
 }

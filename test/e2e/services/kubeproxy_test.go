@@ -3,6 +3,8 @@ package services_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,7 @@ func testServicesKubeProxy(t *testing.T, family string) {
 	t.Run("ClusterIPSpreadsOverLocalAndRemoteBackends", k.testClusterIP)
 	t.Run("NodePortFromOtherNodesHost", k.testNodePort)
 	t.Run("ClusterIPFromNodesHost", k.testClusterIPFromNode)
+	t.Run("FragmentedUDP", k.testFragmentedUDP)
 	t.Run("NoKovsServiceDatapath", k.testNoKovsServices)
 	// Last: it isolates the backends.
 	t.Run("NetworkPolicyAfterTranslation", k.testNetworkPolicy)
@@ -90,6 +93,33 @@ func (k *kubeProxyFixture) testClusterIPFromNode(t *testing.T) {
 	k.waitAnswered(t, from, k.vip, "80/tcp", "ClusterIP from node2's host")
 	if err := allOf(k.s.Spread(from, k.vip, "80/tcp", kubeProxySpreadProbes, probeTimeout), k.backends()...); err != nil {
 		t.Errorf("%d connections from node2's host to %s: %v", kubeProxySpreadProbes, target(k.vip, "80/tcp"), err)
+	}
+}
+
+// testFragmentedUDP: 2,000-byte UDP datagrams, sent in fragments, reach a backend through
+// kube-proxy's ClusterIP from a pod and from another node's host, and through node1's
+// NodePort from node2's host: kovs's fragment handling is for its own Service proxy, and
+// br-int passes the fragments of kube-proxy's translated datagrams as any others.
+func (k *kubeProxyFixture) testFragmentedUDP(t *testing.T) {
+	node1 := k.s.NodeIPs(t, "node1")[0]
+	for _, tc := range []struct {
+		from framework.Client
+		addr netip.Addr
+		port uint16
+	}{
+		{k.s.PodClient(k.client), k.vip, 53},
+		{k.s.NodeClient(t, "node2"), k.vip, 53},
+		{k.s.NodeClient(t, "node2"), node1, uint16(nodePort(t, k.svc, "dns"))},
+	} {
+		p := portUDP(tc.port)
+		k.waitAnswered(t, tc.from, tc.addr, p, "a small datagram through kube-proxy")
+		for i := range bigDatagrams {
+			r := k.s.ProbeDatagramFrom(tc.from, tc.addr, tc.port, bigDatagram, probeTimeout)
+			if !r.Connected || r.Reply == nil || !slices.Contains(k.backends(), r.Reply.Identity) {
+				t.Errorf("%d-byte datagram %d of %d to %s from %s (a small one was answered): %s", bigDatagram, i+1, bigDatagrams,
+					target(tc.addr, p), tc.from.Name, framework.Describe(r))
+			}
+		}
 	}
 }
 
@@ -172,7 +202,8 @@ func kubeProxyProcessesRunning(t *testing.T, s *framework.Sandbox) {
 func newKubeProxyFixture(t *testing.T, s *framework.Sandbox) *kubeProxyFixture {
 	kubeProxyProcessesRunning(t, s)
 	k := &kubeProxyFixture{s: s, ns: "kp"}
-	ports := []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
+	ports := []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+		{Name: "dns", ContainerPort: 5353, Protocol: corev1.ProtocolUDP}}
 	specs := []framework.PodSpec{
 		{Namespace: k.ns, Name: "web-1", Node: "node1", Labels: map[string]string{"app": "web"}, Ports: ports},
 		{Namespace: k.ns, Name: "web-2", Node: "node2", Labels: map[string]string{"app": "web"}, Ports: ports},
@@ -192,7 +223,8 @@ func newKubeProxyFixture(t *testing.T, s *framework.Sandbox) *kubeProxyFixture {
 	k.svc = s.CreateService(t, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: k.ns, Name: "web"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{svcPort("web", 80, intstr.FromString("http"), corev1.ProtocolTCP)}},
+			Ports: []corev1.ServicePort{svcPort("web", 80, intstr.FromString("http"), corev1.ProtocolTCP),
+				svcPort("dns", 53, intstr.FromString("dns"), corev1.ProtocolUDP)}},
 	})
 	k.vip = framework.ClusterIPs(k.svc)[0]
 	s.WaitEndpoints(t, k.ns, "web", []string{"web-1", "web-2"}, programTimeout)

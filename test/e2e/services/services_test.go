@@ -19,6 +19,7 @@ func TestServicesIPv4(t *testing.T) {
 	c := newSvcCluster(t, "ipv4")
 	t.Run("ClusterIPTCP", c.testClusterIPTCP)
 	t.Run("ClusterIPUDP", c.testClusterIPUDP)
+	t.Run("FragmentedUDP", c.testFragmentedUDP)
 	t.Run("ClusterIPSCTP", c.testClusterIPSCTP)
 	t.Run("MultiplePorts", c.testMultiplePorts)
 	// Before any item deletes its namespace: the deletions change flows on their own.
@@ -51,6 +52,7 @@ func TestServicesIPv6(t *testing.T) {
 	c := newSvcCluster(t, "ipv6")
 	t.Run("ClusterIPTCP", c.testClusterIPTCP)
 	t.Run("ClusterIPUDP", c.testClusterIPUDP)
+	t.Run("FragmentedUDP", c.testFragmentedUDP)
 	t.Run("ClusterIPSCTP", c.testClusterIPSCTP)
 	t.Run("SpreadOverAllBackends", c.testSpread)
 	t.Run("SCTPAssociationKeepsEndpoint", c.testSCTPAssociationKeepsEndpoint)

@@ -117,13 +117,40 @@ func ProbeFromPort(ctx context.Context, target Target, src uint16, timeout time.
 	return res
 }
 
+// ProbeDatagram is Probe of a UDP target with a datagram of size bytes (the probe's
+// text, padded), larger than the path's MTU to have it sent in fragments.
+func ProbeDatagram(ctx context.Context, target Target, size int, timeout time.Duration) Result {
+	start := time.Now()
+	var res Result
+	port, err := target.Port.normalize()
+	switch {
+	case err != nil:
+		res.Error = err.Error()
+	case !target.Addr.IsValid() || port.Protocol != UDP:
+		res.Error = fmt.Sprintf("ProbeDatagram: want a UDP target with an address, got %s", target)
+	case size < len(probeDatagram) || size > maxDatagram-48:
+		res.Error = fmt.Sprintf("ProbeDatagram: size %d is not between %d and %d bytes", size, len(probeDatagram), maxDatagram-48)
+	default:
+		target = Target{Addr: target.Addr.Unmap(), Port: port}
+		payload := make([]byte, size)
+		copy(payload, probeDatagram)
+		for i := len(probeDatagram); i < size; i++ {
+			payload[i] = '.'
+		}
+		res = probeUDP(ctx, target, 0, payload, start.Add(timeout))
+	}
+	res.Target = target
+	res.Duration = time.Since(start)
+	return res
+}
+
 // probe dispatches on the target's protocol; src is the source port (0: any).
 func probe(ctx context.Context, t Target, src uint16, deadline time.Time) Result {
 	switch t.Port.Protocol {
 	case TCP:
 		return probeTCP(ctx, t, src, deadline)
 	case UDP:
-		return probeUDP(ctx, t, src, deadline)
+		return probeUDP(ctx, t, src, []byte(probeDatagram), deadline)
 	}
 	if src == 0 {
 		return probeSCTP(ctx, t, deadline)
@@ -168,9 +195,9 @@ func probeTCP(ctx context.Context, t Target, src uint16, deadline time.Time) Res
 	return res
 }
 
-// probeUDP sends a datagram from port src (0: any), again every retransmitInterval, until a reply
+// probeUDP sends payload from port src (0: any), again every retransmitInterval, until a reply
 // or an ICMP error comes back or the deadline passes.
-func probeUDP(ctx context.Context, t Target, src uint16, deadline time.Time) Result {
+func probeUDP(ctx context.Context, t Target, src uint16, payload []byte, deadline time.Time) Result {
 	var laddr *net.UDPAddr
 	if src != 0 {
 		laddr = &net.UDPAddr{Port: int(src)}
@@ -185,7 +212,7 @@ func probeUDP(ctx context.Context, t Target, src uint16, deadline time.Time) Res
 	defer stop()
 	buf := make([]byte, maxLineLen)
 	for {
-		if _, err := conn.Write([]byte(probeDatagram)); err != nil {
+		if _, err := conn.Write(payload); err != nil {
 			return withLocal(failed(ctx, err, deadline), local)
 		}
 		// Set the deadline before looking at ctx: interruptOnDone's
@@ -199,6 +226,12 @@ func probeUDP(ctx context.Context, t Target, src uint16, deadline time.Time) Res
 			res := Result{Connected: true, Local: local}
 			res.setReply(string(buf[:n]))
 			return res
+		}
+		if errors.Is(err, syscall.EMSGSIZE) && time.Now().Before(deadline) && ctx.Err() == nil {
+			// An ICMPv6 Packet Too Big (a router on the way does not fragment: the
+			// host forwarding a NodePort's datagram to a smaller pod MTU): no answer,
+			// but the kernel now knows the path MTU and fragments the next send to it.
+			continue
 		}
 		if !retry(ctx, err, deadline) {
 			return withLocal(failed(ctx, err, deadline), local)
