@@ -20,7 +20,7 @@
 // A cell is denied only when its probe got no answer within cellBudget, which covers a
 // retransmission of every handshake packet; allowed cells get the same budget and no
 // second try. The probes that connected only after the first retransmission time are
-// counted per sandbox and printed at its end; more than one in a thousand (more than one,
+// counted per sandbox and printed at its end; more than one in a hundred (more than one,
 // in a run of fewer) fails the run (probe_test.go). A probe that is neither connected to the pod it was sent to nor
 // silently dropped (refused, answered by another pod, failed) is an error, never a deny.
 package netpol_test

@@ -77,27 +77,28 @@ func (c *cluster) checkControllerMetrics(t *testing.T) {
 	m := c.scrapeController(t)
 	total := 0.0
 	for _, node := range nodes {
+		// A node's pod addresses are its agent's: its /metrics says how full its block is.
 		pods := float64(podsOn(node))
 		total += pods
-		if got := m.sum("kovs_pod_addresses_allocated", labels{"node": node, "family": "ipv4"}); got != pods {
-			t.Errorf("kovs_pod_addresses_allocated{node=%s} = %v, want %v (its kovs pods)", node, got, pods)
+		a := c.scrapeAgent(t, node)
+		if got := a.sum("kovs_agent_pod_addresses_allocated", labels{"family": "ipv4"}); got != pods {
+			t.Errorf("%s: kovs_agent_pod_addresses_allocated = %v, want %v (its kovs pods)", node, got, pods)
 		}
-		if got := m.sum("kovs_pod_addresses_capacity", labels{"node": node, "family": "ipv4"}); got != 253 {
-			t.Errorf("kovs_pod_addresses_capacity{node=%s} = %v, want 253 (a /24)", node, got)
+		if got := a.sum("kovs_agent_pod_addresses_capacity", labels{"family": "ipv4"}); got != 253 {
+			t.Errorf("%s: kovs_agent_pod_addresses_capacity = %v, want 253 (a /24)", node, got)
 		}
 	}
 	cidr := labels{"cluster_cidr": "10.244.0.0/16"}
 	for name, want := range map[string]float64{
-		"kovs_node_subnets_allocated":          float64(len(nodes)),
-		"kovs_node_subnets_capacity":           256, // /16 in /24 blocks
-		"kovs_cluster_pod_addresses_allocated": total,
-		"kovs_cluster_pod_addresses_capacity":  256 * 253,
+		"kovs_node_subnets_allocated":         float64(len(nodes)),
+		"kovs_node_subnets_capacity":          256, // /16 in /24 blocks
+		"kovs_cluster_pod_addresses_capacity": 256 * 253,
 	} {
 		if got := m.sum(name, cidr); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	for _, ctl := range []string{"pod-addresses", "node-subnets", "policy-realization"} {
+	for _, ctl := range []string{"pod-bandwidth", "node-subnets", "policy-realization"} {
 		if !m.has("kovs_reconcile_queue_depth", labels{"controller": ctl}) {
 			t.Errorf("kovs_reconcile_queue_depth{controller=%q} missing", ctl)
 		}
@@ -105,8 +106,8 @@ func (c *cluster) checkControllerMetrics(t *testing.T) {
 			t.Errorf("kovs_reconcile_duration_seconds_count{controller=%q} = %v, want at least 1", ctl, got)
 		}
 	}
-	if got := m.sum("kovs_reconcile_duration_seconds_count", labels{"controller": "pod-addresses", "result": "success"}); got < total {
-		t.Errorf("pod-addresses reconciles = %v, want at least one per pod (%v)", got, total)
+	if got := m.sum("kovs_reconcile_duration_seconds_count", labels{"controller": "pod-bandwidth", "result": "success"}); got < total {
+		t.Errorf("pod-bandwidth reconciles = %v, want at least one per pod (%v)", got, total)
 	}
 	if got := m.sum("kovs_controller_policy_realization_seconds_count", nil); got < float64(len(nodes)) {
 		t.Errorf("controller policy realization samples = %v, want at least one per node", got)

@@ -35,7 +35,7 @@ var statusFields = []string{
 }
 
 // metricLabels are the label names kovs-agent's /metrics may carry.
-var metricLabels = []string{"result", "table", "verb", "le", "quantile", "version"}
+var metricLabels = []string{"result", "table", "verb", "le", "quantile", "version", "family", "block"}
 
 // checkLoopbackServers: what the agent's loopback servers (/healthz, /readyz, /status,
 // /metrics) tell a hostNetwork pod on the node, which shares the node's loopback (issue
@@ -43,7 +43,8 @@ var metricLabels = []string{"result", "table", "verb", "le", "quantile", "versio
 // once node1's agent has realized a NetworkPolicy over pod a (its received generation
 // installed, rules > 0), and asserts they name no pod, namespace or policy and carry none of
 // their addresses or UIDs; /status carries only statusFields, its peers only what the Node
-// objects record; /metrics only kovs's counters by result, table and verb.
+// objects record; /metrics only kovs's counters by result, table and verb, and the node's
+// address blocks' fill by family and block.
 func (c *cluster) checkLoopbackServers(t *testing.T) {
 	ctx := context.Background()
 	const policyName = "loopback-secret-policy"
