@@ -102,24 +102,4 @@ func podIPList(pods map[string]corev1.Pod) []netip.Addr {
 }
 
 // One agnhost netexec per node, created while kovs-controller is down.
-var outageDeployment = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: outage, namespace: ` + ns + `}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: outage}}
-  template:
-    metadata: {labels: {app: outage}}
-    spec:
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: outage}}}
-      containers:
-        - name: netexec
-          image: ` + agnhost + `
-          imagePullPolicy: IfNotPresent
-          args: [netexec, --http-port=8080, --udp-port=8081]
-          ports: [{containerPort: 8080}]
-          readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
-`
+var outageDeployment = netexecDeployment("outage")

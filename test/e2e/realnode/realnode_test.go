@@ -54,19 +54,23 @@ func TestRealNodes(t *testing.T) {
 }
 
 // One agnhost netexec per node.
-var webDeployment = `apiVersion: apps/v1
+var webDeployment = netexecDeployment("web")
+
+// netexecDeployment is a Deployment of one agnhost netexec per node (labels app=<name>).
+func netexecDeployment(name string) string {
+	return `apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web, namespace: ` + ns + `}
+metadata: {name: ` + name + `, namespace: ` + ns + `}
 spec:
   replicas: 3
-  selector: {matchLabels: {app: web}}
+  selector: {matchLabels: {app: ` + name + `}}
   template:
-    metadata: {labels: {app: web}}
+    metadata: {labels: {app: ` + name + `}}
     spec:
       affinity:
         podAntiAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
-            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}}
+            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: ` + name + `}}}
       containers:
         - name: netexec
           image: ` + agnhost + `
@@ -75,6 +79,7 @@ spec:
           ports: [{containerPort: 8080}]
           readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
 `
+}
 
 // A netexec on node1's host network: what pods reach at a node address.
 var hostWebPod = `apiVersion: v1
