@@ -166,20 +166,21 @@ func (p *PodPorts) releaseFresh(pod cni.PodRef, fresh bool) {
 
 // attachRequestOf is the port the agent plugs for an ADD with the pod's network.
 func attachRequestOf(req cni.AddRequest, n ipam.PodNetwork) cni.AttachRequest {
-	attach := cni.AttachRequest{ContainerID: req.ContainerID, Netns: req.Netns, IfName: req.IfName, Pod: req.Pod,
-		HostIfName: req.HostIfName, MAC: n.MAC.String()}
-	for _, a := range n.Addresses {
-		attach.IPs = append(attach.IPs, cni.IPConfig{Address: a.Address.String(), Gateway: a.Gateway.String()})
-	}
-	return attach
+	return cni.AttachRequest{ContainerID: req.ContainerID, Netns: req.Netns, IfName: req.IfName, Pod: req.Pod,
+		HostIfName: req.HostIfName, MAC: n.MAC.String(), IPs: ipConfigs(n)}
 }
 
 func (p *PodPorts) configOf(n ipam.PodNetwork) *cni.PodNetworkConfig {
-	cfg := &cni.PodNetworkConfig{MAC: n.MAC.String(), MTU: p.mtu, DisableTxChecksumOffload: p.netdev}
+	return &cni.PodNetworkConfig{MAC: n.MAC.String(), MTU: p.mtu, DisableTxChecksumOffload: p.netdev, IPs: ipConfigs(n)}
+}
+
+// ipConfigs is the pod network's addresses in the CNI protocol's form.
+func ipConfigs(n ipam.PodNetwork) []cni.IPConfig {
+	out := make([]cni.IPConfig, 0, len(n.Addresses))
 	for _, a := range n.Addresses {
-		cfg.IPs = append(cfg.IPs, cni.IPConfig{Address: a.Address.String(), Gateway: a.Gateway.String()})
+		out = append(out, cni.IPConfig{Address: a.Address.String(), Gateway: a.Gateway.String()})
 	}
-	return cfg
+	return out
 }
 
 // plug makes room for the port (checkAttach), adds it to br-int and puts the pod in the desired state; it returns the state's generation
@@ -261,12 +262,7 @@ func (p *PodPorts) unplug(ctx context.Context, name string) error {
 // portsHold reports whether a port of the pod of uid other than except is in the desired
 // state.
 func (p *PodPorts) portsHold(uid, except string) bool {
-	for name, pp := range p.state.Pods() {
-		if name != except && pp.UID == uid {
-			return true
-		}
-	}
-	return false
+	return len(sameSandboxOf(p.state.Pods(), except, uid)) > 0
 }
 
 // Check verifies that the pod's port is on br-int and its flows are installed.

@@ -341,7 +341,7 @@ func meetRule(o, n Rule) (Rule, bool) {
 	if o.AppliedTo != n.AppliedTo || o.Direction != n.Direction || o.Action != n.Action {
 		return Rule{}, false
 	}
-	ports, ok := meetPorts(o.Ports, n.Ports)
+	ports, ok := MeetPorts(o.Ports, n.Ports)
 	if !ok {
 		return Rule{}, false
 	}
@@ -371,9 +371,9 @@ func meetPeers(a, b []string) ([]string, bool) {
 	return out, len(out) > 0
 }
 
-// meetPorts: no ports means every port of every protocol; a Port of 0 every port of its
-// protocol.
-func meetPorts(a, b []Port) ([]Port, bool) {
+// MeetPorts is the ports both lists admit (ok false: none). No ports means every port of
+// every protocol; a Port of 0 every port of its protocol.
+func MeetPorts(a, b []Port) ([]Port, bool) {
 	switch {
 	case len(a) == 0:
 		return b, true

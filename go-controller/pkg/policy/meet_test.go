@@ -47,7 +47,7 @@ func TestMeetPorts(t *testing.T) {
 		{[]Port{tcp(80, 0)}, []Port{{Protocol: UDP, Port: 80}}, nil, false},
 		{[]Port{tcp(0, 0)}, []Port{tcp(0, 0)}, []Port{tcp(0, 0)}, true},
 	} {
-		got, ok := meetPorts(tc.a, tc.b)
+		got, ok := MeetPorts(tc.a, tc.b)
 		if ok != tc.ok || !slices.Equal(got, tc.want) {
 			t.Errorf("meet of %v and %v = %v, %v; want %v, %v", tc.a, tc.b, got, ok, tc.want, tc.ok)
 		}

@@ -143,50 +143,7 @@ func intersect(o, n *Rule) (Rule, bool) {
 	default:
 		r.Peers = policy.IntersectPrefixes(o.Peers, n.Peers)
 	}
-	ports, ok := intersectPorts(o.Ports, n.Ports)
+	ports, ok := policy.MeetPorts(o.Ports, n.Ports)
 	r.Ports = ports
 	return r, ok && len(r.Subjects) > 0 && (r.AnyPeer || len(r.Peers) > 0)
-}
-
-// intersectPorts: no ports is all traffic; a Port of 0 every port of its protocol.
-func intersectPorts(a, b []policy.Port) ([]policy.Port, bool) {
-	switch {
-	case len(a) == 0:
-		return b, true
-	case len(b) == 0:
-		return a, true
-	}
-	var out []policy.Port
-	for _, x := range a {
-		for _, y := range b {
-			if x.Protocol != y.Protocol {
-				continue
-			}
-			xlo, xhi := portSpan(x)
-			ylo, yhi := portSpan(y)
-			lo, hi := max(xlo, ylo), min(xhi, yhi)
-			if lo > hi {
-				continue
-			}
-			p := policy.Port{Protocol: x.Protocol, Port: lo}
-			switch {
-			case lo == 0 && hi == 65535:
-				p.Port = 0
-			case lo != hi:
-				p.EndPort = hi
-			}
-			out = append(out, p)
-		}
-	}
-	return out, len(out) > 0
-}
-
-func portSpan(p policy.Port) (int32, int32) {
-	switch {
-	case p.Port == 0:
-		return 0, 65535
-	case p.EndPort == 0:
-		return p.Port, p.Port
-	}
-	return p.Port, p.EndPort
 }
