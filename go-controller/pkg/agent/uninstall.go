@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	log "github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,11 +130,7 @@ func (a *Agent) cleanNodeIfUninstalled() {
 	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
 		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)
 	}
-	// ovs-vswitchd removes the bridge's ports when it applies the deletion, but kovs-ovs
-	// may stop it first (the same kubectl delete stops both): on the userspace datapath the
-	// gateway's tap would outlive the uninstall. It is the agent's to remove.
-	removeGatewayLink(a.cfg.GatewayName)
-	a.markUninstall(false) // done: OVS may stop
+	a.markUninstall(false) // done (ovs-vswitchd has removed br-int's ports): OVS may stop
 	for _, f := range []string{a.cfg.CNISocket, filepath.Join(a.cfg.CNIBinDir, cniBinary)} {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			l.WithError(err).Error(fmt.Sprintf("uninstall: remove %s", f))
@@ -162,17 +156,5 @@ func (a *Agent) markUninstall(requested bool) {
 	}
 	if err != nil {
 		log.WithError(err).WithField("file", f).Warn("uninstall marker for kovs-ovs")
-	}
-}
-
-// removeGatewayLink deletes the node's gateway interface if it is still there (missing is
-// success).
-func removeGatewayLink(name string) {
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		return
-	}
-	if err := netlink.LinkDel(link); err != nil {
-		log.WithField("link", name).WithError(err).Warn("uninstall: remove the gateway interface")
 	}
 }

@@ -81,7 +81,9 @@ func (c *OVSDB) checkBridgeCreated(ctx context.Context, name string) error {
 
 // DeleteBridge removes the bridge from Open_vSwitch.bridges; the database
 // garbage-collects it with its ports and interfaces. A missing bridge is
-// success. It does not wait for ovs-vswitchd.
+// success. It returns once ovs-vswitchd has applied the removal (the bridge's
+// ports, on the userspace datapath their tap devices too, are gone), so a caller
+// may then stop ovs-vswitchd without leaving them behind.
 func (c *OVSDB) DeleteBridge(ctx context.Context, name string) error {
 	what := "delete bridge " + name
 	return c.retryWrite(ctx, func() error { return c.deleteBridge(ctx, what, name) })
@@ -106,8 +108,7 @@ func (c *OVSDB) deleteBridge(ctx context.Context, what, name string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	_, err = c.transact(ctx, what, ops)
-	return err
+	return c.transactAndWaitVswitchd(ctx, what, ops)
 }
 
 // bridge returns the cached bridge row named name, or an error matching ErrNotFound.

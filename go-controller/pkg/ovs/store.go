@@ -80,7 +80,8 @@ type BridgeStore interface {
 	// add-br does) or updates the columns the spec owns, and returns once
 	// ovs-vswitchd has applied it.
 	EnsureBridge(ctx context.Context, spec BridgeSpec) error
-	// DeleteBridge removes the bridge and its ports; a missing bridge is success.
+	// DeleteBridge removes the bridge and its ports, and returns once ovs-vswitchd has
+	// applied that; a missing bridge is success.
 	DeleteBridge(ctx context.Context, name string) error
 	// LimitFlowTables bounds OpenFlow tables of the bridge (its Flow_Table rows) and
 	// returns once ovs-vswitchd has applied the limits; tables it is not given are left

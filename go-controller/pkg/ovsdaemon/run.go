@@ -394,8 +394,8 @@ const UninstallMarker = "kovs-uninstall"
 
 // awaitUninstall holds a stopping supervisor while kovs-agent uninstalls: with the
 // marker present and kovs-agent's bridges still in the database, it waits until they are
-// gone and ovs-vswitchd has applied that (their ports removed), at most UninstallWait,
-// before the daemons stop.
+// gone, at most UninstallWait, before the daemons stop. (The agent removes the marker only
+// once ovs-vswitchd has applied the removal, so their ports are gone too.)
 func awaitUninstall(cfg Config) {
 	if cfg.UninstallWait <= 0 {
 		return
@@ -410,13 +410,6 @@ func awaitUninstall(cfg Config) {
 		out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
 			"--bare", "--columns=name", "find", "Bridge", kovsBridges)
 		if err == nil && strings.TrimSpace(out) == "" {
-			// The bridges' rows are gone; ovs-vswitchd removes their ports (on netdev the
-			// internal ports' tap devices, kovs-gw0 among them) when it applies that. Wait
-			// for it (sync: its configuration caught up with the database) before the
-			// daemons stop, or the taps outlive the uninstall.
-			if out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "sync"); err != nil {
-				cfg.Log.WithError(err).WithField("output", strings.TrimSpace(out)).Warn("ovs-vswitchd did not confirm the bridges' removal")
-			}
 			if logged {
 				cfg.Log.Info("kovs-agent removed its bridges")
 			}
