@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.LoadKernelModule {
 		loadKernelModule(ctx, cfg.Log)
+	}
+	if err := waitForOtherOVS(ctx, cfg); err != nil {
+		return startupError(err)
 	}
 	if err := prepareDatabase(ctx, cfg); err != nil {
 		return err
@@ -99,6 +103,45 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log.WithError(exit).Warn("ovsdb-server exited: starting it again; ovs-vswitchd keeps forwarding and reconnects")
 		if db, err = startOVSDB(ctx, cfg, vswitchd); err != nil {
 			return startupError(err)
+		}
+	}
+}
+
+// otherOVSPoll is how often kovs-ovs looks again whether another Open vSwitch still
+// serves the node (waitForOtherOVS).
+const otherOVSPoll = 100 * time.Millisecond
+
+// waitForOtherOVS returns once no ovsdb-server answers on RunDir's db.sock: before kovs-ovs
+// starts its own daemons, no other Open vSwitch may serve the node. The one this waits for
+// is the previous kovs release's (OVS a sidecar of the agent's pod, on the same host
+// directories): kovs-ovs pods start before the agent rollout replaces those pods, and an
+// ovs-vswitchd started beside a running one cannot open the userspace datapath (its
+// ovs-netdev tap is busy), so br-int never comes back. That one stops ovs-vswitchd before
+// ovsdb-server, so a database that stopped answering means both are gone. A db.sock left
+// by a crashed ovsdb-server refuses connections and is no wait. It returns errStopped
+// when ctx ends first.
+func waitForOtherOVS(ctx context.Context, cfg Config) error {
+	var waitingSince time.Time
+	for {
+		conn, err := net.DialTimeout("unix", cfg.dbSocket(), time.Second)
+		if err != nil {
+			if !waitingSince.IsZero() {
+				cfg.Log.WithField("waited", time.Since(waitingSince).Round(time.Millisecond)).
+					Info("the other Open vSwitch stopped: starting this node's")
+			}
+			return nil
+		}
+		_ = conn.Close()
+		if waitingSince.IsZero() {
+			waitingSince = time.Now()
+			cfg.Log.WithField("socket", cfg.dbSocket()).Warn("another ovsdb-server serves this node's database socket " +
+				"(the previous kovs release's OVS, in the agent's pod, until the agent rollout replaces it?): " +
+				"waiting for it to stop before starting ovsdb-server and ovs-vswitchd")
+		}
+		select {
+		case <-ctx.Done():
+			return errStopped
+		case <-time.After(otherOVSPoll):
 		}
 	}
 }

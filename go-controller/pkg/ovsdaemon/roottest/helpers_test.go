@@ -295,3 +295,29 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// sibling is another kovs-ovs of the same node: the same directories and network
+// namespace (a second OVS of the same host), stopped when the test ends.
+func (n *node) sibling() *node {
+	s := &node{t: n.t, dir: n.dir, netns: n.netns}
+	n.t.Cleanup(s.kill)
+	return s
+}
+
+// waitOutput waits until kovs-ovs's output has want; it fails the test if kovs-ovs exits
+// first or after 60 seconds.
+func waitOutput(t *testing.T, n *node, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(n.output.String(), want) {
+		select {
+		case <-n.done:
+			t.Fatalf("kovs-ovs exited (%v) before saying %q:\n%s", n.exit, want, n.output.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kovs-ovs did not say %q within 60s:\n%s", want, n.output.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -350,3 +350,38 @@ func TestStopWaitsForAnUninstallingAgent(t *testing.T) {
 		t.Errorf("kovs-ovs waited for an agent that marked no uninstall:\n%s", n.output.String())
 	}
 }
+
+// Another Open vSwitch serves the node's directories (the previous release's, a sidecar of
+// the agent's pod): a new kovs-ovs starts neither daemon until that one has stopped, then
+// starts its own. Without the wait its ovs-vswitchd came up beside the running one and could
+// not open the userspace datapath (an upgrade's agents then failed on br-int).
+func TestWaitsForAnotherOVS(t *testing.T) {
+	previous := newNode(t)
+	previous.start()
+	previous.waitReady()
+	db, vswitchd := previous.pid("ovsdb-server"), previous.pid("ovs-vswitchd")
+
+	next := previous.sibling()
+	next.start()
+	waitOutput(t, next, "another ovsdb-server serves this node's database socket")
+	if strings.Contains(next.output.String(), "started") {
+		t.Fatalf("kovs-ovs started a daemon while another OVS serves the node:\n%s", next.output.String())
+	}
+	if !alive(db) || !alive(vswitchd) {
+		t.Fatalf("the running OVS was disturbed: ovsdb-server alive %v, ovs-vswitchd alive %v", alive(db), alive(vswitchd))
+	}
+
+	previous.signal(syscall.SIGTERM)
+	if code := previous.waitExit(30 * time.Second); code != 0 {
+		t.Fatalf("the previous kovs-ovs exited %d", code)
+	}
+	waitOutput(t, next, "the other Open vSwitch stopped")
+	next.waitReady()
+	if next.pid("ovs-vswitchd") == vswitchd || next.pid("ovsdb-server") == db {
+		t.Fatal("the probe passes on the previous daemons' pids")
+	}
+	next.vsctl("add-br", "br-test", "--", "set", "Bridge", "br-test", "datapath_type=netdev")
+	if _, err := os.Stat(filepath.Join(next.runDir(), "br-test.mgmt")); err != nil {
+		t.Errorf("the new ovs-vswitchd made no management socket for br-test (it could not open the datapath?): %v", err)
+	}
+}
