@@ -30,6 +30,7 @@ type churnCounts struct {
 func (h *Harness) churn(ctx context.Context) error {
 	h.alloc.results() // the churn's allocation sample starts empty
 	h.alloc.afterCreateResults()
+	h.alloc.splitResults()
 	before := h.trafficByNode()
 	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-bandwidth")
 	split, splitErr := h.controllerSplit(ctx)
@@ -117,6 +118,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	h.result.Churn.PolicySplit = h.realization.splitResults()
 	h.result.Churn.PolicyLatency, h.result.Churn.PolicyLost, h.result.Churn.PolicyNoNode = h.realization.results()
 	h.result.Churn.AllocationAfterCreate = h.alloc.afterCreateResults()
+	h.result.Churn.Delivery, h.result.Churn.OnNode = h.alloc.splitResults()
 	h.result.Churn.Allocation, h.result.Churn.AllocationPending, h.result.Churn.DeletedBeforeAllocation = h.alloc.results()
 	h.result.Churn.Traffic = h.agentTraffic(before)
 	return err

@@ -158,6 +158,7 @@ func (h *Harness) waitFirstConvergence(ctx context.Context) error {
 	}
 	h.result.ConvergenceSeen = time.Now()
 	h.result.InitialAllocationAfterCreate = h.alloc.afterCreateResults()
+	h.result.InitialDelivery, h.result.InitialOnNode = h.alloc.splitResults()
 	h.result.InitialAllocation, _, _ = h.alloc.results()
 	return nil
 }

@@ -39,8 +39,9 @@ type hollowKubelets struct {
 	pods   corelisters.PodLister
 	nodes  corelisters.NodeLister
 	queue  workqueue.TypedRateLimitingInterface[podRef]
-	// allocated is told when a pod got its addresses (the CNI ADD's allocation).
-	allocated func(podRef, time.Time)
+	// allocated is told when a pod got its addresses (the CNI ADD's allocation) and when
+	// its node was handed the pod.
+	allocated func(ref podRef, delivered, at time.Time)
 
 	mu     sync.Mutex
 	nodeIP map[string]string
@@ -49,7 +50,7 @@ type hollowKubelets struct {
 }
 
 func newHollowKubelets(client kubernetes.Interface, pods corelisters.PodLister, nodes corelisters.NodeLister,
-	allocated func(podRef, time.Time)) *hollowKubelets {
+	allocated func(ref podRef, delivered, at time.Time)) *hollowKubelets {
 	return &hollowKubelets{client: client, pods: pods, nodes: nodes, allocated: allocated, nodeIP: map[string]string{},
 		leases: map[string]*coordinationv1.Lease{}, books: map[string]*podaddr.Book{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[podRef]())}
@@ -92,6 +93,7 @@ func (k *hollowKubelets) book(node string) (*podaddr.Book, error) {
 // (each node allocates on its own, as real nodes do, not behind the shared workers' status
 // writes) and again by the pod's sync, which then finds them.
 func (k *hollowKubelets) allocate(ctx context.Context, pod *corev1.Pod) ([]ipam.PodAddress, error) {
+	delivered := time.Now()
 	book, err := k.book(pod.Spec.NodeName)
 	if err != nil {
 		return nil, err
@@ -102,7 +104,7 @@ func (k *hollowKubelets) allocate(ctx context.Context, pod *corev1.Pod) ([]ipam.
 		return nil, err
 	}
 	if !held && k.allocated != nil {
-		k.allocated(podRef{pod.Namespace, pod.Name}, time.Now())
+		k.allocated(podRef{pod.Namespace, pod.Name}, delivered, time.Now())
 	}
 	return addrs, nil
 }

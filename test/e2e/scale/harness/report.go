@@ -65,10 +65,16 @@ func (r *Result) summary(p func(string, ...any)) {
 	if _, ran := r.phase("workload"); ran {
 		p("| pod creation to address allocated, initial load | %s |", r.InitialAllocation.Summary())
 		p("| ... from the Create call's answer (kovs's part and the watch) | %s |", r.InitialAllocationAfterCreate.Summary())
+		p("| ... the Create call to the node's watch handing the pod over (kube-apiserver and this harness: any node-local plugin's floor) | %s |", r.InitialDelivery.Summary())
+		p("| ... **kovs's part**: the node handed the pod to its address allocated | %s |", r.InitialOnNode.SummaryFine())
+		p("| ... creation to address against the floor | %s |", floorRatio(r.InitialAllocation, r.InitialDelivery))
 	}
 	row("churn", "**pod creation to address allocated, under churn**", "**%s**; %d still pending at the end, %d deleted before",
 		ch.Allocation.Summary(), ch.AllocationPending, ch.DeletedBeforeAllocation)
 	row("churn", "... from the Create call's answer (kovs's part and the watch)", "%s", ch.AllocationAfterCreate.Summary())
+	row("churn", "... the Create call to the node's watch handing the pod over (kube-apiserver and this harness: any node-local plugin's floor)", "%s", ch.Delivery.Summary())
+	row("churn", "... **kovs's part**: the node handed the pod to its address allocated", "%s", ch.OnNode.SummaryFine())
+	row("churn", "... creation to address against the floor", "%s", floorRatio(ch.Allocation, ch.Delivery))
 	if rc := ch.Reconciles; rc.Reconciles > 0 {
 		p("| kovs-controller's pod workers (bandwidth checks), churn (its /metrics) | %d reconciles (%.1f/s), mean %s each, mean queue wait %s |",
 			rc.Reconciles, float64(rc.Reconciles)/ch.Duration.Seconds(), rc.MeanReconcile().Round(time.Millisecond), rc.MeanWait().Round(time.Millisecond))

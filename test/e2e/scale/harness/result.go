@@ -23,6 +23,9 @@ type Result struct {
 	// policies), for a run that failed before writing them all.
 	WorkloadObjects                                 int64
 	InitialAllocation, InitialAllocationAfterCreate Durations
+	// InitialDelivery and InitialOnNode split InitialAllocation: the Create call to the
+	// node's informer handing the pod over, and that to the address allocated (kovs).
+	InitialDelivery, InitialOnNode Durations
 
 	ProbeLatency Durations
 	ProbeLost    int
@@ -49,6 +52,10 @@ type ChurnResult struct {
 	// one at the end, DeletedBeforeAllocation those the churn deleted before (no sample).
 	Allocation, AllocationAfterCreate          Durations
 	AllocationPending, DeletedBeforeAllocation int
+	// Delivery and OnNode split Allocation: the Create call to the node's informer handing
+	// the pod over (kube-apiserver and the harness: any node-local plugin's floor), and that
+	// to the address allocated (kovs's allocator).
+	Delivery, OnNode Durations
 	// PolicyLatency is a policy change's write to the last concerned agent applying it;
 	// PolicyLost the changes not realized within the deadline, PolicyNoNode those that
 	// concerned no node, PolicySuperseded the creations deleted before they were realized.

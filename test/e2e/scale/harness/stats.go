@@ -56,6 +56,25 @@ func (d Durations) Summary() string {
 	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", r(d.Percentile(50)), r(d.Percentile(99)), r(d.Max()), len(d))
 }
 
+// SummaryFine is Summary to the microsecond, for steps far shorter than a millisecond.
+func (d Durations) SummaryFine() string {
+	if len(d) == 0 {
+		return "no samples"
+	}
+	r := func(x time.Duration) time.Duration { return x.Round(time.Microsecond) }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", r(d.Percentile(50)), r(d.Percentile(99)), r(d.Max()), len(d))
+}
+
+// floorRatio is "1.02x at p50, 1.01x at p99": total's percentiles over floor's (the same
+// pods' samples, floor a part of total).
+func floorRatio(total, floor Durations) string {
+	f50, f99 := floor.Percentile(50), floor.Percentile(99)
+	if len(total) == 0 || f50 <= 0 || f99 <= 0 {
+		return "no samples"
+	}
+	return fmt.Sprintf("%.3fx at p50, %.3fx at p99", float64(total.Percentile(50))/float64(f50), float64(total.Percentile(99))/float64(f99))
+}
+
 // Traffic is what one agent received while one change was being realized: delta messages
 // and their encoded bytes.
 type Traffic struct {

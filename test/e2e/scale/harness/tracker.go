@@ -226,13 +226,18 @@ func (t *realizationTracker) supersededCount() int {
 // allocationTracker times pod creation (before the Create call) to its address allocated
 // on its node (the hollow node's CNI ADD, when the harness's pod informer delivers the
 // pod), and apart from it, the Create call's answer to the allocation: kovs's part, with
-// the watch's delivery (zero when the node allocated before the answer came back).
+// the watch's delivery (zero when the node allocated before the answer came back). The
+// total splits into the delivery (the Create call to the node's informer handing the pod
+// over: kube-apiserver and this harness, what any plugin that allocates on the node waits
+// for) and kovs's part on the node (that hand-over to the address allocated).
 type allocationTracker struct {
 	mu          sync.Mutex
 	started     map[podRef]time.Time
 	answered    map[podRef]time.Time
 	latency     Durations
 	afterCreate Durations
+	delivery    Durations
+	onNode      Durations
 	// deletedFirst counts pods deleted before their address was seen (no sample).
 	deletedFirst int
 	last         time.Time // the last address seen
@@ -275,11 +280,15 @@ func (t *allocationTracker) deleted(ref podRef) {
 	}
 }
 
-func (t *allocationTracker) allocated(ref podRef, at time.Time) {
+// allocated notes a pod's address allocated at at by its node, which was handed the pod
+// (or tried again) at delivered.
+func (t *allocationTracker) allocated(ref podRef, delivered, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if start, ok := t.started[ref]; ok {
 		t.latency = append(t.latency, at.Sub(start))
+		t.delivery = append(t.delivery, max(0, delivered.Sub(start)))
+		t.onNode = append(t.onNode, at.Sub(delivered))
 		delete(t.started, ref)
 		t.last = at
 		answered, ok := t.answered[ref]
@@ -309,6 +318,16 @@ func (t *allocationTracker) afterCreateResults() Durations {
 	d := t.afterCreate
 	t.afterCreate = nil
 	return d
+}
+
+// splitResults returns the samples of the Create call to the node's delivery and of the
+// delivery to the address so far, and starts anew (call it with results).
+func (t *allocationTracker) splitResults() (delivery, onNode Durations) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delivery, onNode = t.delivery, t.onNode
+	t.delivery, t.onNode = nil, nil
+	return delivery, onNode
 }
 
 // waiting is how many created pods have no address seen yet.

@@ -125,3 +125,33 @@ func TestRealizationTrackerSplit(t *testing.T) {
 		t.Errorf("splitResults did not start a new sample: %+v", s)
 	}
 }
+
+// The allocation's total splits into the delivery to the node and the node's own part,
+// sample by sample; a pod deleted first gives none.
+func TestAllocationTrackerSplit(t *testing.T) {
+	tr := newAllocationTracker()
+	a, b := podRef{"ns", "a"}, podRef{"ns", "b"}
+	tr.creating(a)
+	tr.creating(b)
+	tr.mu.Lock()
+	start := tr.started[a]
+	tr.mu.Unlock()
+	tr.created(a)
+	tr.allocated(a, start.Add(3*time.Second), start.Add(3*time.Second+40*time.Microsecond))
+	tr.deleted(b)
+	tr.allocated(b, start.Add(time.Second), start.Add(2*time.Second)) // deleted: no sample
+	total, waiting, deleted := tr.results()
+	delivery, onNode := tr.splitResults()
+	if len(total) != 1 || len(delivery) != 1 || len(onNode) != 1 || waiting != 0 || deleted != 1 {
+		t.Fatalf("samples: total %v, delivery %v, on the node %v, waiting %d, deleted %d", total, delivery, onNode, waiting, deleted)
+	}
+	if delivery[0] != 3*time.Second || onNode[0] != 40*time.Microsecond || total[0] != delivery[0]+onNode[0] {
+		t.Errorf("total %s = delivery %s + on the node %s, want 3s + 40µs", total[0], delivery[0], onNode[0])
+	}
+	if d, o := tr.splitResults(); len(d)+len(o) != 0 {
+		t.Errorf("splitResults did not start anew: %v %v", d, o)
+	}
+	if got := floorRatio(total, delivery); got != "1.000x at p50, 1.000x at p99" {
+		t.Errorf("floorRatio = %q", got)
+	}
+}
