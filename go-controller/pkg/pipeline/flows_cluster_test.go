@@ -24,7 +24,9 @@ import (
 func clusterShare() policy.NodeShare {
 	s := policyShare()
 	a, b, c := key("x", "a"), key("x", "b"), key("y", "c")
-	tcp := func(port, end int32) []policy.Port { return []policy.Port{{Protocol: policy.TCP, Port: port, EndPort: end}} }
+	tcp := func(port, end int32) []policy.Port {
+		return []policy.Port{{Protocol: policy.TCP, Port: port, EndPort: end}}
+	}
 	rule := func(name string, tier policy.Tier, prio int32, dir policy.Direction, action policy.ClusterAction, subjects ...policy.PodKey) policy.ClusterRule {
 		return policy.ClusterRule{ID: name + "/" + string(dir) + "/0", Policy: name, Tier: tier, Priority: prio, Direction: dir,
 			Action: action, Subjects: subjects}
