@@ -100,4 +100,5 @@ func TestStatusConditions(t *testing.T) {
 			t.Errorf("kovsctl policies does not say %q:\n%s", want, out)
 		}
 	}
+	t.Run("Enforcement", func(t *testing.T) { testEnforcement(t, s, client) })
 }
