@@ -98,7 +98,9 @@ func testEnforcement(t *testing.T, s *framework.Sandbox, client versioned.Interf
 		if _, err := client.PolicyV1beta1().ClusterNetworkPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s: %v", p.Name, err)
 		}
-		defer func() { _ = client.PolicyV1beta1().ClusterNetworkPolicies().Delete(context.Background(), p.Name, metav1.DeleteOptions{}) }()
+		defer func() {
+			_ = client.PolicyV1beta1().ClusterNetworkPolicies().Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+		}()
 	}
 
 	// deniedBy probes and wants no connection and the rule's conj_id flow (the first
