@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/clusterpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 )
 
 // runClusterPolicies writes the status of every ClusterNetworkPolicy and feeds their
@@ -18,7 +19,7 @@ import (
 // once the API serves the resource (dist/policy-api/standard.yaml), until ctx ends.
 // Without a client it only waits.
 func runClusterPolicies(ctx context.Context, client versioned.Interface, recorder record.EventRecorder, obs observer,
-	core informers.SharedInformerFactory, sink clusterpolicy.Sink, minInterval time.Duration) error {
+	core informers.SharedInformerFactory, sink clusterpolicy.Sink, tracker *realization.Tracker, minInterval time.Duration) error {
 	if client == nil {
 		<-ctx.Done()
 		return nil
@@ -35,14 +36,17 @@ func runClusterPolicies(ctx context.Context, client versioned.Interface, recorde
 		case <-time.After(10 * time.Second):
 		}
 	}
-	status, err := clusterpolicy.NewStatus(client, recorder, obs.reconcile())
-	if err != nil {
-		return err
-	}
 	feed, err := clusterpolicy.NewFeed(client, core, sink, minInterval)
 	if err != nil {
 		return err
 	}
+	status, err := clusterpolicy.NewStatus(client, recorder, obs.reconcile(), tracker, feed.Compiled)
+	if err != nil {
+		return err
+	}
+	// The Programmed condition follows the agents' reports and each batch of the feed.
+	tracker.OnClusterChange(status.Enqueue)
+	feed.OnCompiled(status.EnqueueSettled)
 	ctx, cancel := context.WithCancel(ctx)
 	return runAll(ctx, cancel, map[string]func(context.Context) error{"status": status.Run, "rules": feed.Run})
 }

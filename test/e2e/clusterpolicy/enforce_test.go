@@ -133,6 +133,9 @@ func testEnforcement(t *testing.T, s *framework.Sandbox, client versioned.Interf
 			return nil
 		}
 	}
+	// Both are programmed on the one node with pods they select.
+	programmed(t, ctx, client, "e2e-admin", "enforced on 1/1 nodes")
+	programmed(t, ctx, client, "e2e-baseline", "enforced on 1/1 nodes")
 	framework.Eventually(t, 60*time.Second, "the Admin Deny overrides the NetworkPolicy that allows cnp-y/client -> server",
 		deniedBy(clientY, "server", pipeline.AdminIngressPolicy, 1))
 	framework.Eventually(t, 30*time.Second, "the Pass defers cnp-z/client -> server to the NetworkPolicy, past the Deny",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -40,7 +41,24 @@ type Feed struct {
 	nodes      corelisters.NodeLister
 	synced     []cache.InformerSynced
 	batches    *runner.BoundedFrequencyRunner
+	// compiled is each policy's metadata.generation the last batch compiled; after
+	// each batch the feed tells Compiled's readers through onCompiled.
+	mu         sync.Mutex
+	compiled   map[string]int64
+	onCompiled func(names []string)
 }
+
+// Compiled is the metadata.generation of the policy that the last batch handed to the
+// sink; false if none.
+func (f *Feed) Compiled(name string) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gen, ok := f.compiled[name]
+	return gen, ok
+}
+
+// OnCompiled sets who is told the policies of each batch (before Run).
+func (f *Feed) OnCompiled(tell func(names []string)) { f.onCompiled = tell }
 
 // NewFeed builds the feed on its own ClusterNetworkPolicy informer and on core's Pod,
 // Namespace and Node informers (a factory the caller starts).
@@ -94,6 +112,18 @@ func (f *Feed) sync() {
 	rules := Compile(cnps, c)
 	byNode := rules.NodeRules(nodeOf)
 	f.sink.SetClusterRules(byNode)
+	compiled := make(map[string]int64, len(cnps))
+	names := make([]string, 0, len(cnps))
+	for _, p := range cnps {
+		compiled[p.Name] = p.Generation
+		names = append(names, p.Name)
+	}
+	f.mu.Lock()
+	f.compiled = compiled
+	f.mu.Unlock()
+	if f.onCompiled != nil {
+		f.onCompiled(names)
+	}
 	log.WithField("policies", len(cnps)).WithField("rules", len(rules)).WithField("nodes", len(byNode)).
 		WithField("took", time.Since(start)).Debug("cluster network policy rules compiled")
 }
