@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +35,7 @@ import (
 // cnp-y/client -> open: Baseline denies where no NetworkPolicy selects; cnp-z/client ->
 // open: allowed. Every denial is shown by the packet counter of the rule's conj_id flow,
 // which must grow with the probe (silence is no proof).
-func testEnforcement(t *testing.T, s *framework.Sandbox, client versioned.Interface) {
+func testEnforcement(t *testing.T, env framework.Env, s *framework.Sandbox, client versioned.Interface) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, ns := range []string{"cnp-x", "cnp-y", "cnp-z", "cnp-w"} {
@@ -144,6 +146,19 @@ func testEnforcement(t *testing.T, s *framework.Sandbox, client versioned.Interf
 		deniedBy(clientY, "open", pipeline.BaselineIngressPolicy, 0))
 	if err := connects(clientZ, "open"); err != nil {
 		t.Errorf("Baseline's peers are cnp-y only: %v", err)
+	}
+
+	// kovsctl trace names the table and the rule that decided.
+	for _, tc := range []struct{ src, dst, want string }{
+		{"cnp-y/client", "cnp-x/server", `DROPPED on node1 in table 65 AdminIngressPolicy by ClusterNetworkPolicy e2e-admin (Admin 5) ingress rule 1 "deny-all" (Deny)`},
+		{"cnp-z/client", "cnp-x/server", `ClusterNetworkPolicy e2e-admin (Admin 5) ingress rule 0 "pass-z" (Pass) on node1`},
+		{"cnp-y/client", "cnp-w/open", `DROPPED on node1 in table 75 BaselineIngressPolicy by ClusterNetworkPolicy e2e-baseline (Baseline 5) ingress rule 0 "deny-y" (Deny)`},
+	} {
+		out, err := exec.Command(filepath.Join(env.BinDir, "kovsctl"), "--kubeconfig", s.Layout.Kubeconfig(),
+			"--ovs-dir", strings.ReplaceAll(s.Layout.OVSDir("NODE"), "NODE", "{node}"), "trace", tc.src, tc.dst, "--port", "80").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("kovsctl trace %s %s (%v) does not say %q:\n%s", tc.src, tc.dst, err, tc.want, out)
+		}
 	}
 }
 

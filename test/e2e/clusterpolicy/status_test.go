@@ -102,7 +102,7 @@ func TestStatusConditions(t *testing.T) {
 			t.Errorf("kovsctl policies does not say %q:\n%s", want, out)
 		}
 	}
-	t.Run("Enforcement", func(t *testing.T) { testEnforcement(t, s, client) })
+	t.Run("Enforcement", func(t *testing.T) { testEnforcement(t, env, s, client) })
 }
 
 // programmed waits until the policy's Programmed condition is True with a message that
