@@ -3,7 +3,9 @@ package clusterpolicy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 	"sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
 	listers "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
@@ -73,8 +76,12 @@ func NewFeed(client versioned.Interface, core informers.SharedInformerFactory, s
 	f.policies, f.pods, f.namespaces, f.nodes = cnps.Lister(), core.Core().V1().Pods().Lister(),
 		core.Core().V1().Namespaces().Lister(), core.Core().V1().Nodes().Lister()
 	kick := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { f.batches.Run() },
-		UpdateFunc: func(any, any) { f.batches.Run() },
+		AddFunc: func(any) { f.batches.Run() },
+		UpdateFunc: func(old, nu any) {
+			if relevantUpdate(old, nu) {
+				f.batches.Run()
+			}
+		},
 		DeleteFunc: func(any) { f.batches.Run() },
 	}
 	for _, inf := range []cache.SharedIndexInformer{cnps.Informer(), core.Core().V1().Pods().Informer(),
@@ -148,6 +155,38 @@ func (f *Feed) cluster() (*Cluster, func(policy.PodKey) string) {
 		c.Nodes = append(c.Nodes, NodeOf(n))
 	}
 	return c, func(k policy.PodKey) string { return where[k] }
+}
+
+// relevantUpdate reports whether an update changes what Compile reads: a policy's spec,
+// a pod's identity, labels, node, addresses, named ports or selectability, a namespace's
+// labels, a node's labels or addresses. Status churn (conditions, heartbeats) does not
+// start a batch.
+func relevantUpdate(old, nu any) bool {
+	switch o := old.(type) {
+	case *corev1.Pod:
+		n, ok := nu.(*corev1.Pod)
+		if !ok {
+			return true
+		}
+		op, oOK := PodOf(o)
+		np, nOK := PodOf(n)
+		return oOK != nOK || op.PodKey != np.PodKey || op.Node != np.Node || !maps.Equal(op.Labels, np.Labels) ||
+			!slices.Equal(op.IPs, np.IPs) || !slices.Equal(op.Ports, np.Ports)
+	case *corev1.Namespace:
+		n, ok := nu.(*corev1.Namespace)
+		return !ok || !maps.Equal(o.Labels, n.Labels)
+	case *corev1.Node:
+		n, ok := nu.(*corev1.Node)
+		if !ok {
+			return true
+		}
+		on, nn := NodeOf(o), NodeOf(n)
+		return !maps.Equal(on.Labels, nn.Labels) || !slices.Equal(on.IPs, nn.IPs)
+	case *v1beta1.ClusterNetworkPolicy:
+		n, ok := nu.(*v1beta1.ClusterNetworkPolicy)
+		return !ok || o.Generation != n.Generation || o.UID != n.UID
+	}
+	return true
 }
 
 // PodOf is the pod as ClusterNetworkPolicy selects it; false for a pod it never selects
