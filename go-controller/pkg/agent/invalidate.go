@@ -12,11 +12,12 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
-// touchesPolicy reports whether any of the flows is in a table of the policy stage.
+// touchesPolicy reports whether any of the flows is in a table of the policy stages
+// (NetworkPolicy's and ClusterNetworkPolicy's).
 func touchesPolicy(keys []ovs.FlowKey) bool {
 	stages := pipeline.Stages()
 	for _, k := range keys {
-		if st, ok := stages.StageOfTable(k.Table); ok && st.Category == pipeline.CategoryPolicy {
+		if st, ok := stages.StageOfTable(k.Table); ok && (st.Category == pipeline.CategoryPolicy || st.Category == pipeline.CategoryClusterPolicy) {
 			return true
 		}
 	}

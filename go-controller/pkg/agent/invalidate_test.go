@@ -18,6 +18,9 @@ func TestTouchesPolicyFindsPolicyTablesOnly(t *testing.T) {
 	}{
 		{[]string{"table=70,priority=100,reg1=0x5"}, true},
 		{[]string{"cookie=0x1, table=50, priority=50,in_port=3 actions=drop"}, true},
+		// ClusterNetworkPolicy's tables (the cluster policy stage) are policy too.
+		{[]string{"table=65,priority=60000,conj_id=7"}, true},
+		{[]string{"table=55,priority=60000,in_port=3"}, true},
 		{[]string{"cookie=0x1, table=60, priority=200,ip,nw_dst=10.0.0.2 actions=goto_table:61"}, false},
 		{[]string{"priority=0 actions=drop"}, false},
 		{nil, false},

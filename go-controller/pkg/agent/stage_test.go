@@ -19,7 +19,7 @@ import (
 // category, and objects of its own. It keeps UDP to port 4242 away from every local pod:
 // ServiceLB sends such packets to its table, which drops them for each pod.
 const (
-	throwawayCategory pipeline.Category = 9
+	throwawayCategory pipeline.Category = 10
 	blockedPort       uint16            = 4242
 )
 
@@ -98,7 +98,7 @@ func TestAThrowawayStageIsTracedRenderedAndSynced(t *testing.T) {
 	// Rendered: the flow file names the stage's table, and its flows carry its cookie.
 	text := stages.FormatByTable(compiled.Flows)
 	if !strings.Contains(text, "# table 42 Throwaway (stage: service load balancing; miss: drop)\n") ||
-		!strings.Contains(text, "cookie=0x1090000000003, table=42, priority=100,udp,reg1=0x3,tp_dst=4242 actions=drop\n") {
+		!strings.Contains(text, "cookie=0x10a0000000003, table=42, priority=100,udp,reg1=0x3,tp_dst=4242 actions=drop\n") {
 		t.Errorf("flow file lacks the stage's table or flows:\n%s", text)
 	}
 

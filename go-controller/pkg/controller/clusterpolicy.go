@@ -5,17 +5,21 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/clusterpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 )
 
-// runClusterPolicies writes the status of every ClusterNetworkPolicy once the API serves
-// the resource (dist/policy-api/standard.yaml), until ctx ends. Without a client it only
-// waits.
-func runClusterPolicies(ctx context.Context, client versioned.Interface, recorder record.EventRecorder, obs observer) error {
+// runClusterPolicies writes the status of every ClusterNetworkPolicy and feeds their
+// rules to the NetworkPolicy compiler (sink), which carries them in the nodes' shares,
+// once the API serves the resource (dist/policy-api/standard.yaml), until ctx ends.
+// Without a client it only waits.
+func runClusterPolicies(ctx context.Context, client versioned.Interface, recorder record.EventRecorder, obs observer,
+	core informers.SharedInformerFactory, sink clusterpolicy.Sink, tracker *realization.Tracker, minInterval time.Duration) error {
 	if client == nil {
 		<-ctx.Done()
 		return nil
@@ -32,11 +36,19 @@ func runClusterPolicies(ctx context.Context, client versioned.Interface, recorde
 		case <-time.After(10 * time.Second):
 		}
 	}
-	status, err := clusterpolicy.NewStatus(client, recorder, obs.reconcile())
+	feed, err := clusterpolicy.NewFeed(client, core, sink, minInterval)
 	if err != nil {
 		return err
 	}
-	return status.Run(ctx)
+	status, err := clusterpolicy.NewStatus(client, recorder, obs.reconcile(), tracker, feed.Compiled)
+	if err != nil {
+		return err
+	}
+	// The Programmed condition follows the agents' reports and each batch of the feed.
+	tracker.OnClusterChange(status.Enqueue)
+	feed.OnCompiled(status.EnqueueSettled)
+	ctx, cancel := context.WithCancel(ctx)
+	return runAll(ctx, cancel, map[string]func(context.Context) error{"status": status.Run, "rules": feed.Run})
 }
 
 // clusterPoliciesServed reports whether the API serves ClusterNetworkPolicy v1beta1.

@@ -204,6 +204,10 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		return err
 	}
 
+	if cfg.PolicyAPI != nil && clusterPoliciesServed(cfg.PolicyAPI) {
+		// No share goes out without the cluster rules (served later: they come as a change).
+		policies.compiler.ExpectClusterRules()
+	}
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced) {
 		return fmt.Errorf("informers did not sync")
@@ -238,7 +242,8 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		},
 		"egress": func(ctx context.Context) error { return runEgress(ctx, cfg, client) },
 		"cluster network policy": func(ctx context.Context) error {
-			return runClusterPolicies(ctx, cfg.PolicyAPI, recorder, obs)
+			return runClusterPolicies(ctx, cfg.PolicyAPI, recorder, obs, factory, policies.compiler, policies.realization.Tracker(),
+				cfg.Policy.MinSyncInterval)
 		},
 	})
 }

@@ -35,9 +35,9 @@ func (a Access) ClusterPolicies(ctx context.Context, w io.Writer) error {
 	for _, p := range list.Items {
 		enforced, written := "unknown (no status from kovs-controller yet)", "-"
 		if c := meta.FindStatusCondition(p.Status.Conditions, clusterpolicy.ConditionProgrammed); c != nil {
-			enforced = "yes"
+			enforced = "yes: " + c.Message
 			if c.Status != metav1.ConditionTrue {
-				enforced = "no: " + c.Reason
+				enforced = "no: " + c.Reason + ": " + c.Message
 			}
 		}
 		if c := meta.FindStatusCondition(p.Status.Conditions, clusterpolicy.ConditionSupported); c != nil {

@@ -17,7 +17,7 @@ func TestClusterPoliciesShowTheConditions(t *testing.T) {
 	withStatus := &v1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a-tenants"},
 		Spec: v1beta1.ClusterNetworkPolicySpec{Tier: v1beta1.AdminTier, Priority: 10},
 		Status: v1beta1.ClusterNetworkPolicyStatus{Conditions: []metav1.Condition{
-			{Type: clusterpolicy.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: clusterpolicy.ReasonNotImplemented},
+			{Type: clusterpolicy.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: clusterpolicy.ReasonPending},
 			{Type: clusterpolicy.ConditionSupported, Status: metav1.ConditionFalse, Reason: clusterpolicy.ReasonPartlyUnsupported, Message: "egress[0]: domainNames"},
 		}}}
 	fresh := &v1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "b-default"},
@@ -32,7 +32,7 @@ func TestClusterPoliciesShowTheConditions(t *testing.T) {
 	}
 	for i, want := range [][]string{
 		{"CLUSTER POLICY", "ENFORCED", "AS WRITTEN"},
-		{"a-tenants", "Admin", "10", "no: NotImplemented", "no: egress[0]: domainNames"},
+		{"a-tenants", "Admin", "10", "no: Pending", "no: egress[0]: domainNames"},
 		{"b-default", "Baseline", "1000", "unknown (no status from kovs-controller yet)"},
 	} {
 		for _, w := range want {

@@ -24,6 +24,8 @@ func (o cookieOwners) describe(c pipeline.Cookie, ports map[int]string) string {
 	switch c.Category() {
 	case pipeline.CategoryPolicy:
 		return o.describePolicy(c, ports)
+	case pipeline.CategoryClusterPolicy:
+		return o.describeCluster(c)
 	case pipeline.CategoryBase:
 		return "pipeline"
 	case pipeline.CategoryGateway:

@@ -84,6 +84,8 @@ func (a Access) Trace(ctx context.Context, req TraceRequest) (*TraceResult, erro
 	res := &TraceResult{Request: req, owners: cookieOwners{nodes: nodes}}
 	if res.owners.rules, err = a.listPolicyRules(ctx, req.Proto, req.Port); err != nil {
 		res.Note = err.Error()
+	} else if err := a.listClusterRules(ctx, res.owners.rules, req.Proto, req.Port); err != nil {
+		res.Note = err.Error()
 	}
 	if res.owners.services, err = a.listServiceNames(ctx); err != nil {
 		res.Note = strings.Join(slices.DeleteFunc([]string{res.Note, err.Error()}, func(s string) bool { return s == "" }), "; ")
@@ -333,7 +335,8 @@ func (r *TraceResult) verdict() string {
 func (r *TraceResult) dropper(step ovs.TraceStep, h Hop) string {
 	owner := r.owners.describe(pipeline.Cookie(step.Cookie), h.ports)
 	switch {
-	case pipeline.Cookie(step.Cookie).Category() == pipeline.CategoryPolicy:
+	case pipeline.Cookie(step.Cookie).Category() == pipeline.CategoryPolicy,
+		pipeline.Cookie(step.Cookie).ClusterKind() == pipeline.ClusterKindRule:
 		return owner
 	case step.Priority == 0:
 		return owner + " table-miss flow (no flow of this table matches the packet)"
@@ -341,13 +344,14 @@ func (r *TraceResult) dropper(step ovs.TraceStep, h Hop) string {
 	return fmt.Sprintf("%s flow %s, priority %d", owner, step.Match, step.Priority)
 }
 
-// policyAllowances names the NetworkPolicy rules that let the packet through, with the
-// node where each did.
+// policyAllowances names the NetworkPolicy and ClusterNetworkPolicy rules that let the
+// packet through (a cluster rule's Accept, or its Pass to NetworkPolicy), with the node
+// where each did.
 func (r *TraceResult) policyAllowances() []string {
 	var out []string
 	for _, h := range r.Hops {
 		for _, s := range h.Parsed.Steps {
-			if c := pipeline.Cookie(s.Cookie); c.PolicyKind() == pipeline.PolicyKindRule {
+			if c := pipeline.Cookie(s.Cookie); c.PolicyKind() == pipeline.PolicyKindRule || c.ClusterKind() == pipeline.ClusterKindRule {
 				out = append(out, r.owners.describe(c, h.ports)+" on "+h.Node)
 			}
 		}

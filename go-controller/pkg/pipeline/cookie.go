@@ -40,6 +40,8 @@ const (
 	// pods make the switch learn, the agent never reads them.
 	CategoryLearned Category = 0x80
 	CategoryEgress  Category = 8 // Egress IPs (object: a selected pod's ofport, 65536 + a held Egress's ID, 0 exclusions)
+	// CategoryClusterPolicy: ClusterNetworkPolicy (kind: ClusterKind; object: rule hash).
+	CategoryClusterPolicy Category = 9
 )
 
 const (

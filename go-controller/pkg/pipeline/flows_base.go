@@ -21,7 +21,7 @@ func (b *Builder) BaseFlows() []Flow {
 	b.missFlows(s)
 	for _, proto := range b.families() {
 		conntrackFlows(s, proto)
-		s.add(L3DecTTL, prioDecTTL, MatchProtocol(proto), DecTTL{}, Goto(IngressPolicy))
+		s.add(L3DecTTL, prioDecTTL, MatchProtocol(proto), DecTTL{}, Goto(AdminIngressPolicy))
 	}
 	if b.node.hasFamily(true) {
 		ndGuardFlows(s)
@@ -31,7 +31,7 @@ func (b *Builder) BaseFlows() []Flow {
 	b.sctpFlows(s)
 	// The host already routed what comes from the gateway port (and decremented its TTL if
 	// it forwarded it); OVS only routes for pods and for traffic from the tunnel.
-	s.add(L3DecTTL, prioDecTTLSkip, MatchAll().Reg(PortClassGateway.Mark()), Goto(IngressPolicy))
+	s.add(L3DecTTL, prioDecTTLSkip, MatchAll().Reg(PortClassGateway.Mark()), Goto(AdminIngressPolicy))
 	s.add(Output, prioOutput, MatchAll(), OutputReg{Field: OutPortField})
 	return s.flows
 }

@@ -52,7 +52,7 @@ func (b *Builder) statelessEndpointActions(p ServicePort, ep netip.AddrPort, hai
 	pin.Table, unNAT.Table = SCTPPin, SCTPUnNAT
 	out := []Action{pin, unNAT}
 	out = append(out, pin.rewrite()...)
-	return append(out, Goto(EgressPolicy))
+	return append(out, Goto(AdminEgressPolicy))
 }
 
 // statelessHairpinFlows are the EndpointDNAT flows of local pods that reach themselves

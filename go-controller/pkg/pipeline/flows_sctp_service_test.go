@@ -35,7 +35,8 @@ func TestStatelessSCTPServiceTranslationAndReply(t *testing.T) {
 			}
 			if i == 0 && !tc.vip.Is6() {
 				wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "SCTPReply", "SCTPUnNAT", "SCTPPin",
-					"ServiceLB", "EndpointDNAT", "EgressPolicy", "L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output")
+					"ServiceLB", "EndpointDNAT", "AdminEgressPolicy", "EgressPolicy", "BaselineEgressPolicy", "L3Forwarding", "L3DecTTL",
+					"AdminIngressPolicy", "IngressPolicy", "BaselineIngressPolicy", "ConntrackCommit", "Output")
 			} else if out.IPDst != backend {
 				t.Errorf("%s: packet %d (ct %s) went to %s, the association's first to %s", tc.vip, i, ct, out.IPDst, backend)
 			}

@@ -97,7 +97,8 @@ func TestSCTPPolicySourceNode(t *testing.T) {
 	r := trace(t, tr, out, CTNew)
 	wantDelivered(t, r, tunnelPort)
 	wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "SCTPReply", "SCTPUnNAT", "SCTPPin", "ServiceLB",
-		"EgressPolicy", "L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output")
+		"AdminEgressPolicy", "EgressPolicy", "L3Forwarding", "L3DecTTL", "AdminIngressPolicy", "IngressPolicy", "BaselineIngressPolicy",
+		"ConntrackCommit", "Output")
 	learned := tr.Flows(LearnedFilter())
 	want := "sctp,nw_src=10.244.3.10,nw_dst=10.244.1.10,tp_src=9999,tp_dst=40000"
 	if len(learned) != 1 || learned[0].Match.String() != want || learned[0].Table != SCTPReply {

@@ -83,7 +83,8 @@ func TestServiceTranslationAndReply(t *testing.T) {
 	}
 	wantAddr(t, "source (the client, not NATed)", out.IPSrc, ip("10.244.1.11"))
 	wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "ServiceLB", "EndpointDNAT",
-		"ServiceHairpin", "EgressPolicy", "L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output")
+		"ServiceHairpin", "AdminEgressPolicy", "EgressPolicy", "BaselineEgressPolicy", "L3Forwarding", "L3DecTTL",
+		"AdminIngressPolicy", "IngressPolicy", "BaselineIngressPolicy", "ConntrackCommit", "Output")
 
 	// The reply is un-NATed by the ct(nat) of ConntrackZone: it comes from the Service.
 	reply := transportPacket(web.OFPort, ip("10.244.1.10"), ip("10.244.1.11"), IPProtoTCP, syn.SrcPort)

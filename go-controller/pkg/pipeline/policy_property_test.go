@@ -12,9 +12,11 @@ import (
 
 // TestPolicyTracerAgreesWithReference compiles random shares for node-1 and traces random
 // first packets through them: ingress from the tunnel to a local pod, egress from a local
-// pod to anywhere. The verdict of the policy stage must be the reference meaning of the
-// share (policy.NodeShare.AllowsIngress / AllowsEgress), except for a pod the share does
-// not list yet, which must be denied both ways. Seed -1 is the golden scenario's own
+// pod to anywhere. The shares hold NetworkPolicy rules and isolation, and
+// ClusterNetworkPolicy rules of both tiers and every action. The verdict of the policy
+// tables must be the reference meaning of the share (policy.NodeShare.Decide: Admin,
+// NetworkPolicy, Baseline), except for a pod the share does not list yet, which must be
+// denied both ways. Seed -1 is the golden scenario's own
 // share. With KOVS_TRACE_CORPUS set, every trace is recorded for the comparison with
 // ovs-vswitchd in pkg/ovs/integration (trace_corpus_test.go).
 func TestPolicyTracerAgreesWithReference(t *testing.T) {
@@ -41,13 +43,13 @@ func TestPolicyTracerAgreesWithReference(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", st)
-	if st.allowed < st.packets/5 || st.denied < st.packets/5 || st.byConjunction < st.packets/20 {
+	if st.allowed < st.packets/5 || st.denied < st.packets/5 || st.byConjunction < st.packets/20 || st.byClusterRule < st.packets/20 {
 		t.Errorf("the random packets do not exercise the flows enough: %+v", st)
 	}
 }
 
 // verdictStats counts what the random packets met.
-type verdictStats struct{ packets, allowed, denied, byConjunction int }
+type verdictStats struct{ packets, allowed, denied, byConjunction, byClusterRule int }
 
 // shareGen draws random shares and packets for node-1 of the dual-stack cluster.
 type shareGen struct {
@@ -101,10 +103,54 @@ func (g *shareGen) share() (policy.NodeShare, []PodPort) {
 			s.Pods = append(s.Pods, k)
 		}
 	}
-	for _, list := range [][]policy.PodKey{s.Isolation.Ingress, s.Isolation.Egress, s.Pods} {
-		slices.SortFunc(list, policy.PodKey.Compare)
+	// As in every share the controller sends: a rule's pods are isolated in its direction
+	// (which decides whether Baseline rules see their traffic).
+	for _, r := range s.Rules {
+		list := &s.Isolation.Ingress
+		if r.Direction == policy.Egress {
+			list = &s.Isolation.Egress
+		}
+		for _, p := range s.AppliedToSets[r.AppliedTo].Pods {
+			*list = append(*list, p.PodKey)
+		}
 	}
+	s.Isolation.Ingress = slices.CompactFunc(slices.SortedFunc(slices.Values(s.Isolation.Ingress), policy.PodKey.Compare), keyEqual)
+	s.Isolation.Egress = slices.CompactFunc(slices.SortedFunc(slices.Values(s.Isolation.Egress), policy.PodKey.Compare), keyEqual)
+	slices.SortFunc(s.Pods, policy.PodKey.Compare)
+	for i := range 1 + g.pick(6) {
+		s.ClusterRules = append(s.ClusterRules, g.clusterRule(i, pods))
+	}
+	slices.SortFunc(s.ClusterRules, policy.CompareClusterRules)
 	return s, pods
+}
+
+func keyEqual(a, b policy.PodKey) bool { return a == b }
+
+// clusterRule is a random ClusterNetworkPolicy rule over the pods (its index i makes its
+// ID unique).
+func (g *shareGen) clusterRule(i int, pods []PodPort) policy.ClusterRule {
+	dir := []policy.Direction{policy.Ingress, policy.Egress}[g.pick(2)]
+	name := fmt.Sprint("cnp", g.pick(3))
+	r := policy.ClusterRule{ID: fmt.Sprintf("%s/%s/%d", name, dir, i), Policy: name, Index: i,
+		Tier: []policy.Tier{policy.TierAdmin, policy.TierBaseline}[g.pick(2)], Priority: int32(g.pick(3)), Direction: dir,
+		Action: []policy.ClusterAction{policy.ClusterAccept, policy.ClusterDeny, policy.ClusterPass}[g.pick(3)]}
+	for _, p := range pods {
+		if g.pick(2) == 0 {
+			r.Subjects = append(r.Subjects, key(p.Namespace, p.Name))
+		}
+	}
+	slices.SortFunc(r.Subjects, policy.PodKey.Compare)
+	if g.pick(4) == 0 {
+		r.AnyPeer = true
+	} else {
+		r.Peers = g.addressSet("").Addresses
+	}
+	if g.pick(2) == 0 {
+		for range 1 + g.pick(2) {
+			r.Ports = append(r.Ports, g.port())
+		}
+	}
+	return r
 }
 
 func (g *shareGen) addressSet(id string) policy.AddressSet {
@@ -171,26 +217,32 @@ func (g *shareGen) checkPacket(t *testing.T, what string, tr *Tracer, share poli
 	k := key(pod.Namespace, pod.Name)
 	pending := !share.HasPod(k)
 	var pkt Packet
-	var want bool
-	stage := IngressPolicy
+	var want policy.ClusterDecision
+	tables := []Table{AdminIngressPolicy, IngressPolicy, BaselineIngressPolicy}
 	if g.pick(2) == 0 {
 		pkt = arriving(remote, pod, podIP(t, pod, v6), proto, port)
-		want = !pending && share.AllowsIngress(k, remote, names[proto], int32(port))
+		want = share.Decide(policy.Ingress, k, remote, names[proto], int32(port))
 	} else {
 		// Only the source pod's egress policy counts: the packet may be for a local pod,
 		// whose ingress policy comes next.
-		stage = EgressPolicy
+		tables = []Table{AdminEgressPolicy, EgressPolicy, BaselineEgressPolicy}
 		pkt = fromLocal(t, pod, remote, proto, port)
-		want = !pending && share.AllowsEgress(k, remote, names[proto], int32(port))
+		want = share.Decide(policy.Egress, k, remote, names[proto], int32(port))
+	}
+	if pending {
+		want = policy.ClusterDecision{Tier: "pending"}
 	}
 	r := trace(t, tr, pkt, CTNew)
 	g.corpus.record(t, what, tr, pkt, CTNew, r)
-	got := !r.Dropped() || r.Steps[len(r.Steps)-1].Table != stage
-	g.count(r, got)
-	if got != want {
-		t.Fatalf("%s: %s/%s proto %d port %d (pending %v): allowed = %v, reference says %v\nshare %+v\n%s",
-			what, pod.Namespace, pod.Name, proto, port, pending, got, want, share, r)
+	got := !r.Dropped() || !slices.Contains(tables, r.Steps[len(r.Steps)-1].Table)
+	if got != want.Allowed {
+		t.Fatalf("%s: %s/%s proto %d port %d with %s (pending %v): allowed = %v, reference says %+v\nshare %+v\n%s",
+			what, pod.Namespace, pod.Name, proto, port, remote, pending, got, want, share, r)
 	}
+	if want.Tier == "Admin" || want.Tier == "Baseline" {
+		g.stats.byClusterRule++
+	}
+	g.count(r, got)
 }
 
 func (g *shareGen) count(r Result, allowed bool) {

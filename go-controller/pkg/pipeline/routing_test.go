@@ -40,8 +40,9 @@ func TestPodToLocalPod(t *testing.T) {
 			if len(r.Commits) != 1 || r.Commits[0] != CTZone {
 				t.Errorf("commits = %v, want the new connection committed to zone %d", r.Commits, CTZone)
 			}
-			tables := []string{"Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "ServiceLB", "EgressPolicy",
-				"L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output"}
+			tables := []string{"Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState", "ServiceLB", "AdminEgressPolicy",
+				"EgressPolicy", "BaselineEgressPolicy", "L3Forwarding", "L3DecTTL", "AdminIngressPolicy", "IngressPolicy",
+				"BaselineIngressPolicy", "ConntrackCommit", "Output"}
 			if ipv6 {
 				tables = append(tables[:2], append([]string{"NDResponder", "NDReply"}, tables[2:]...)...)
 			}
@@ -195,7 +196,7 @@ func TestConntrackStates(t *testing.T) {
 		r := trace(t, c.tracers[1], p, state)
 		wantDelivered(t, r, client.OFPort)
 		wantTables(t, r, "Classifier", "SpoofGuard", "ConntrackZone", "ConntrackState",
-			"L3Forwarding", "L3DecTTL", "IngressPolicy", "ConntrackCommit", "Output")
+			"L3Forwarding", "L3DecTTL", "AdminIngressPolicy", "IngressPolicy", "ConntrackCommit", "Output")
 		if len(r.Commits) != 0 {
 			t.Errorf("%s: committed again: %v", state, r.Commits)
 		}

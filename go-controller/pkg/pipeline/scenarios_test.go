@@ -128,7 +128,7 @@ func threeNodesDualStack(n int) scenario {
 }
 
 func goldenScenarios() []scenario {
-	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario(), egressScenario()}
+	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario(), egressScenario(), clusterScenario()}
 }
 
 func (sc scenario) flows(t *testing.T) []Flow {

@@ -82,6 +82,7 @@ func Stages() Registry {
 		tunnelPeerStage(),
 		serviceStage(),
 		policyStage(),
+		clusterPolicyStage(),
 		egressStage(),
 	}}
 }

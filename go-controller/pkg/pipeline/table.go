@@ -81,8 +81,9 @@ func (s Phase) String() string {
 }
 
 // The tables of br-int, declared once (never written after initialisation). IDs leave gaps
-// so later stages slot in by name: 40-49 Service load balancing, 51-59 more egress policy
-// tables, 71-79 more ingress policy tables.
+// so later stages slot in by name: 40-47 Service load balancing, 48-59 egress policy tables
+// (48 and 55: ClusterNetworkPolicy, flows_cluster.go), 65-79 ingress policy tables (65 and
+// 75: ClusterNetworkPolicy).
 var (
 	Classifier      = Table{ID: 0, Name: "Classifier", Phase: PhaseClassification, Miss: MissDrop}
 	SpoofGuard      = Table{ID: 10, Name: "SpoofGuard", Phase: PhaseSpoofGuard, Miss: MissDrop}
@@ -92,10 +93,10 @@ var (
 	ConntrackZone   = Table{ID: 30, Name: "ConntrackZone", Phase: PhaseConntrack, Miss: MissDrop}
 	ConntrackState  = Table{ID: 31, Name: "ConntrackState", Phase: PhaseConntrack, Miss: MissJump, MissTo: 40}
 	SCTPReply       = Table{ID: 32, Name: "SCTPReply", Phase: PhaseConntrack, Miss: MissDrop} // resubmit only
-	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 50}
+	ServiceLB       = Table{ID: 40, Name: "ServiceLB", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 48}
 	ServiceAffinity = Table{ID: 41, Name: "ServiceAffinity", Phase: PhaseServiceLB, Miss: MissDrop}
 	EndpointDNAT    = Table{ID: 43, Name: "EndpointDNAT", Phase: PhaseServiceLB, Miss: MissDrop}
-	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 50}
+	ServiceHairpin  = Table{ID: 44, Name: "ServiceHairpin", Phase: PhaseServiceLB, Miss: MissJump, MissTo: 48}
 	HairpinUnSNAT   = Table{ID: 45, Name: "HairpinUnSNAT", Phase: PhaseServiceLB, Miss: MissDrop}
 	SCTPUnNAT       = Table{ID: 46, Name: "SCTPUnNAT", Phase: PhaseServiceLB, Miss: MissDrop} // resubmit only
 	SCTPPin         = Table{ID: 47, Name: "SCTPPin", Phase: PhaseServiceLB, Miss: MissDrop}   // resubmit only

@@ -48,6 +48,10 @@ type Delta struct {
 	AddedPods   []PodKey `json:"addedPods,omitempty"`
 	RemovedPods []PodKey `json:"removedPods,omitempty"`
 
+	// ClusterRules, when set, are the node's new cluster rules, replacing the old ones
+	// whole (an empty list: none left).
+	ClusterRules *[]ClusterRule `json:"clusterRules,omitempty"`
+
 	// Release ends the meet a snapshot with MeetPrevious began: from this delta on, the
 	// receiver enforces its share alone.
 	Release bool `json:"release,omitempty"`
@@ -115,6 +119,9 @@ func (d Delta) apply(share *NodeShare) {
 	if d.Isolation != nil {
 		share.Isolation = *d.Isolation
 	}
+	if d.ClusterRules != nil {
+		share.ClusterRules = *d.ClusterRules
+	}
 	if len(d.AddedPods)+len(d.RemovedPods) > 0 {
 		share.Pods = patchPods(share.Pods, d.AddedPods, d.RemovedPods)
 	}
@@ -148,6 +155,11 @@ func (d Delta) check(share *NodeShare) error {
 	if err := checkKind("rule", share.Rules, d.RemovedRules, ids(d.AddedRules, func(r Rule) string { return r.ID }),
 		ids(d.UpdatedRules, func(r Rule) string { return r.ID })); err != nil {
 		return err
+	}
+	if d.ClusterRules != nil {
+		if err := validateClusterRules(*d.ClusterRules); err != nil {
+			return err
+		}
 	}
 	return d.checkPods(share)
 }

@@ -19,11 +19,14 @@ import (
 //   - a rule present in both, with the same applied-to set, keeps the ports and peers
 //     both admit (a rule that would admit nothing is left out);
 //   - a rule present only in new is kept when none of the pods it applies to in the meet
-//     was isolated in its direction in old (old let their traffic through whole, so the
-//     rule's own limits are the meet: a new policy on unisolated pods is exact at once);
-//     and a rule present only in old when none of them is isolated in new (a policy being
-//     deleted keeps allowing what it allowed until the others have its restrictions);
+//     was isolated in its direction in old, nor the subject of a Baseline rule there (old
+//     let their traffic through whole, so the rule's own limits are the meet: a new
+//     policy on unisolated pods is exact at once); and a rule present only in old when
+//     the same holds of new (a policy being deleted keeps allowing what it allowed until
+//     the others have its restrictions);
 //   - any other rule is left out: safe, and the relaxed rule comes with the new share.
+//
+//   - the cluster rules are the tiered meet of both lists (MeetClusterRules).
 //
 // Sets present in one share only are kept as they are: they admit nothing by
 // themselves, and the rules kept from that share name them.
@@ -68,7 +71,7 @@ func (g *Gone) Merge(o Gone) {
 // what both allow (see above).
 func Meet(old, nu NodeShare) NodeShare {
 	c := NewChanges()
-	c.Isolation, c.Pods = true, true
+	c.Isolation, c.Pods, c.ClusterRules = true, true, true
 	for id := range old.AddressSets {
 		c.Entries[EntryKey{AddressSetEntry, id}] = struct{}{}
 	}
@@ -93,7 +96,7 @@ func Meet(old, nu NodeShare) NodeShare {
 	for k, e := range m.Entries {
 		out.SetEntry(k, e)
 	}
-	out.Isolation, out.Pods = m.Isolation, m.Pods
+	out.Isolation, out.Pods, out.ClusterRules = m.Isolation, m.Pods, m.ClusterRules
 	return out
 }
 
@@ -118,13 +121,17 @@ type Changes struct {
 	Entries   map[EntryKey]struct{}
 	Isolation bool
 	Pods      bool
+	// ClusterRules: the cluster rules may differ.
+	ClusterRules bool
 }
 
 // NewChanges returns an empty list.
 func NewChanges() Changes { return Changes{Entries: map[EntryKey]struct{}{}} }
 
 // Empty reports whether nothing is listed.
-func (c Changes) Empty() bool { return len(c.Entries) == 0 && !c.Isolation && !c.Pods }
+func (c Changes) Empty() bool {
+	return len(c.Entries) == 0 && !c.Isolation && !c.Pods && !c.ClusterRules
+}
 
 // Add lists what o lists too.
 func (c *Changes) Add(o Changes) {
@@ -133,6 +140,7 @@ func (c *Changes) Add(o Changes) {
 	}
 	c.Isolation = c.Isolation || o.Isolation
 	c.Pods = c.Pods || o.Pods
+	c.ClusterRules = c.ClusterRules || o.ClusterRules
 }
 
 // DeltaChanges lists what a delta changes.
@@ -167,6 +175,7 @@ func DeltaChanges(d Delta) Changes {
 	}
 	c.Isolation = d.Isolation != nil
 	c.Pods = len(d.AddedPods)+len(d.RemovedPods) > 0
+	c.ClusterRules = d.ClusterRules != nil
 	return c
 }
 
@@ -231,16 +240,21 @@ func (e Entry) Equal(o Entry, k EntryKind) bool {
 
 // MeetResult is the meet of two shares over what differs between them.
 type MeetResult struct {
-	Entries   map[EntryKey]Entry
-	Isolation Isolation
-	Pods      []PodKey
+	Entries      map[EntryKey]Entry
+	Isolation    Isolation
+	Pods         []PodKey
+	ClusterRules []ClusterRule
 }
 
 // MeetOver returns the entries, isolation and pods of the meet of old and new over what c
 // lists (everything else must be the same in both); what old has of the pods and
 // addresses of gone, it keeps.
 func MeetOver(old, nu *NodeShare, c Changes, gone Gone) MeetResult {
-	m := MeetResult{Entries: make(map[EntryKey]Entry, len(c.Entries)), Isolation: old.Isolation, Pods: old.Pods}
+	m := MeetResult{Entries: make(map[EntryKey]Entry, len(c.Entries)), Isolation: old.Isolation, Pods: old.Pods,
+		ClusterRules: old.ClusterRules}
+	if c.ClusterRules {
+		m.ClusterRules = MeetClusterRules(old.ClusterRules, nu.ClusterRules)
+	}
 	if c.Pods {
 		m.Pods = intersectKeys(old.Pods, nu.Pods)
 		for _, k := range old.Pods {
@@ -271,11 +285,13 @@ func MeetOver(old, nu *NodeShare, c Changes, gone Gone) MeetResult {
 		}
 		return old.AppliedToSets[id]
 	}
-	// unisolated reports whether no pod the rule applies to in the meet is isolated in
-	// the rule's direction in share s.
+	// unisolated reports whether share s let the traffic of every pod the rule applies
+	// to in the meet through whole in the rule's direction, as far as NetworkPolicy and
+	// Baseline go: no such pod is isolated there, nor a subject of a Baseline rule there
+	// (whose traffic s sent to that rule instead).
 	unisolated := func(r Rule, s *NodeShare) bool {
 		for _, p := range appliedTo(r.AppliedTo).Pods {
-			if s.Isolation.Isolated(r.Direction, p.Namespace, p.Name) {
+			if s.Isolation.Isolated(r.Direction, p.Namespace, p.Name) || s.hasBaseline(r.Direction, p.PodKey) {
 				return false
 			}
 		}

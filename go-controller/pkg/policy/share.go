@@ -8,7 +8,8 @@ import (
 
 // Validate checks that the share is self-contained: every rule's applied-to and peer
 // sets are present, every set is sorted and without duplicates, the isolation lists are
-// sorted and the pods sorted and unique.
+// sorted, the pods sorted and unique,
+// and the cluster rules in precedence order.
 func (s NodeShare) Validate() error {
 	for id, r := range s.Rules {
 		if r.ID != id {
@@ -45,7 +46,7 @@ func (s NodeShare) Validate() error {
 	if !isSortedUnique(s.Pods) {
 		return fmt.Errorf("pods not sorted and unique")
 	}
-	return nil
+	return validateClusterRules(s.ClusterRules)
 }
 
 func hasAdjacentDuplicates(p []netip.Prefix) bool {

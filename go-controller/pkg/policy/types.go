@@ -203,6 +203,10 @@ type NodeShare struct {
 	// share that lists a pod (with its UID) holds everything NetworkPolicy says about it,
 	// so an agent keeps a new pod closed until its share lists the pod.
 	Pods []PodKey `json:"pods,omitempty"`
+	// ClusterRules are the ClusterNetworkPolicy rules whose subjects include pods of the
+	// node, restricted to them, in precedence order (see ClusterRule and Decide).
+	// Receivers that do not know the field enforce NetworkPolicy alone.
+	ClusterRules []ClusterRule `json:"clusterRules,omitempty"`
 	// MeetPrevious, on a snapshot, says that the sender does not know what the receiver
 	// enforces (a controller that just started leading): the receiver enforces the meet
 	// of what it enforced before and this share (see Meet), and of every later version of
@@ -239,5 +243,6 @@ func (s NodeShare) Clone() NodeShare {
 	s.AppliedToSets = maps.Clone(s.AppliedToSets)
 	s.Rules = maps.Clone(s.Rules)
 	s.Pods = slices.Clone(s.Pods)
+	s.ClusterRules = slices.Clone(s.ClusterRules)
 	return s
 }

@@ -67,10 +67,12 @@ func TestStatusConditions(t *testing.T) {
 		}
 		return sup, prog
 	}
-	sup, prog := supported("exact")
-	if sup.Status != metav1.ConditionTrue || prog.Status != metav1.ConditionFalse || prog.Reason != clusterpolicy.ReasonNotImplemented {
-		t.Errorf("exact: supported %+v, programmed %+v", sup, prog)
+	sup, _ := supported("exact")
+	if sup.Status != metav1.ConditionTrue {
+		t.Errorf("exact: supported %+v", sup)
 	}
+	// exact selects no pod: once compiled, it is programmed, with nothing to enforce.
+	programmed(t, ctx, client, "exact", "selects no pod")
 	sup, _ = supported("unreadable")
 	if sup.Status != metav1.ConditionFalse || sup.Reason != clusterpolicy.ReasonPartlyUnsupported || !strings.Contains(sup.Message, "not a valid label selector") {
 		t.Errorf("unreadable: supported %+v", sup)
@@ -95,9 +97,29 @@ func TestStatusConditions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kovsctl policies: %v\n%s", err, out)
 	}
-	for _, want := range []string{"exact", "unreadable", "no: " + clusterpolicy.ReasonNotImplemented, "no: ingress[0]"} {
+	for _, want := range []string{"exact", "unreadable", "yes: selects no pod", "no: ingress[0]"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("kovsctl policies does not say %q:\n%s", want, out)
 		}
+	}
+	t.Run("Enforcement", func(t *testing.T) { testEnforcement(t, env, s, client) })
+}
+
+// programmed waits until the policy's Programmed condition is True with a message that
+// contains want.
+func programmed(t *testing.T, ctx context.Context, client versioned.Interface, name, want string) {
+	t.Helper()
+	var prog *metav1.Condition
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := client.PolicyV1beta1().ClusterNetworkPolicies().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		prog = meta.FindStatusCondition(p.Status.Conditions, clusterpolicy.ConditionProgrammed)
+		return prog != nil && prog.Status == metav1.ConditionTrue && prog.ObservedGeneration == p.Generation &&
+			strings.Contains(prog.Message, want), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not %s True (%q): last %+v: %v", name, clusterpolicy.ConditionProgrammed, want, prog, err)
 	}
 }

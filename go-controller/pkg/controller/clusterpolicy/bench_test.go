@@ -90,3 +90,45 @@ func benchWorkload(pods, namespaces, policies int) (*Cluster, []*v1beta1.Cluster
 	}
 	return c, out
 }
+
+// BenchmarkClusterPolicyFeedBatch is one batch of the Feed on the same workload: every
+// policy compiled and split into the 100 nodes' rules (Rules.NodeRules). It reports the
+// most rules a node gets and the flows the cluster policy stage would compile for that
+// node on an IPv4 node (per rule: its local subjects + peers + ports + 1, the linear
+// formula TestClusterPolicyFlowCountIsLinear holds the stage to; a rule with neither
+// peers nor ports: its subjects), and the heap the nodes' rules hold.
+func BenchmarkClusterPolicyFeedBatch(b *testing.B) {
+	c, policies := benchWorkload(1000, 50, 100)
+	nodeOf := map[policy.PodKey]string{}
+	for _, p := range c.Pods {
+		nodeOf[p.PodKey] = p.Node
+	}
+	var byNode map[string][]policy.ClusterRule
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for b.Loop() {
+		byNode = Compile(policies, c).NodeRules(func(k policy.PodKey) string { return nodeOf[k] })
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	maxRules, maxFlows := 0, 0
+	for _, rules := range byNode {
+		flows := 0
+		for _, r := range rules {
+			switch {
+			case len(r.Peers) == 0 && len(r.Ports) == 0 && r.AnyPeer:
+				flows += len(r.Subjects)
+			default:
+				flows += len(r.Subjects) + len(r.Peers) + len(r.Ports) + 1
+			}
+		}
+		maxRules, maxFlows = max(maxRules, len(rules)), max(maxFlows, flows)
+	}
+	b.ReportMetric(float64(maxRules), "rules-node-max")
+	b.ReportMetric(float64(maxFlows), "flows-node-max")
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(1<<20), "MiB-node-rules-live")
+	runtime.KeepAlive(byNode)
+}

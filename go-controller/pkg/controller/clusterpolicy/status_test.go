@@ -3,6 +3,7 @@ package clusterpolicy
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +26,8 @@ func TestStatusConditionsAndEvent(t *testing.T) {
 		To: []v1beta1.ClusterNetworkPolicyEgressPeer{{DomainNames: []v1beta1.DomainName{"kubernetes.io"}}}}}
 	client := fake.NewSimpleClientset(exact, dns)
 	recorder := record.NewFakeRecorder(10)
-	s, err := NewStatus(client, recorder, nil)
+	nodes := &fakeRealizations{realized: 1, concerned: 2}
+	s, err := NewStatus(client, recorder, nil, nodes, func(name string) (int64, bool) { return map[string]int64{"exact": 0, "dns": 3}[name], true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +54,23 @@ func TestStatusConditionsAndEvent(t *testing.T) {
 	if sup := meta.FindStatusCondition(c, ConditionSupported); sup.Status != metav1.ConditionTrue || sup.Reason != ReasonAsWritten {
 		t.Errorf("exact: %+v", sup)
 	}
-	if prog := meta.FindStatusCondition(c, ConditionProgrammed); prog == nil || prog.Status != metav1.ConditionFalse || prog.Reason != ReasonNotImplemented {
-		t.Errorf("exact: programmed %+v, want False/%s", prog, ReasonNotImplemented)
+	if prog := meta.FindStatusCondition(c, ConditionProgrammed); prog == nil || prog.Status != metav1.ConditionFalse ||
+		prog.Reason != ReasonPending || prog.Message != "enforced on 1/2 nodes" {
+		t.Errorf("exact: programmed %+v, want False/%s on 1/2 nodes", prog, ReasonPending)
+	}
+	// The second node reports: Programmed.
+	nodes.set(2, 2)
+	s.Enqueue([]string{"exact"})
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.PolicyV1beta1().ClusterNetworkPolicies().Get(ctx, "exact", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		prog := meta.FindStatusCondition(p.Status.Conditions, ConditionProgrammed)
+		return prog != nil && prog.Status == metav1.ConditionTrue && prog.Reason == ReasonRealized && prog.Message == "enforced on 2/2 nodes", nil
+	})
+	if err != nil {
+		t.Errorf("exact: not Programmed once enforced on 2/2 nodes: %v", err)
 	}
 	c = conditions("dns")
 	sup := meta.FindStatusCondition(c, ConditionSupported)
@@ -76,4 +93,21 @@ func TestStatusConditionsAndEvent(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Error(err)
 	}
+}
+
+type fakeRealizations struct {
+	mu                  sync.Mutex
+	realized, concerned int
+}
+
+func (f *fakeRealizations) set(realized, concerned int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.realized, f.concerned = realized, concerned
+}
+
+func (f *fakeRealizations) ClusterRealization(string) (int, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.realized, f.concerned
 }

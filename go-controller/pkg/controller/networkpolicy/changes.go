@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
 // changes records, per object, the latest state the informers delivered since the
@@ -23,6 +25,11 @@ type changes struct {
 	// since is when the first change not yet taken was recorded (zero: none).
 	since time.Time
 	now   func() time.Time
+	// cluster is the latest SetClusterRules not yet taken (clusterSet: there is one);
+	// clusterExpected, when set, is closed by the first one.
+	cluster         map[string][]policy.ClusterRule
+	clusterSet      bool
+	clusterExpected chan struct{}
 	// signal asks the worker for a batch (the compiler's runner coalesces the asks).
 	signal func()
 }

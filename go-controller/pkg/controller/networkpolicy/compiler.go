@@ -110,6 +110,11 @@ func (c *Compiler) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("policy compiler: caches did not sync")
 	}
+	select {
+	case <-c.changes.clusterRulesArrived():
+	case <-ctx.Done():
+		return nil
+	}
 	start := time.Now()
 	c.sync()
 	close(c.ready)
@@ -131,6 +136,9 @@ func (c *Compiler) sync() {
 	}
 	for key, np := range policies {
 		c.model.setPolicy(key, np)
+	}
+	if byNode, ok := c.changes.takeCluster(); ok {
+		c.model.setClusterRules(byNode)
 	}
 	notify := c.model.commit()
 	generation := c.model.generation

@@ -102,6 +102,7 @@ type pending struct {
 	// pods are the node's evaluated pods that joined (opAdd) or left (opRemove).
 	pods      map[policy.PodKey]op
 	isolation bool
+	cluster   bool
 }
 
 type pendingRule struct {
@@ -120,7 +121,7 @@ func newPending() pending {
 }
 
 func (p *pending) empty() bool {
-	return len(p.rules) == 0 && len(p.appliedTo) == 0 && len(p.addrs) == 0 && len(p.pods) == 0 && !p.isolation
+	return len(p.rules) == 0 && len(p.appliedTo) == 0 && len(p.addrs) == 0 && len(p.pods) == 0 && !p.isolation && !p.cluster
 }
 
 // pod folds a pod joining or leaving the node into the pending change.

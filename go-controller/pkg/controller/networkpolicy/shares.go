@@ -42,7 +42,7 @@ func (m *model) unsubscribe(s *subscriber) {
 
 // forgetNode drops a node that has nothing and nobody watching.
 func (m *model) forgetNode(n *node) {
-	if len(n.pods) == 0 && len(n.subs) == 0 && len(n.groups) == 0 {
+	if len(n.pods) == 0 && len(n.subs) == 0 && len(n.groups) == 0 && len(n.cluster) == 0 {
 		delete(m.nodes, n.name)
 	}
 }
@@ -109,6 +109,7 @@ func (m *model) snapshot(n *node) policy.NodeShare {
 	}
 	share.Isolation = isolationOf(n)
 	share.Pods = podsOf(n)
+	share.ClusterRules = n.cluster
 	return share
 }
 
@@ -220,6 +221,9 @@ func (m *model) delta(s *subscriber) (policy.Delta, bool) {
 	if p.isolation {
 		iso := isolationOf(s.node)
 		d.Isolation = &iso
+	}
+	if p.cluster {
+		d.ClusterRules = clusterRulesOf(s.node)
 	}
 	s.lastGen = s.node.generation
 	return d, true

@@ -136,6 +136,8 @@ type node struct {
 	// folded the batches in between, which is what the realization tracker relies on when
 	// it asks an agent for the generation at which it saw a change.
 	generation uint64
+	// cluster are the node's ClusterNetworkPolicy rules (SetClusterRules).
+	cluster []policy.ClusterRule
 }
 
 // Per-direction arrays are indexed by these.

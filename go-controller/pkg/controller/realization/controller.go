@@ -103,6 +103,10 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 // Reports is where the policy stream server hands the agents' realized generations.
 func (c *Controller) Reports() stream.Reports { return c.tracker }
 
+// Tracker is what follows the nodes' shares and reports (ClusterNetworkPolicies ask it
+// too: cluster.go).
+func (c *Controller) Tracker() *Tracker { return c.tracker }
+
 // Run follows every node's share from src and keeps the statuses until ctx ends.
 func (c *Controller) Run(ctx context.Context, src stream.Source, nodes cache.SharedIndexInformer) error {
 	errc := make(chan error, 1)

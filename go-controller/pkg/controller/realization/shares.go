@@ -27,6 +27,8 @@ type nodeRecord struct {
 	// waiting are the policies not realized on the node, with the generation they need
 	// (maxGeneration: not even compiled for the node yet).
 	waiting map[types.NamespacedName]uint64
+	// clusterGen is the generation at which the share's cluster rules last changed.
+	clusterGen uint64
 }
 
 // podName is "namespace/name".
@@ -56,13 +58,15 @@ func policyKey(ref policy.PolicyRef) types.NamespacedName {
 type touched struct {
 	policies map[types.NamespacedName]struct{}
 	pods     []policy.PodKey
+	// cluster are the ClusterNetworkPolicies whose rules on the node changed.
+	cluster []string
 }
 
 // apply records delta d, which must follow the record's share, and returns what it
 // touched.
 func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
 	// Apply changes the share's maps in place: take what is needed of the old one first.
-	oldIsolation := r.share.Isolation
+	oldIsolation, oldCluster := r.share.Isolation, r.share.ClusterRules
 	removed := make([]policy.PolicyRef, len(d.RemovedRules))
 	for i, id := range d.RemovedRules {
 		removed[i] = r.share.Rules[id].Policy
@@ -93,7 +97,9 @@ func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
 	if d.Isolation != nil {
 		c.isolation(oldIsolation)
 	}
-	return c.done(), nil
+	tc := c.done()
+	tc.cluster = r.clusterChange(oldCluster, r.share.ClusterRules, d.Generation)
+	return tc, nil
 }
 
 // replace records a snapshot: what differs from the share the record had changed at the
@@ -117,7 +123,9 @@ func (r *nodeRecord) replace(share policy.NodeShare) touched {
 	diffSets(old.AppliedToSets, share.AppliedToSets, func(a, b policy.AppliedToSet) bool { return slices.EqualFunc(a.Pods, b.Pods, samePod) },
 		func(id string, present bool) { c.setChanged(r.toGen, c.tos, id, present) })
 	c.isolation(old.Isolation)
-	return c.done()
+	tc := c.done()
+	tc.cluster = r.clusterChange(old.ClusterRules, share.ClusterRules, share.Generation)
+	return tc
 }
 
 // diffSets calls changed for every set removed (present false), added or changed.

@@ -28,8 +28,9 @@ type Tracker struct {
 	// follows are the cancel functions of the nodes followed.
 	follows map[string]context.CancelFunc
 	// changed is told what a change of a node's share (fromShare) or of its realized
-	// generation concerns.
-	changed Changed
+	// generation concerns; clusterChanged which ClusterNetworkPolicies (cluster.go).
+	changed        Changed
+	clusterChanged ClusterChanged
 }
 
 // Changed is told which policies, and the policies of which pods, need another look,
@@ -47,6 +48,10 @@ var _ stream.Reports = (*Tracker)(nil)
 func (t *Tracker) Realized(node string, generation uint64) {
 	t.mu.Lock()
 	r := t.record(node)
+	var cluster []string
+	if r.realized < r.clusterGen && r.clusterGen <= generation {
+		cluster = clusterPolicies(r.share.ClusterRules)
+	}
 	r.realized = generation
 	var ready []types.NamespacedName
 	for key, need := range r.waiting {
@@ -56,6 +61,7 @@ func (t *Tracker) Realized(node string, generation uint64) {
 		}
 	}
 	t.mu.Unlock()
+	t.tellCluster(cluster)
 	if len(ready) > 0 {
 		t.changed(ready, nil, false)
 	}
@@ -192,6 +198,7 @@ func (t *Tracker) delta(node string, d policy.Delta) error {
 }
 
 func (t *Tracker) tell(tc touched) {
+	t.tellCluster(tc.cluster)
 	if len(tc.policies)+len(tc.pods) == 0 {
 		return
 	}

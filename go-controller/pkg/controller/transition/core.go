@@ -229,7 +229,7 @@ func (c *core) release() {
 			c.gen++
 			gen = c.gen
 		}
-		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, gen)
+		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, n.target.ClusterRules, gen)
 		n.diverged = policy.NewChanges()
 	}
 	c.gone = policy.Gone{}
@@ -280,7 +280,7 @@ func (c *core) cut(now time.Time) {
 			continue
 		}
 		g := next()
-		c.set(n, n.diverged, m.Entries, m.Isolation, m.Pods, g)
+		c.set(n, n.diverged, m.Entries, m.Isolation, m.Pods, m.ClusterRules, g)
 		if n.restriction == 0 {
 			n.restrictionSince = now
 		}
@@ -303,6 +303,7 @@ func diverged(sent, target *policy.NodeShare, c policy.Changes) policy.Changes {
 	}
 	out.Isolation = c.Isolation && !sent.Isolation.Equal(target.Isolation)
 	out.Pods = c.Pods && !slices.Equal(sent.Pods, target.Pods)
+	out.ClusterRules = c.ClusterRules && !policy.EqualClusterRules(sent.ClusterRules, target.ClusterRules)
 	return out
 }
 
@@ -313,12 +314,14 @@ func (c *core) differs(n *nodeState, m policy.MeetResult) bool {
 			return true
 		}
 	}
-	return !m.Isolation.Equal(n.sent.Isolation) || !slices.Equal(m.Pods, n.sent.Pods)
+	return !m.Isolation.Equal(n.sent.Isolation) || !slices.Equal(m.Pods, n.sent.Pods) ||
+		!policy.EqualClusterRules(m.ClusterRules, n.sent.ClusterRules)
 }
 
-// set changes n's sent share to the given entries, isolation and pods at generation gen,
-// recording for every receiver what it had.
-func (c *core) set(n *nodeState, what policy.Changes, entries map[policy.EntryKey]policy.Entry, iso policy.Isolation, pods []policy.PodKey, gen uint64) {
+// set changes n's sent share to the given entries, isolation, pods and cluster rules at
+// generation gen, recording for every receiver what it had.
+func (c *core) set(n *nodeState, what policy.Changes, entries map[policy.EntryKey]policy.Entry, iso policy.Isolation,
+	pods []policy.PodKey, cluster []policy.ClusterRule, gen uint64) {
 	for _, r := range n.receivers {
 		for k := range entries {
 			if _, ok := r.before[k]; !ok {
@@ -333,6 +336,10 @@ func (c *core) set(n *nodeState, what policy.Changes, entries map[policy.EntryKe
 			was := n.sent.Pods
 			r.pods = &was
 		}
+		if what.ClusterRules && r.cluster == nil {
+			was := n.sent.ClusterRules
+			r.cluster = &was
+		}
 	}
 	for k, e := range entries {
 		n.sent.SetEntry(k, e)
@@ -342,6 +349,9 @@ func (c *core) set(n *nodeState, what policy.Changes, entries map[policy.EntryKe
 	}
 	if what.Pods {
 		n.sent.Pods = pods
+	}
+	if what.ClusterRules {
+		n.sent.ClusterRules = cluster
 	}
 	n.sent.Generation = gen
 	for _, r := range n.receivers {

@@ -15,9 +15,10 @@ import (
 type receiver struct {
 	gen    uint64
 	before map[policy.EntryKey]policy.Entry
-	// isolation and pods, when set, are the receiver's before a change.
+	// isolation, pods and cluster, when set, are the receiver's before a change.
 	isolation *policy.Isolation
 	pods      *[]policy.PodKey
+	cluster   *[]policy.ClusterRule
 	// release: the node's floor was released since r's last delta.
 	release bool
 	wake    chan struct{}
@@ -39,7 +40,7 @@ func (r *receiver) kick() {
 // delta takes what changed for r since its last delta as a delta from the share r has to
 // sent. It reports false when r is caught up.
 func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
-	if r.gen == sent.Generation && len(r.before) == 0 && r.isolation == nil && r.pods == nil && !r.release {
+	if r.gen == sent.Generation && len(r.before) == 0 && r.isolation == nil && r.pods == nil && r.cluster == nil && !r.release {
 		return policy.Delta{}, false
 	}
 	d := policy.Delta{Node: sent.Node, FromGeneration: r.gen, Generation: sent.Generation, Release: r.release}
@@ -65,7 +66,14 @@ func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
 	if r.pods != nil {
 		d.AddedPods, d.RemovedPods = diffKeys(*r.pods, sent.Pods)
 	}
-	r.gen, r.before, r.isolation, r.pods = sent.Generation, map[policy.EntryKey]policy.Entry{}, nil, nil
+	if r.cluster != nil && !policy.EqualClusterRules(*r.cluster, sent.ClusterRules) {
+		rules := slices.Clone(sent.ClusterRules)
+		if rules == nil {
+			rules = []policy.ClusterRule{} // none left, not "unchanged"
+		}
+		d.ClusterRules = &rules
+	}
+	r.gen, r.before, r.isolation, r.pods, r.cluster = sent.Generation, map[policy.EntryKey]policy.Entry{}, nil, nil, nil
 	return d, true
 }
 

@@ -1,0 +1,229 @@
+package clusterpolicy
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/network-policy-api/apis/v1beta1"
+	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	"sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
+	listers "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/go-controller/pkg/runner"
+)
+
+// Sink takes every node's cluster rules (the NetworkPolicy compiler, which carries them
+// in the nodes' shares).
+type Sink interface {
+	SetClusterRules(byNode map[string][]policy.ClusterRule)
+}
+
+// Feed compiles the ClusterNetworkPolicies against the cluster (Compile) into every
+// node's rules (Rules.NodeRules) and hands them to a Sink, again after every change of a
+// policy, pod, namespace or node, in batches at most once per MinInterval. Each batch
+// compiles everything afresh: the cost grows with policies times pods
+// (BenchmarkCompile), which is the price of this first version.
+type Feed struct {
+	sink       Sink
+	factory    externalversions.SharedInformerFactory
+	policies   listers.ClusterNetworkPolicyLister
+	pods       corelisters.PodLister
+	namespaces corelisters.NamespaceLister
+	nodes      corelisters.NodeLister
+	synced     []cache.InformerSynced
+	batches    *runner.BoundedFrequencyRunner
+	// compiled is each policy's metadata.generation the last batch compiled; after
+	// each batch the feed tells Compiled's readers through onCompiled.
+	mu         sync.Mutex
+	compiled   map[string]int64
+	onCompiled func(names []string)
+}
+
+// Compiled is the metadata.generation of the policy that the last batch handed to the
+// sink; false if none.
+func (f *Feed) Compiled(name string) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gen, ok := f.compiled[name]
+	return gen, ok
+}
+
+// OnCompiled sets who is told the policies of each batch (before Run).
+func (f *Feed) OnCompiled(tell func(names []string)) { f.onCompiled = tell }
+
+// NewFeed builds the feed on its own ClusterNetworkPolicy informer and on core's Pod,
+// Namespace and Node informers (a factory the caller starts).
+func NewFeed(client versioned.Interface, core informers.SharedInformerFactory, sink Sink, minInterval time.Duration) (*Feed, error) {
+	f := &Feed{sink: sink, factory: externalversions.NewSharedInformerFactory(client, 0)}
+	batches, err := runner.NewBoundedFrequencyRunner("cluster network policy rules", f.sync, runner.Bounds{MinInterval: minInterval, Burst: 1})
+	if err != nil {
+		return nil, fmt.Errorf("cluster network policy rules: %w", err)
+	}
+	f.batches = batches
+	cnps := f.factory.Policy().V1beta1().ClusterNetworkPolicies()
+	f.policies, f.pods, f.namespaces, f.nodes = cnps.Lister(), core.Core().V1().Pods().Lister(),
+		core.Core().V1().Namespaces().Lister(), core.Core().V1().Nodes().Lister()
+	kick := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { f.batches.Run() },
+		UpdateFunc: func(old, nu any) {
+			if relevantUpdate(old, nu) {
+				f.batches.Run()
+			}
+		},
+		DeleteFunc: func(any) { f.batches.Run() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{cnps.Informer(), core.Core().V1().Pods().Informer(),
+		core.Core().V1().Namespaces().Informer(), core.Core().V1().Nodes().Informer()} {
+		reg, err := inf.AddEventHandler(kick)
+		if err != nil {
+			return nil, fmt.Errorf("cluster network policy rules: %w", err)
+		}
+		f.synced = append(f.synced, reg.HasSynced)
+	}
+	return f, nil
+}
+
+// Run hands the sink the rules compiled from everything the informers listed, then again
+// after changes, until ctx ends.
+func (f *Feed) Run(ctx context.Context) error {
+	f.factory.Start(ctx.Done())
+	defer f.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), f.synced...) {
+		return nil
+	}
+	f.sync()
+	f.batches.Loop(ctx)
+	return nil
+}
+
+func (f *Feed) sync() {
+	start := time.Now()
+	cnps, err := f.policies.List(labels.Everything())
+	if err != nil {
+		log.WithError(err).Error("list ClusterNetworkPolicies")
+		return
+	}
+	c, nodeOf := f.cluster()
+	rules := Compile(cnps, c)
+	byNode := rules.NodeRules(nodeOf)
+	f.sink.SetClusterRules(byNode)
+	compiled := make(map[string]int64, len(cnps))
+	names := make([]string, 0, len(cnps))
+	for _, p := range cnps {
+		compiled[p.Name] = p.Generation
+		names = append(names, p.Name)
+	}
+	f.mu.Lock()
+	f.compiled = compiled
+	f.mu.Unlock()
+	if f.onCompiled != nil {
+		f.onCompiled(names)
+	}
+	log.WithField("policies", len(cnps)).WithField("rules", len(rules)).WithField("nodes", len(byNode)).
+		WithField("took", time.Since(start)).Debug("cluster network policy rules compiled")
+}
+
+// cluster reads the cluster from the listers, and where each pod runs.
+func (f *Feed) cluster() (*Cluster, func(policy.PodKey) string) {
+	c := &Cluster{Namespaces: map[string]map[string]string{}}
+	namespaces, _ := f.namespaces.List(labels.Everything())
+	for _, ns := range namespaces {
+		c.Namespaces[ns.Name] = ns.Labels
+	}
+	pods, _ := f.pods.List(labels.Everything())
+	where := map[policy.PodKey]string{}
+	for _, p := range pods {
+		if pod, ok := PodOf(p); ok {
+			c.Pods = append(c.Pods, pod)
+			where[pod.PodKey] = pod.Node
+		}
+	}
+	nodes, _ := f.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		c.Nodes = append(c.Nodes, NodeOf(n))
+	}
+	return c, func(k policy.PodKey) string { return where[k] }
+}
+
+// relevantUpdate reports whether an update changes what Compile reads: a policy's spec,
+// a pod's identity, labels, node, addresses, named ports or selectability, a namespace's
+// labels, a node's labels or addresses. Status churn (conditions, heartbeats) does not
+// start a batch.
+func relevantUpdate(old, nu any) bool {
+	switch o := old.(type) {
+	case *corev1.Pod:
+		n, ok := nu.(*corev1.Pod)
+		if !ok {
+			return true
+		}
+		op, oOK := PodOf(o)
+		np, nOK := PodOf(n)
+		return oOK != nOK || op.PodKey != np.PodKey || op.Node != np.Node || !maps.Equal(op.Labels, np.Labels) ||
+			!slices.Equal(op.IPs, np.IPs) || !slices.Equal(op.Ports, np.Ports)
+	case *corev1.Namespace:
+		n, ok := nu.(*corev1.Namespace)
+		return !ok || !maps.Equal(o.Labels, n.Labels)
+	case *corev1.Node:
+		n, ok := nu.(*corev1.Node)
+		if !ok {
+			return true
+		}
+		on, nn := NodeOf(o), NodeOf(n)
+		return !maps.Equal(on.Labels, nn.Labels) || !slices.Equal(on.IPs, nn.IPs)
+	case *v1beta1.ClusterNetworkPolicy:
+		n, ok := nu.(*v1beta1.ClusterNetworkPolicy)
+		return !ok || o.Generation != n.Generation || o.UID != n.UID
+	}
+	return true
+}
+
+// PodOf is the pod as ClusterNetworkPolicy selects it; false for a pod it never selects
+// (host-network or terminated).
+func PodOf(p *corev1.Pod) (Pod, bool) {
+	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return Pod{}, false
+	}
+	pod := Pod{PodKey: policy.PodKey{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}, Labels: p.Labels,
+		Node: p.Spec.NodeName}
+	for _, s := range p.Status.PodIPs {
+		if ip, err := netip.ParseAddr(s.IP); err == nil {
+			pod.IPs = append(pod.IPs, ip.Unmap())
+		}
+	}
+	for i := range p.Spec.Containers {
+		for _, cp := range p.Spec.Containers[i].Ports {
+			if cp.Name == "" {
+				continue
+			}
+			proto := policy.Protocol(cp.Protocol)
+			if proto == "" {
+				proto = policy.TCP
+			}
+			pod.Ports = append(pod.Ports, NamedPort{Name: cp.Name, Protocol: proto, Number: cp.ContainerPort})
+		}
+	}
+	return pod, true
+}
+
+// NodeOf is the node as the nodes peer selects it: its labels and status.addresses.
+func NodeOf(n *corev1.Node) Node {
+	node := Node{Name: n.Name, Labels: n.Labels}
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			node.IPs = append(node.IPs, ip.Unmap())
+		}
+	}
+	return node
+}
