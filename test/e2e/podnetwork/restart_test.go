@@ -2,6 +2,7 @@ package podnetwork_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -34,6 +35,10 @@ type traffic struct {
 	// echoTimeout is how long a session's echo may take before the session counts as
 	// broken; 0 is 2 s.
 	echoTimeout time.Duration
+	// quiet are the spans (from a restart to the signal that it is repaired) in which a
+	// denied probe may end without evidence: the switch was not handling packets, so its
+	// silence says nothing either way (counted apart, never as denied).
+	quiet [][2]time.Time
 }
 
 type sessionLoop struct {
@@ -44,16 +49,27 @@ type sessionLoop struct {
 }
 
 // freshLoop opens new connections on one pair. On an allowed pair it counts the ones that
-// failed and measures the longest run of failures; on a denied pair (denied) every probe
-// must time out, and any other result counts as a failure.
+// failed and measures the longest run of failures. On a denied pair (denied) a probe is
+// denied (ok) only on evidence: it got no answer and the destination's deny flow counted
+// a packet meanwhile (deny reads it). A probe that connected or failed otherwise counts as
+// a failure; one that got no answer without the deny counting it is silent, a failure
+// too unless it fell in a quiet span (the switch not handling packets) or the deny flow
+// was replaced while it ran (replaced): silence is no proof of a drop.
 type freshLoop struct {
 	name       string
 	denied     bool
+	deny       func() (framework.DenyCount, error)
 	ok, failed int
 	failures   []string // the first few, with their time
 	firstFail  time.Time
 	longestGap time.Duration
 	failing    bool
+	// silent are the starts of the denied probes that got no answer without evidence
+	// of the drop (quiet, the few of them in a quiet span); replaced counts those whose
+	// deny flow was installed while they ran.
+	silent, quiet []time.Time
+	silentWhy     []string // the first few, why there was no evidence
+	replaced      int
 }
 
 const (
@@ -61,6 +77,9 @@ const (
 	// deniedProbeTimeout is how long a probe of a denied pair waits for the answer that
 	// must not come.
 	deniedProbeTimeout = 250 * time.Millisecond
+	// evidenceWait is how long after a denied probe its deny flow's counter may take to
+	// count it: the switch revalidates its datapath flows every 500 ms by default.
+	evidenceWait = 2 * time.Second
 )
 
 // pair is a connection the traffic makes; denied when policy must drop it.
@@ -82,6 +101,9 @@ func (c *cluster) startTrafficEcho(t *testing.T, pairs []pair, interval, echoTim
 		dst := framework.PodIPs(p.to)[0]
 		name := fmt.Sprintf("%s(%s)->%s(%s)", p.from.Name, p.from.Spec.NodeName, p.to.Name, p.to.Spec.NodeName)
 		fl := &freshLoop{name: name, denied: p.denied}
+		if p.denied {
+			fl.deny = c.s.PodDenyPackets(p.to.Spec.NodeName, p.to.Namespace, p.to.Name)
+		}
 		tr.fresh = append(tr.fresh, fl)
 		tr.wg.Add(1)
 		go tr.runFresh(c, fl, p.from, dst, interval)
@@ -150,23 +172,85 @@ func (tr *traffic) runFresh(c *cluster, fl *freshLoop, from *corev1.Pod, dst net
 		case <-time.After(interval):
 		}
 		now := time.Now()
-		timeout := time.Second
 		if fl.denied {
-			timeout = deniedProbeTimeout // a denied probe waits it out: keep them frequent
+			tr.probeDenied(c, fl, from, dst, now)
+			continue
 		}
-		r := c.s.Probe(from, dst, "80/tcp", timeout)
+		r := c.s.Probe(from, dst, "80/tcp", time.Second)
 		tr.mu.Lock()
-		fl.record(now, r)
+		fl.record(now, r, r.Connected && r.Reply != nil)
 		tr.mu.Unlock()
 	}
 }
 
-// record counts one probe.
-func (fl *freshLoop) record(at time.Time, r responder.Result) {
-	good := r.Connected && r.Reply != nil
-	if fl.denied {
-		good = r.TimedOut
+// probeDenied probes a denied pair between two reads of the destination's deny flow. The
+// switch adds a packet to its flow's counter when it next revalidates the datapath flow
+// that carried it (within about half a second), so a probe that got no answer waits up to
+// evidenceWait for the counter to rise; the next probe starts only then, so each rise
+// belongs to one probe.
+func (tr *traffic) probeDenied(c *cluster, fl *freshLoop, from *corev1.Pod, dst netip.Addr, now time.Time) {
+	before, berr := fl.deny()
+	r := c.s.Probe(from, dst, "80/tcp", deniedProbeTimeout) // a denied probe waits it out: keep them frequent
+	var after framework.DenyCount
+	var aerr error
+	var denied, replaced bool
+	for deadline := time.Now().Add(evidenceWait); ; time.Sleep(50 * time.Millisecond) { // polls the counter
+		after, aerr = fl.deny()
+		if berr == nil && aerr == nil {
+			denied, replaced = framework.DeniedOnEvidence(before, after, time.Since(now))
+		}
+		if denied || !r.TimedOut || time.Now().After(deadline) {
+			break
+		}
 	}
+	elapsed := time.Since(now)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !r.TimedOut {
+		fl.record(now, r, false)
+		return
+	}
+	why := ""
+	switch {
+	case berr != nil || aerr != nil:
+		why = fmt.Sprintf("deny flow unreadable: %v", errors.Join(berr, aerr))
+	case replaced:
+		fl.replaced++
+		return
+	case !denied:
+		why = fmt.Sprintf("the deny flow counted nothing (%d packets before and after)", after.Packets)
+	default:
+		fl.record(now, r, true)
+		return
+	}
+	for _, q := range tr.quiet {
+		if !now.Add(elapsed).Before(q[0]) && !now.After(q[1]) {
+			fl.quiet = append(fl.quiet, now)
+			return
+		}
+	}
+	fl.silent = append(fl.silent, now)
+	if len(fl.silentWhy) < keptFailures {
+		fl.silentWhy = append(fl.silentWhy, now.Format("15:04:05.000")+" "+why)
+	}
+}
+
+// quietFrom marks the start of a span in which the switch handles no packets (a restart);
+// quietUntil ends it, at the signal that the switch is repaired.
+func (tr *traffic) quietFrom(at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.quiet = append(tr.quiet, [2]time.Time{at, time.Now().Add(time.Hour)})
+}
+
+func (tr *traffic) quietUntil(at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.quiet[len(tr.quiet)-1][1] = at
+}
+
+// record counts one probe; good is whether it went as it must.
+func (fl *freshLoop) record(at time.Time, r responder.Result, good bool) {
 	if good {
 		fl.ok++
 		fl.endGap(time.Now())
@@ -178,6 +262,23 @@ func (fl *freshLoop) record(at time.Time, r responder.Result) {
 	}
 	if !fl.failing {
 		fl.failing, fl.firstFail = true, at
+	}
+}
+
+// checkEvidence fails the test for the denied probes that got no answer without evidence
+// of the drop outside a quiet span, and if none was denied on evidence at all; it logs
+// how many there were of each kind.
+func (fl *freshLoop) checkEvidence(t *testing.T, during string) {
+	t.Helper()
+	t.Logf("probes of the denied pair %s during %s: %d denied on evidence (the deny flow counted them), %d let through or failed otherwise, "+
+		"%d silent without evidence, %d silent while the switch was restarting, %d silent while the deny flow was replaced",
+		fl.name, during, fl.ok, fl.failed, len(fl.silent), len(fl.quiet), fl.replaced)
+	if len(fl.silent) > 0 {
+		t.Errorf("%s: %d probes of the denied pair %s got no answer, but its deny flow did not count them: silence is no proof of a drop (the first %d):\n  %s",
+			during, len(fl.silent), fl.name, len(fl.silentWhy), strings.Join(fl.silentWhy, "\n  "))
+	}
+	if fl.ok == 0 {
+		t.Errorf("%s: no probe of the denied pair %s was denied on evidence", during, fl.name)
 	}
 }
 
@@ -202,7 +303,7 @@ func (tr *traffic) rounds() []int {
 		out = append(out, n)
 	}
 	for _, f := range tr.fresh {
-		out = append(out, f.ok+f.failed)
+		out = append(out, f.ok+f.failed+len(f.silent)+len(f.quiet)+f.replaced)
 	}
 	return out
 }
@@ -249,8 +350,10 @@ func (tr *traffic) check(t *testing.T, during string) {
 		kind := "new connections"
 		if f.denied {
 			kind = "probes of the denied pair"
+			f.checkEvidence(t, during)
+		} else {
+			t.Logf("%s %s during %s: %d as they must be, %d not, longest run of failures %s", kind, f.name, during, f.ok, f.failed, f.longestGap)
 		}
-		t.Logf("%s %s during %s: %d as they must be, %d not, longest run of failures %s", kind, f.name, during, f.ok, f.failed, f.longestGap)
 		if f.failed > 0 {
 			t.Errorf("%s: %d of %d %s %s failed (the first %d):\n  %s", during, f.failed, f.ok+f.failed, kind, f.name,
 				len(f.failures), strings.Join(f.failures, "\n  "))
@@ -303,6 +406,7 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 	denied.await(t, 3, "before the restart")
 	dst := framework.PodIPs(cc)[0]
 	start := time.Now()
+	denied.quietFrom(start)
 	if _, err := c.s.Layout.Restart("node2-ovs-vswitchd"); err != nil {
 		t.Fatal(err)
 	}
@@ -312,6 +416,7 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 		}
 		return nil
 	})
+	denied.quietUntil(time.Now())
 	t.Logf("ovs-vswitchd on node2 restarted; cross-node traffic repaired after %s", time.Since(start).Round(time.Millisecond))
 	after := c.startTraffic(t, []pair{{from: a, to: cc}, {from: cc, to: a}}, 100*time.Millisecond)
 	after.await(t, 20, "after the repair")
