@@ -83,7 +83,7 @@ func (tr *traffic) report(t *testing.T, during string) time.Duration {
 	}
 	for _, f := range tr.fresh {
 		if f.denied {
-			f.checkEvidence(t, during)
+			f.evidence.Check(t, f.name, during)
 			if f.failed > 0 {
 				t.Errorf("%s: %d of %d probes of the denied pair %s did not time out:\n  %s", during, f.failed, f.ok+f.failed, f.name,
 					strings.Join(f.failures, "\n  "))

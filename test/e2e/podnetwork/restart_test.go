@@ -2,7 +2,6 @@ package podnetwork_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -35,10 +34,6 @@ type traffic struct {
 	// echoTimeout is how long a session's echo may take before the session counts as
 	// broken; 0 is 2 s.
 	echoTimeout time.Duration
-	// quiet are the spans (from a restart to the signal that it is repaired) in which a
-	// denied probe may end without evidence: the switch was not handling packets, so its
-	// silence says nothing either way (counted apart, never as denied).
-	quiet [][2]time.Time
 }
 
 type sessionLoop struct {
@@ -59,17 +54,12 @@ type freshLoop struct {
 	name       string
 	denied     bool
 	deny       func() (framework.DenyCount, error)
+	evidence   framework.DeniedTally // of a denied pair's probes that got no answer
 	ok, failed int
 	failures   []string // the first few, with their time
 	firstFail  time.Time
 	longestGap time.Duration
 	failing    bool
-	// silent are the starts of the denied probes that got no answer without evidence
-	// of the drop (quiet, the few of them in a quiet span); replaced counts those whose
-	// deny flow was installed while they ran.
-	silent, quiet []time.Time
-	silentWhy     []string // the first few, why there was no evidence
-	replaced      int
 }
 
 const (
@@ -77,9 +67,6 @@ const (
 	// deniedProbeTimeout is how long a probe of a denied pair waits for the answer that
 	// must not come.
 	deniedProbeTimeout = 250 * time.Millisecond
-	// evidenceWait is how long after a denied probe its deny flow's counter may take to
-	// count it: the switch revalidates its datapath flows every 500 ms by default.
-	evidenceWait = 2 * time.Second
 )
 
 // pair is a connection the traffic makes; denied when policy must drop it.
@@ -183,70 +170,42 @@ func (tr *traffic) runFresh(c *cluster, fl *freshLoop, from *corev1.Pod, dst net
 	}
 }
 
-// probeDenied probes a denied pair between two reads of the destination's deny flow. The
-// switch adds a packet to its flow's counter when it next revalidates the datapath flow
-// that carried it (within about half a second), so a probe that got no answer waits up to
-// evidenceWait for the counter to rise; the next probe starts only then, so each rise
-// belongs to one probe.
+// probeDenied probes a denied pair between reads of the destination's deny flow
+// (framework.ProbeDenied); the loop's next probe starts only once this one is judged.
 func (tr *traffic) probeDenied(c *cluster, fl *freshLoop, from *corev1.Pod, dst netip.Addr, now time.Time) {
-	before, berr := fl.deny()
-	r := c.s.Probe(from, dst, "80/tcp", deniedProbeTimeout) // a denied probe waits it out: keep them frequent
-	var after framework.DenyCount
-	var aerr error
-	var denied, replaced bool
-	for deadline := time.Now().Add(evidenceWait); ; time.Sleep(50 * time.Millisecond) { // polls the counter
-		after, aerr = fl.deny()
-		if berr == nil && aerr == nil {
-			denied, replaced = framework.DeniedOnEvidence(before, after, time.Since(now))
-		}
-		if denied || !r.TimedOut || time.Now().After(deadline) {
-			break
-		}
-	}
-	elapsed := time.Since(now)
+	r, denied, replaced, why := framework.ProbeDenied(fl.deny, func() responder.Result {
+		return c.s.Probe(from, dst, "80/tcp", deniedProbeTimeout) // a denied probe waits it out: keep them frequent
+	})
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if !r.TimedOut {
+		fl.evidence.LetThrough++
 		fl.record(now, r, false)
 		return
 	}
-	why := ""
-	switch {
-	case berr != nil || aerr != nil:
-		why = fmt.Sprintf("deny flow unreadable: %v", errors.Join(berr, aerr))
-	case replaced:
-		fl.replaced++
-		return
-	case !denied:
-		why = fmt.Sprintf("the deny flow counted nothing (%d packets before and after)", after.Packets)
-	default:
-		fl.record(now, r, true)
-		return
-	}
-	for _, q := range tr.quiet {
-		if !now.Add(elapsed).Before(q[0]) && !now.After(q[1]) {
-			fl.quiet = append(fl.quiet, now)
-			return
-		}
-	}
-	fl.silent = append(fl.silent, now)
-	if len(fl.silentWhy) < keptFailures {
-		fl.silentWhy = append(fl.silentWhy, now.Format("15:04:05.000")+" "+why)
+	fl.evidence.Add(now, time.Now(), denied, replaced, why)
+	if denied {
+		fl.ok++
 	}
 }
 
-// quietFrom marks the start of a span in which the switch handles no packets (a restart);
-// quietUntil ends it, at the signal that the switch is repaired.
+// quietFrom opens, on every denied pair, a span in which the switch handles no packets
+// (a restart) and its probes may go unanswered without evidence; quietUntil closes it, at
+// the signal that the switch is repaired.
 func (tr *traffic) quietFrom(at time.Time) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.quiet = append(tr.quiet, [2]time.Time{at, time.Now().Add(time.Hour)})
+	for _, f := range tr.fresh {
+		f.evidence.QuietFrom(at)
+	}
 }
 
 func (tr *traffic) quietUntil(at time.Time) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.quiet[len(tr.quiet)-1][1] = at
+	for _, f := range tr.fresh {
+		f.evidence.QuietUntil(at)
+	}
 }
 
 // record counts one probe; good is whether it went as it must.
@@ -262,23 +221,6 @@ func (fl *freshLoop) record(at time.Time, r responder.Result, good bool) {
 	}
 	if !fl.failing {
 		fl.failing, fl.firstFail = true, at
-	}
-}
-
-// checkEvidence fails the test for the denied probes that got no answer without evidence
-// of the drop outside a quiet span, and if none was denied on evidence at all; it logs
-// how many there were of each kind.
-func (fl *freshLoop) checkEvidence(t *testing.T, during string) {
-	t.Helper()
-	t.Logf("probes of the denied pair %s during %s: %d denied on evidence (the deny flow counted them), %d let through or failed otherwise, "+
-		"%d silent without evidence, %d silent while the switch was restarting, %d silent while the deny flow was replaced",
-		fl.name, during, fl.ok, fl.failed, len(fl.silent), len(fl.quiet), fl.replaced)
-	if len(fl.silent) > 0 {
-		t.Errorf("%s: %d probes of the denied pair %s got no answer, but its deny flow did not count them: silence is no proof of a drop (the first %d):\n  %s",
-			during, len(fl.silent), fl.name, len(fl.silentWhy), strings.Join(fl.silentWhy, "\n  "))
-	}
-	if fl.ok == 0 {
-		t.Errorf("%s: no probe of the denied pair %s was denied on evidence", during, fl.name)
 	}
 }
 
@@ -303,7 +245,11 @@ func (tr *traffic) rounds() []int {
 		out = append(out, n)
 	}
 	for _, f := range tr.fresh {
-		out = append(out, f.ok+f.failed+len(f.silent)+len(f.quiet)+f.replaced)
+		n := f.ok + f.failed
+		if f.denied {
+			n = f.failed + f.evidence.Rounds() // ok counts only those denied on evidence
+		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -350,7 +296,7 @@ func (tr *traffic) check(t *testing.T, during string) {
 		kind := "new connections"
 		if f.denied {
 			kind = "probes of the denied pair"
-			f.checkEvidence(t, during)
+			f.evidence.Check(t, f.name, during)
 		} else {
 			t.Logf("%s %s during %s: %d as they must be, %d not, longest run of failures %s", kind, f.name, during, f.ok, f.failed, f.longestGap)
 		}
