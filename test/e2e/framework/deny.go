@@ -75,6 +75,11 @@ func PodDenyPacketsAt(at func() (brInt, db string, err error), node, namespace, 
 	}
 }
 
+// PodOFPort is the OpenFlow port of the pod namespace/name on node's br-int.
+func (s *Sandbox) PodOFPort(node, namespace, name string) (int, error) {
+	return podOFPort(s.OVSDB(node), node, namespace, name)
+}
+
 // podOFPort is the OpenFlow port of the pod namespace/name on node's br-int, whose OVSDB
 // remote is db.
 func podOFPort(db, node, namespace, name string) (int, error) {
@@ -124,7 +129,7 @@ func ProbeDenied(deny func() (DenyCount, error), probe func() responder.Result) 
 	}
 	var after DenyCount
 	var aerr error
-	for deadline := time.Now().Add(EvidenceWait); ; time.Sleep(100 * time.Millisecond) { // polls the counter
+	for deadline := time.Now().Add(EvidenceWait); ; time.Sleep(200 * time.Millisecond) { // polls the counter
 		after, aerr = deny()
 		if berr == nil && aerr == nil {
 			denied, replaced = DeniedOnEvidence(before, after, time.Since(start))

@@ -107,40 +107,117 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 	})
 
 	t.Run("announcing another pod's address", func(t *testing.T) {
-		host := c.hosts["node1"]
-		neighbourIP := framework.PodIPs(neighbour)[0]
-		// The node now has a neighbour entry for b.
+		c.checkAnnouncement(t, attacker, neighbour)
+	})
+}
+
+// checkAnnouncement: the attacker announces its neighbour's address at its own MAC to its
+// node, the one announcement that could succeed (ARPResponder and NDResponder deliver
+// a reply or advertisement to the port that owns its destination MAC, and flood nothing):
+// a gratuitous ARP reply (IPv4) or an unsolicited neighbor advertisement with the
+// override flag (IPv6), sent to the gateway's MAC. node1 must keep the neighbour's MAC
+// for its address. Then the same attack with the spoof guard switched off for the
+// attacker's announcements (a flow of the test's above SpoofGuard's, removed at the end)
+// must succeed: node1 learns the attacker's MAC. That run proves the attack reaches the
+// host and the kernel takes it, so the first run's outcome is the guard's.
+func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Pod) {
+	host := c.hosts["node1"]
+	neighbourIP := framework.PodIPs(neighbour)[0]
+	reachNeighbour := func(when string) {
+		t.Helper()
 		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
-			t.Fatalf("node1 -> b before the attack: %s", framework.Describe(r))
+			t.Fatalf("node1 -> b %s: %s", when, framework.Describe(r))
 		}
-		attackerMAC := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
-		announce := sendGratuitousARP
-		if neighbourIP.Is6() {
-			announce = sendUnsolicitedNA
+	}
+	// The node now has a neighbour entry for b, the one the attack would overwrite.
+	reachNeighbour("before the attack")
+	attackerMAC := c.mac(t, attacker)
+	gatewayMAC := c.gatewayMAC(t, "node1")
+	const rounds = 5
+	guard, bypass := spoofGuardMiss, "arp"
+	var frame []byte
+	if neighbourIP.Is6() {
+		guard, bypass = spoofGuardNA, "icmp6,icmp_type=136"
+		src := linkLocalOf(attackerMAC)
+		all := netip.MustParseAddr("ff02::1")
+		frame = ethernetIPv6(attackerMAC, gatewayMAC, src, all, 58, unsolicitedNA(attackerMAC, src, all, neighbourIP))
+	} else {
+		frame = garpReply(attackerMAC, gatewayMAC, neighbourIP)
+	}
+	learned := func() string {
+		out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
+		if strings.Contains(string(out), attackerMAC.String()) {
+			return string(out)
 		}
-		// Each round is a request and a reply on IPv4, one advertisement on IPv6.
-		const rounds = 5
-		guard, frames := spoofGuardMiss, 2*rounds
-		if neighbourIP.Is6() {
-			guard, frames = spoofGuardNA, rounds
-		}
-		dropped := c.dropped(t, "node1", guard)
-		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, rounds); err != nil {
+		return ""
+	}
+	send := func() {
+		t.Helper()
+		if err := repeat(rounds, func() error { return sendFrame(c.s.NetNSPath(attacker), "eth0", frame) }); err != nil {
 			t.Fatal(err)
 		}
-		if out := c.awaitVerdict(t, "node1", guard, dropped, frames, func() string {
+	}
+
+	dropped := c.dropped(t, "node1", guard)
+	send()
+	if out := c.awaitVerdict(t, "node1", guard, dropped, rounds, learned); out != "" {
+		t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
+	}
+	reachNeighbour("after the attack")
+
+	// The guard switched off for the attacker's announcements: the attack must succeed.
+	ofport, err := c.s.PodOFPort("node1", attacker.Namespace, attacker.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := 20 // ARPResponder
+	if neighbourIP.Is6() {
+		next = 21 // NDResponder
+	}
+	const mutationCookie = "0x29290000000000"
+	ofctl := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ovs-ofctl", append([]string{"-O", "OpenFlow15"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ovs-ofctl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ofctl("add-flow", c.s.BrIntTarget("node1"), fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,%s,actions=goto_table:%d",
+		mutationCookie, ofport, bypass, next))
+	defer func() {
+		ofctl("del-flows", c.s.BrIntTarget("node1"), "cookie="+mutationCookie+"/-1")
+		// node1 forgets the forged entry and learns b's MAC again.
+		if out, err := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "flush", "to", neighbourIP.String()).CombinedOutput(); err != nil {
+			t.Errorf("flush node1's neighbour entry for b: %v: %s", err, out)
+		}
+		reachNeighbour("after the undefended attack, with the guard back")
+	}()
+	send()
+	framework.Eventually(t, 10*time.Second, "node1 to learn the attacker's MAC for b's address with the guard off", func() error {
+		if learned() == "" {
 			out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
-			if strings.Contains(string(out), attackerMAC) {
-				return string(out)
-			}
-			return ""
-		}); out != "" {
-			t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
+			return fmt.Errorf("node1's entry: %s", strings.TrimSpace(string(out)))
 		}
-		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
-			t.Errorf("node1 -> b after the attack reached %s", framework.Describe(r))
-		}
+		return nil
 	})
+	t.Logf("with the spoof guard off for its announcements, the attacker took b's address at node1: %s", strings.TrimSpace(learned()))
+}
+
+// garpReply is a gratuitous ARP reply to dst's MAC claiming ip is at mac (sender and
+// target the same address, sender and target hardware address the same: what Linux takes
+// as gratuitous, overriding an entry however recently it was confirmed).
+func garpReply(mac, dst net.HardwareAddr, ip netip.Addr) []byte {
+	f := arpFrame(mac, ip, 2)
+	copy(f[0:6], dst)
+	copy(f[32:38], mac)
+	return f
+}
+
+// unsolicitedNA is a neighbor advertisement (override, not solicited) for target at mac,
+// from src to dst, with its checksum.
+func unsolicitedNA(mac net.HardwareAddr, src, dst, target netip.Addr) []byte {
+	m := naMessage(mac, target)
+	binary.BigEndian.PutUint16(m[2:], checksum6(src, dst, 58, m))
+	return m
 }
 
 func (c *cluster) execOK(t *testing.T, p *corev1.Pod, cmd ...string) string {
@@ -166,56 +243,6 @@ func (c *cluster) conntrack(t *testing.T, node string, src, dst netip.Addr, dpor
 		}
 	}
 	return strings.Join(hits, "\n")
-}
-
-// sendGratuitousARP broadcasts ARP announcements (requests and replies) that claim ip is
-// at mac, from inside a network namespace.
-func sendGratuitousARP(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
-	return onLink(netnsPath, ifname, mac, func(iface *net.Interface, hw net.HardwareAddr) error {
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		addr := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index, Halen: 6}
-		copy(addr.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-		return repeat(count, func() error {
-			for _, op := range []uint16{1, 2} {
-				if err := unix.Sendto(fd, arpFrame(hw, ip, op), 0, addr); err != nil {
-					return fmt.Errorf("send gratuitous ARP: %w", err)
-				}
-			}
-			return nil
-		})
-	})
-}
-
-// sendUnsolicitedNA sends neighbor advertisements (override flag set, to all nodes) that
-// claim ip is at mac, from inside a network namespace. The kernel fills in the ICMPv6
-// checksum of a raw ICMPv6 socket.
-func sendUnsolicitedNA(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
-	return onLink(netnsPath, ifname, mac, func(iface *net.Interface, hw net.HardwareAddr) error {
-		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		for _, opt := range []int{unix.IPV6_MULTICAST_HOPS, unix.IPV6_UNICAST_HOPS} {
-			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, opt, 255); err != nil {
-				return err
-			}
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, iface.Index); err != nil {
-			return err
-		}
-		allNodes := &unix.SockaddrInet6{ZoneId: uint32(iface.Index), Addr: netip.MustParseAddr("ff02::1").As16()}
-		return repeat(count, func() error {
-			if err := unix.Sendto(fd, naMessage(hw, ip), 0, allNodes); err != nil {
-				return fmt.Errorf("send neighbor advertisement: %w", err)
-			}
-			return nil
-		})
-	})
 }
 
 // onLink runs send in a network namespace with its interface ifname and the MAC mac.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -249,9 +250,24 @@ func nodeDenyPackets(s *framework.Sandbox, p podEnd) func() (framework.DenyCount
 				return "", "", fmt.Errorf("%s: no ovs-vswitchd runs", p.node)
 			}
 		}
-		run := fmt.Sprintf("/proc/%d/root/var/run/openvswitch", pid)
+		run := nodeRunDir(pid)
 		return "unix:" + run + "/br-int.mgmt", "unix:" + run + "/db.sock", nil
 	}, p.node, p.namespace, p.name)
+}
+
+// nodeRunDir is /var/run/openvswitch inside the root of process pid, seen from the host.
+// Its /var/run is usually a symbolic link to /run, which the host would resolve against
+// its own root: the link is followed here, inside the process's root.
+func nodeRunDir(pid int) string {
+	root := fmt.Sprintf("/proc/%d/root", pid)
+	varRun := "/var/run"
+	if l, err := os.Readlink(root + varRun); err == nil {
+		if !filepath.IsAbs(l) {
+			l = filepath.Join("/var", l)
+		}
+		varRun = filepath.Clean(l)
+	}
+	return root + varRun + "/openvswitch"
 }
 
 // quietFrom opens, on every denied pair, a span in which the switch handles no packets
