@@ -100,6 +100,43 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		if routes := c.execOK(t, b, "ip", "-6", "route", "show"); strings.Contains(routes, "2001:db8:bad") || strings.Contains(routes, own.String()) {
 			t.Errorf("b learned routes from a's advertisement:\n%s", routes)
 		}
+
+		// Mutation check: the RA drop switched off and a's advertisements to b's MAC
+		// delivered to b's port, as NDResponder delivers an NA (a flow of the test's above
+		// it, removed after). b's counter must then see them: the verdict above rests on
+		// an observation that sees an advertisement that arrives. (With the RA flow merely
+		// left out, L3Forwarding's link-local and multicast drops still take it, and the
+		// wait above fails for want of the RA flow's count.)
+		bPort, err := c.s.PodOFPort("node1", b.Namespace, b.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aPort, err := c.s.PodOFPort("node1", a.Namespace, a.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const mutationCookie = "0x29290000000001"
+		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=21,priority=1000,in_port=%d,icmp6,icmp_type=134,dl_dst=%s,actions=output:%d",
+			mutationCookie, aPort, c.mac(t, b), bPort))
+		defer func() {
+			c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
+			// Whatever b took from the advertisements it received goes (if it takes RAs).
+			for _, args := range [][]string{{"route", "del", "default", "via", own.String(), "dev", "eth0"}, {"route", "del", "2001:db8:bad::/64", "dev", "eth0"},
+				{"addr", "flush", "dev", "eth0", "to", "2001:db8:bad::/64"}} {
+				_, _ = c.s.Exec(b, append([]string{"ip", "-6"}, args...)...)
+			}
+		}()
+		before = c.icmp6Counter(t, b, "Icmp6InRouterAdvertisements")
+		for range rounds {
+			send(ethernetIPv6(aMAC, c.mac(t, b), own, linkLocalOf(c.mac(t, b)), 58, routerAdvertisement(aMAC, own, linkLocalOf(c.mac(t, b)))))
+		}
+		framework.Eventually(t, 10*time.Second, "b to receive a's advertisements with the RA drop off", func() error {
+			if received() == "" {
+				return fmt.Errorf("b's Icmp6InRouterAdvertisements unchanged")
+			}
+			return nil
+		})
+		t.Logf("with the RA drop off and RAs delivered to b's port: %s", received())
 	})
 	t.Run("DAD probe for the neighbour's address", func(t *testing.T) {
 		bIP := framework.PodIPs(b)[0]

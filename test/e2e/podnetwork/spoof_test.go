@@ -175,16 +175,10 @@ func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Po
 		next = 21 // NDResponder
 	}
 	const mutationCookie = "0x29290000000000"
-	ofctl := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ovs-ofctl", append([]string{"-O", "OpenFlow15"}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ovs-ofctl %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ofctl("add-flow", c.s.BrIntTarget("node1"), fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,%s,actions=goto_table:%d",
+	c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,%s,actions=goto_table:%d",
 		mutationCookie, ofport, bypass, next))
 	defer func() {
-		ofctl("del-flows", c.s.BrIntTarget("node1"), "cookie="+mutationCookie+"/-1")
+		c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
 		// node1 forgets the forged entry and learns b's MAC again.
 		if out, err := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "flush", "to", neighbourIP.String()).CombinedOutput(); err != nil {
 			t.Errorf("flush node1's neighbour entry for b: %v: %s", err, out)
@@ -200,6 +194,16 @@ func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Po
 		return nil
 	})
 	t.Logf("with the spoof guard off for its announcements, the attacker took b's address at node1: %s", strings.TrimSpace(learned()))
+}
+
+// ofctl runs an ovs-ofctl command on node's br-int (the command, then the bridge, then
+// args): the mutation checks add and remove their flows with it.
+func (c *cluster) ofctl(t *testing.T, node, command string, args ...string) {
+	t.Helper()
+	full := append([]string{"-O", "OpenFlow15", command, c.s.BrIntTarget(node)}, args...)
+	if out, err := exec.Command("ovs-ofctl", full...).CombinedOutput(); err != nil {
+		t.Fatalf("ovs-ofctl %s: %v: %s", strings.Join(full, " "), err, out)
+	}
 }
 
 // garpReply is a gratuitous ARP reply to dst's MAC claiming ip is at mac (sender and
