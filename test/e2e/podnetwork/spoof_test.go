@@ -72,6 +72,26 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}); entries != "" {
 			t.Errorf("a connection from the forged source was tracked:\n%s", entries)
 		}
+
+		// Mutation check: SpoofGuard taking the victim's address from the attacker's port:
+		// the datagram must then be tracked on node1 (node2 still drops it: the victim is
+		// node3's pod, not an inner source node1's tunnel may carry). Port 91 is probed by
+		// no other test.
+		attackerIP := framework.PodIPs(attacker)[0]
+		src := "nw_src="
+		if attackerIP.Is6() {
+			src = "ipv6_src="
+		}
+		mac := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
+		mutation := c.widenSpoofGuard(t, attacker, mac, src+attackerIP.String()+" ", src+victimIP.String()+" ")
+		_ = c.s.Probe(attacker, targetIP, "91/udp", time.Second) // no answer comes back to the forged address: node1's conntrack tells
+		framework.Eventually(t, 10*time.Second, "the datagram from the forged source tracked on node1 with SpoofGuard taking it ("+mutation+")", func() error {
+			if c.conntrack(t, "node1", victimIP, targetIP, 91) == "" {
+				return fmt.Errorf("no conntrack entry")
+			}
+			return nil
+		})
+		t.Logf("with SpoofGuard taking %s from the attacker's port, its forged datagram got past it and was tracked on node1", victimIP)
 	})
 	mustConnect("after forging an IP")
 
@@ -99,6 +119,19 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}); entries != "" {
 			t.Errorf("with the neighbour's MAC %s the attacker's datagram reached node2:\n%s", forged, entries)
 		}
+
+		// Mutation check: SpoofGuard taking the neighbour's MAC from the attacker's port
+		// (the attacker's own IP flow, copied with the forged MAC, above it; removed after):
+		// the datagram must then be tracked on node2. Port 90 is probed by no other test.
+		mutation := c.widenSpoofGuard(t, attacker, orig, "dl_src="+orig, "dl_src="+forged)
+		_ = c.s.Probe(attacker, targetIP, "90/udp", time.Second) // its answer goes to the recorded MAC: only node2's conntrack tells
+		framework.Eventually(t, 10*time.Second, "the datagram from the neighbour's MAC tracked on node2 with SpoofGuard taking it ("+mutation+")", func() error {
+			if c.conntrack(t, "node2", attackerIP, targetIP, 90) == "" {
+				return fmt.Errorf("no conntrack entry")
+			}
+			return nil
+		})
+		t.Logf("with SpoofGuard taking the neighbour's MAC %s from the attacker's port, its datagram reached node2", forged)
 	})
 	mustConnect("after forging a MAC")
 
@@ -194,6 +227,34 @@ func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Po
 		return nil
 	})
 	t.Logf("with the spoof guard off for its announcements, the attacker took b's address at node1: %s", strings.TrimSpace(learned()))
+}
+
+// widenSpoofGuard copies node1's SpoofGuard flow that takes the attacker's IP packets
+// from its port and MAC mac, with old replaced by new in its match, above it (the mutation
+// checks' cookie 0x29290000000003); the copy is removed when the test ends. It returns the
+// flow it added.
+func (c *cluster) widenSpoofGuard(t *testing.T, attacker *corev1.Pod, mac, old, new string) string {
+	t.Helper()
+	ofport, err := c.s.PodOFPort("node1", attacker.Namespace, attacker.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := framework.PodIPs(attacker)[0].String()
+	var accept string
+	for _, f := range c.s.DumpFlows(t, "node1") {
+		if f.Table == 10 && strings.Contains(f.Text, fmt.Sprintf("in_port=%d,", ofport)) && strings.Contains(f.Text, "dl_src="+mac) &&
+			(strings.Contains(f.Text, "nw_src="+ip+" ") || strings.Contains(f.Text, "ipv6_src="+ip+" ")) {
+			accept = strings.Replace(f.Text, old, new, 1)
+		}
+	}
+	if accept == "" {
+		t.Fatalf("node1's SpoofGuard has no flow taking %s from %s at port %d", ip, mac, ofport)
+	}
+	const mutationCookie = "0x29290000000003"
+	mutation := "cookie=" + mutationCookie + "," + classifierPriority.ReplaceAllString(accept, "priority=1000")
+	c.ofctl(t, "node1", "add-flow", mutation)
+	t.Cleanup(func() { c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1") })
+	return mutation
 }
 
 // ofctl runs an ovs-ofctl command on node's br-int (the command, then the bridge, then
