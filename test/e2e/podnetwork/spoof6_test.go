@@ -34,7 +34,7 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 	}
 	aMAC := c.mac(t, a)
 	gatewayMAC := c.gatewayMAC(t, "node1")
-	const controlPort, forgedPort, ownPort = 86, 87, 88
+	const controlPort, forgedPort, ownPort, mutatedPort = 86, 87, 88, 92
 	send := func(frame []byte) {
 		t.Helper()
 		if err := sendFrame(c.s.NetNSPath(a), "eth0", frame); err != nil {
@@ -60,6 +60,18 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		}); e != "" {
 			t.Errorf("a datagram from the forged link-local source %s was tracked:\n%s", forged, e)
 		}
+		// Mutation check: SpoofGuard taking fe80::bad from a (a copy of a's own flow): the
+		// datagram must then get past it, to L3Forwarding's link-local drop (before
+		// anything commits it to conntrack), whose counter must take it.
+		mutation := c.widenSpoofGuard(t, a, aMAC.String(), "ipv6_src="+aIP.String()+" ", "ipv6_src="+forged.String()+" ")
+		passed := c.dropped(t, "node1", linkLocalSource)
+		send(ethernetIPv6(aMAC, gatewayMAC, forged, targetIP, 17, udp6(forged, targetIP, 40000, mutatedPort)))
+		framework.Eventually(t, 10*time.Second, "the forged link-local datagram past SpoofGuard, taking it ("+mutation+"), at L3Forwarding's link-local drop", func() error {
+			if now := c.dropped(t, "node1", linkLocalSource); now == passed {
+				return fmt.Errorf("%s counted nothing more", linkLocalSource)
+			}
+			return nil
+		})
 	})
 	t.Run("own link-local source is not routed", func(t *testing.T) {
 		own := linkLocalOf(aMAC)
@@ -155,6 +167,26 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		}); got != "" {
 			t.Error(got)
 		}
+		// Mutation check: a's NS let past SpoofGuard (a flow of the test's above it,
+		// removed after): NDResponder hands an NS for b's address to b, whose counter must
+		// then see the probes.
+		aPort, err := c.s.PodOFPort("node1", a.Namespace, a.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const mutationCookie = "0x29290000000004"
+		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,icmp6,icmp_type=135,actions=goto_table:21", mutationCookie, aPort))
+		defer c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
+		before = c.icmp6Counter(t, b, "Icmp6InNeighborSolicits")
+		for range probes {
+			send(ethernetIPv6(aMAC, multicastMAC(group), netip.IPv6Unspecified(), group, 58, dadProbe(netip.IPv6Unspecified(), group, bIP)))
+		}
+		framework.Eventually(t, 10*time.Second, "b to receive a's DAD probes with SpoofGuard taking them", func() error {
+			if after := c.icmp6Counter(t, b, "Icmp6InNeighborSolicits"); after == before {
+				return fmt.Errorf("b's Icmp6InNeighborSolicits unchanged")
+			}
+			return nil
+		})
 	})
 }
 
