@@ -127,7 +127,7 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const mutationCookie = "0x29290000000001"
+		const mutationCookie = "0x29290001"
 		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=21,priority=1000,in_port=%d,icmp6,icmp_type=134,dl_dst=%s,actions=output:%d",
 			mutationCookie, aPort, c.mac(t, b), bPort))
 		defer func() {
@@ -174,7 +174,7 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const mutationCookie = "0x29290000000004"
+		const mutationCookie = "0x29290004"
 		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,icmp6,icmp_type=135,actions=goto_table:21", mutationCookie, aPort))
 		defer c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
 		before = c.icmp6Counter(t, b, "Icmp6InNeighborSolicits")

@@ -83,7 +83,7 @@ func (c *cluster) checkTunnelInnerSource(t *testing.T) {
 	if accept == "" {
 		t.Fatalf("node2's Classifier has no flow taking node1's pod block (of %s) from the tunnel", own)
 	}
-	const mutationCookie = "0x29290000000002"
+	const mutationCookie = "0x29290002"
 	mutation := "cookie=" + mutationCookie + "," + classifierPriority.ReplaceAllString(accept, "priority=1000")
 	c.ofctl(t, "node2", "add-flow", mutation)
 	defer c.ofctl(t, "node2", "del-flows", "cookie="+mutationCookie+"/-1")
