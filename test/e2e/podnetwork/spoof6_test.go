@@ -65,8 +65,10 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		// anything commits it to conntrack), whose counter must take it.
 		mutation := c.widenSpoofGuard(t, a, aMAC.String(), "ipv6_src="+aIP.String()+" ", "ipv6_src="+forged.String()+" ")
 		passed := c.dropped(t, "node1", linkLocalSource)
-		send(ethernetIPv6(aMAC, gatewayMAC, forged, targetIP, 17, udp6(forged, targetIP, 40000, mutatedPort)))
+		// Sent again on every check: the new flow reaches the datapath at the switch's next
+		// revalidation.
 		framework.Eventually(t, 10*time.Second, "the forged link-local datagram past SpoofGuard, taking it ("+mutation+"), at L3Forwarding's link-local drop", func() error {
+			send(ethernetIPv6(aMAC, gatewayMAC, forged, targetIP, 17, udp6(forged, targetIP, 40000, mutatedPort)))
 			if now := c.dropped(t, "node1", linkLocalSource); now == passed {
 				return fmt.Errorf("%s counted nothing more", linkLocalSource)
 			}
@@ -139,10 +141,11 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 			}
 		}()
 		before = c.icmp6Counter(t, b, "Icmp6InRouterAdvertisements")
-		for range rounds {
-			send(ethernetIPv6(aMAC, c.mac(t, b), own, linkLocalOf(c.mac(t, b)), 58, routerAdvertisement(aMAC, own, linkLocalOf(c.mac(t, b)))))
-		}
+		bMAC := c.mac(t, b)
+		// Sent again on every check: the new flow reaches the datapath at the switch's next
+		// revalidation.
 		framework.Eventually(t, 10*time.Second, "b to receive a's advertisements with the RA drop off", func() error {
+			send(ethernetIPv6(aMAC, bMAC, own, linkLocalOf(bMAC), 58, routerAdvertisement(aMAC, own, linkLocalOf(bMAC))))
 			if received() == "" {
 				return fmt.Errorf("b's Icmp6InRouterAdvertisements unchanged")
 			}
@@ -178,10 +181,10 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,icmp6,icmp_type=135,actions=goto_table:21", mutationCookie, aPort))
 		defer c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
 		before = c.icmp6Counter(t, b, "Icmp6InNeighborSolicits")
-		for range probes {
-			send(ethernetIPv6(aMAC, multicastMAC(group), netip.IPv6Unspecified(), group, 58, dadProbe(netip.IPv6Unspecified(), group, bIP)))
-		}
+		// Sent again on every check: the new flow reaches the datapath at the switch's next
+		// revalidation.
 		framework.Eventually(t, 10*time.Second, "b to receive a's DAD probes with SpoofGuard taking them", func() error {
+			send(ethernetIPv6(aMAC, multicastMAC(group), netip.IPv6Unspecified(), group, 58, dadProbe(netip.IPv6Unspecified(), group, bIP)))
 			if after := c.icmp6Counter(t, b, "Icmp6InNeighborSolicits"); after == before {
 				return fmt.Errorf("b's Icmp6InNeighborSolicits unchanged")
 			}

@@ -84,8 +84,11 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}
 		mac := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
 		mutation := c.widenSpoofGuard(t, attacker, mac, src+attackerIP.String()+" ", src+victimIP.String()+" ")
-		_ = c.s.Probe(attacker, targetIP, "91/udp", time.Second) // no answer comes back to the forged address: node1's conntrack tells
+		// Sent again on every check: the switch applies the new flow to the datapath at
+		// its next revalidation. No answer comes back to the forged address: node1's
+		// conntrack tells.
 		framework.Eventually(t, 10*time.Second, "the datagram from the forged source tracked on node1 with SpoofGuard taking it ("+mutation+")", func() error {
+			_ = c.s.Probe(attacker, targetIP, "91/udp", 100*time.Millisecond)
 			if c.conntrack(t, "node1", victimIP, targetIP, 91) == "" {
 				return fmt.Errorf("no conntrack entry")
 			}
@@ -124,8 +127,10 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		// (the attacker's own IP flow, copied with the forged MAC, above it; removed after):
 		// the datagram must then be tracked on node2. Port 90 is probed by no other test.
 		mutation := c.widenSpoofGuard(t, attacker, orig, "dl_src="+orig, "dl_src="+forged)
-		_ = c.s.Probe(attacker, targetIP, "90/udp", time.Second) // its answer goes to the recorded MAC: only node2's conntrack tells
+		// Sent again on every check (the new flow reaches the datapath at the switch's next
+		// revalidation); its answer goes to the recorded MAC: only node2's conntrack tells.
 		framework.Eventually(t, 10*time.Second, "the datagram from the neighbour's MAC tracked on node2 with SpoofGuard taking it ("+mutation+")", func() error {
+			_ = c.s.Probe(attacker, targetIP, "90/udp", 100*time.Millisecond)
 			if c.conntrack(t, "node2", attackerIP, targetIP, 90) == "" {
 				return fmt.Errorf("no conntrack entry")
 			}
@@ -218,8 +223,12 @@ func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Po
 		}
 		reachNeighbour("after the undefended attack, with the guard back")
 	}()
-	send()
+	// Sent again on every check: the switch applies the new flow to the datapath at its
+	// next revalidation.
 	framework.Eventually(t, 10*time.Second, "node1 to learn the attacker's MAC for b's address with the guard off", func() error {
+		if err := sendFrame(c.s.NetNSPath(attacker), "eth0", frame); err != nil {
+			t.Fatal(err)
+		}
 		if learned() == "" {
 			out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
 			return fmt.Errorf("node1's entry: %s", strings.TrimSpace(string(out)))

@@ -87,8 +87,10 @@ func (c *cluster) checkTunnelInnerSource(t *testing.T) {
 	mutation := "cookie=" + mutationCookie + "," + classifierPriority.ReplaceAllString(accept, "priority=1000")
 	c.ofctl(t, "node2", "add-flow", mutation)
 	defer c.ofctl(t, "node2", "del-flows", "cookie="+mutationCookie+"/-1")
-	send(forged, mutatedPort)
+	// The switch applies the new flow to the datapath at its next revalidation: the attack
+	// is sent again on every check until it shows.
 	framework.Eventually(t, 10*time.Second, "the forged packet tracked on node2 with the Classifier widened ("+mutation+")", func() error {
+		send(forged, mutatedPort)
 		if c.conntrack(t, "node2", forged, target, mutatedPort) == "" {
 			return fmt.Errorf("no conntrack entry")
 		}
