@@ -239,10 +239,10 @@ func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Po
 }
 
 // widenSpoofGuard copies node1's SpoofGuard flow that takes the attacker's IP packets
-// from its port and MAC mac, with old replaced by new in its match, above it (the mutation
+// from its port and MAC mac, with old replaced by widened in its match, above it (the mutation
 // checks' cookie 0x29290003); the copy is removed when the test ends. It returns the
 // flow it added.
-func (c *cluster) widenSpoofGuard(t *testing.T, attacker *corev1.Pod, mac, old, new string) string {
+func (c *cluster) widenSpoofGuard(t *testing.T, attacker *corev1.Pod, mac, old, widened string) string {
 	t.Helper()
 	ofport, err := c.s.PodOFPort("node1", attacker.Namespace, attacker.Name)
 	if err != nil {
@@ -253,7 +253,7 @@ func (c *cluster) widenSpoofGuard(t *testing.T, attacker *corev1.Pod, mac, old, 
 	for _, f := range c.s.DumpFlows(t, "node1") {
 		if f.Table == 10 && strings.Contains(f.Text, fmt.Sprintf("in_port=%d,", ofport)) && strings.Contains(f.Text, "dl_src="+mac) &&
 			(strings.Contains(f.Text, "nw_src="+ip+" ") || strings.Contains(f.Text, "ipv6_src="+ip+" ")) {
-			accept = strings.Replace(f.Text, old, new, 1)
+			accept = strings.Replace(f.Text, old, widened, 1)
 		}
 	}
 	if accept == "" {
