@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,11 +90,11 @@ func TestNoWindowBeforePolicy(t *testing.T) {
 					return nil
 				})
 			} else {
-				deny := ingressDefaultDeny(t, s, "node1", tc.name)
+				deny := s.PodDenyPackets("node1", "w", tc.name)
 				framework.Eventually(t, 30*time.Second, "the guarded pod's ingress default deny dropping the hammer's packets", func() error {
 					n, err := deny()
-					if err == nil && n < minSigns {
-						err = fmt.Errorf("%d packets dropped of %d wanted", n, minSigns)
+					if err == nil && n.Packets < minSigns {
+						err = fmt.Errorf("%d packets dropped of %d wanted", n.Packets, minSigns)
 					}
 					return err
 				})
@@ -192,40 +191,6 @@ func startResponder(t *testing.T, netnsPath, identity string) {
 // minSigns is how many connections to the open pod, or packets dropped by the guarded
 // pod's policy, end a run: the hammer is seen at work on the attached pod, many times.
 const minSigns = 20
-
-// ingressDefaultDeny returns a reader of the packets node's IngressPolicy default deny of
-// the pod named name in namespace w has dropped (ovs-flows/README.md, IngressPolicy 50).
-func ingressDefaultDeny(t *testing.T, s *framework.Sandbox, node, name string) func() (uint64, error) {
-	t.Helper()
-	out, err := exec.Command("ovs-vsctl", "--db", s.OVSDB(node), "--bare", "--columns=ofport", "find", "Interface",
-		"external_ids:kovs.io/pod-namespace=w", "external_ids:kovs.io/pod-name="+name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: the port of w/%s: %v: %s", node, name, err, out)
-	}
-	ofport, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("%s: the port of w/%s: ofport %q: %v", node, name, out, err)
-	}
-	match := fmt.Sprintf("reg1=0x%x actions=drop", ofport)
-	return func() (uint64, error) {
-		flows, err := s.ListFlows(node)
-		if err != nil {
-			return 0, err
-		}
-		var n uint64
-		found := false
-		for _, f := range flows {
-			if f.Table == 70 && f.Priority == 50 && strings.Contains(f.Text, match) {
-				n += f.Packets
-				found = true
-			}
-		}
-		if !found {
-			return 0, fmt.Errorf("%s has no IngressPolicy default deny %q", node, match)
-		}
-		return n, nil
-	}
-}
 
 // hammerWorkers is how many connections the hammer has in flight.
 const hammerWorkers = 8

@@ -19,7 +19,8 @@ import (
 // pairs across node2, each waiting 1 s) and requires the established sessions across
 // node2 to survive it (their echoes wait up to 60 s, TCP retransmitting meanwhile), a
 // pair the policy denies on node2 never to connect (no packet meets an empty table, and
-// policy is never open), the agent to clear the key, and every new connection to succeed
+// policy is never open) and its probes to be dropped by its deny flow (evidence) except
+// between the kill and the key's clearing, the agent to clear the key, and every new connection to succeed
 // once it has.
 func (c *cluster) checkFlowRestoreWaitRestart(t *testing.T) {
 	a, cc := c.pods["a"], c.pods["c"]
@@ -30,6 +31,7 @@ func (c *cluster) checkFlowRestoreWaitRestart(t *testing.T) {
 	tr.await(t, 5, "before the restart")
 	db := "--db=" + c.s.OVSDB("node2")
 	start := time.Now()
+	tr.quietFrom(start)
 	if err := c.s.Layout.Kill("node2-ovs-vswitchd"); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +55,7 @@ func (c *cluster) checkFlowRestoreWaitRestart(t *testing.T) {
 		return nil
 	})
 	cleared := time.Since(start)
+	tr.quietUntil(time.Now())
 	tr.await(t, 20, "after the restart")
 	tr.finish()
 	pause := tr.report(t, "node2's ovs-vswitchd restart with flow-restore-wait")
@@ -80,7 +83,7 @@ func (tr *traffic) report(t *testing.T, during string) time.Duration {
 	}
 	for _, f := range tr.fresh {
 		if f.denied {
-			t.Logf("probes of the denied pair %s during %s: %d attempted, %d let through or failed otherwise", f.name, during, f.ok+f.failed, f.failed)
+			f.evidence.Check(t, f.name, during)
 			if f.failed > 0 {
 				t.Errorf("%s: %d of %d probes of the denied pair %s did not time out:\n  %s", during, f.failed, f.ok+f.failed, f.name,
 					strings.Join(f.failures, "\n  "))

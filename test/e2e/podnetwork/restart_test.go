@@ -44,11 +44,17 @@ type sessionLoop struct {
 }
 
 // freshLoop opens new connections on one pair. On an allowed pair it counts the ones that
-// failed and measures the longest run of failures; on a denied pair (denied) every probe
-// must time out, and any other result counts as a failure.
+// failed and measures the longest run of failures. On a denied pair (denied) a probe is
+// denied (ok) only on evidence: it got no answer and the destination's deny flow counted
+// a packet meanwhile (deny reads it). A probe that connected or failed otherwise counts as
+// a failure; one that got no answer without the deny counting it is silent, a failure
+// too unless it fell in a quiet span (the switch not handling packets) or the deny flow
+// was replaced while it ran (replaced): silence is no proof of a drop.
 type freshLoop struct {
 	name       string
 	denied     bool
+	deny       func() (framework.DenyCount, error)
+	evidence   framework.DeniedTally // of a denied pair's probes that got no answer
 	ok, failed int
 	failures   []string // the first few, with their time
 	firstFail  time.Time
@@ -82,6 +88,9 @@ func (c *cluster) startTrafficEcho(t *testing.T, pairs []pair, interval, echoTim
 		dst := framework.PodIPs(p.to)[0]
 		name := fmt.Sprintf("%s(%s)->%s(%s)", p.from.Name, p.from.Spec.NodeName, p.to.Name, p.to.Spec.NodeName)
 		fl := &freshLoop{name: name, denied: p.denied}
+		if p.denied {
+			fl.deny = c.s.PodDenyPackets(p.to.Spec.NodeName, p.to.Namespace, p.to.Name)
+		}
 		tr.fresh = append(tr.fresh, fl)
 		tr.wg.Add(1)
 		go tr.runFresh(c, fl, p.from, dst, interval)
@@ -150,23 +159,57 @@ func (tr *traffic) runFresh(c *cluster, fl *freshLoop, from *corev1.Pod, dst net
 		case <-time.After(interval):
 		}
 		now := time.Now()
-		timeout := time.Second
 		if fl.denied {
-			timeout = deniedProbeTimeout // a denied probe waits it out: keep them frequent
+			tr.probeDenied(c, fl, from, dst, now)
+			continue
 		}
-		r := c.s.Probe(from, dst, "80/tcp", timeout)
+		r := c.s.Probe(from, dst, "80/tcp", time.Second)
 		tr.mu.Lock()
-		fl.record(now, r)
+		fl.record(now, r, r.Connected && r.Reply != nil)
 		tr.mu.Unlock()
 	}
 }
 
-// record counts one probe.
-func (fl *freshLoop) record(at time.Time, r responder.Result) {
-	good := r.Connected && r.Reply != nil
-	if fl.denied {
-		good = r.TimedOut
+// probeDenied probes a denied pair between reads of the destination's deny flow
+// (framework.ProbeDenied); the loop's next probe starts only once this one is judged.
+func (tr *traffic) probeDenied(c *cluster, fl *freshLoop, from *corev1.Pod, dst netip.Addr, now time.Time) {
+	r, denied, replaced, why := framework.ProbeDenied(fl.deny, func() responder.Result {
+		return c.s.Probe(from, dst, "80/tcp", deniedProbeTimeout) // a denied probe waits it out: keep them frequent
+	})
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !r.TimedOut {
+		fl.evidence.LetThrough++
+		fl.record(now, r, false)
+		return
 	}
+	fl.evidence.Add(now, time.Now(), denied, replaced, why)
+	if denied {
+		fl.ok++
+	}
+}
+
+// quietFrom opens, on every denied pair, a span in which the switch handles no packets
+// (a restart) and its probes may go unanswered without evidence; quietUntil closes it, at
+// the signal that the switch is repaired.
+func (tr *traffic) quietFrom(at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, f := range tr.fresh {
+		f.evidence.QuietFrom(at)
+	}
+}
+
+func (tr *traffic) quietUntil(at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, f := range tr.fresh {
+		f.evidence.QuietUntil(at)
+	}
+}
+
+// record counts one probe; good is whether it went as it must.
+func (fl *freshLoop) record(at time.Time, r responder.Result, good bool) {
 	if good {
 		fl.ok++
 		fl.endGap(time.Now())
@@ -202,7 +245,11 @@ func (tr *traffic) rounds() []int {
 		out = append(out, n)
 	}
 	for _, f := range tr.fresh {
-		out = append(out, f.ok+f.failed)
+		n := f.ok + f.failed
+		if f.denied {
+			n = f.failed + f.evidence.Rounds() // ok counts only those denied on evidence
+		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -249,8 +296,10 @@ func (tr *traffic) check(t *testing.T, during string) {
 		kind := "new connections"
 		if f.denied {
 			kind = "probes of the denied pair"
+			f.evidence.Check(t, f.name, during)
+		} else {
+			t.Logf("%s %s during %s: %d as they must be, %d not, longest run of failures %s", kind, f.name, during, f.ok, f.failed, f.longestGap)
 		}
-		t.Logf("%s %s during %s: %d as they must be, %d not, longest run of failures %s", kind, f.name, during, f.ok, f.failed, f.longestGap)
 		if f.failed > 0 {
 			t.Errorf("%s: %d of %d %s %s failed (the first %d):\n  %s", during, f.failed, f.ok+f.failed, kind, f.name,
 				len(f.failures), strings.Join(f.failures, "\n  "))
@@ -303,6 +352,7 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 	denied.await(t, 3, "before the restart")
 	dst := framework.PodIPs(cc)[0]
 	start := time.Now()
+	denied.quietFrom(start)
 	if _, err := c.s.Layout.Restart("node2-ovs-vswitchd"); err != nil {
 		t.Fatal(err)
 	}
@@ -312,6 +362,7 @@ func (c *cluster) checkVswitchdRestart(t *testing.T) {
 		}
 		return nil
 	})
+	denied.quietUntil(time.Now())
 	t.Logf("ovs-vswitchd on node2 restarted; cross-node traffic repaired after %s", time.Since(start).Round(time.Millisecond))
 	after := c.startTraffic(t, []pair{{from: a, to: cc}, {from: cc, to: a}}, 100*time.Millisecond)
 	after.await(t, 20, "after the repair")

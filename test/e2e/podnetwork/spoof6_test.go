@@ -34,7 +34,7 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 	}
 	aMAC := c.mac(t, a)
 	gatewayMAC := c.gatewayMAC(t, "node1")
-	const controlPort, forgedPort, ownPort = 86, 87, 88
+	const controlPort, forgedPort, ownPort, mutatedPort = 86, 87, 88, 92
 	send := func(frame []byte) {
 		t.Helper()
 		if err := sendFrame(c.s.NetNSPath(a), "eth0", frame); err != nil {
@@ -60,6 +60,20 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		}); e != "" {
 			t.Errorf("a datagram from the forged link-local source %s was tracked:\n%s", forged, e)
 		}
+		// Mutation check: SpoofGuard taking fe80::bad from a (a copy of a's own flow): the
+		// datagram must then get past it, to L3Forwarding's link-local drop (before
+		// anything commits it to conntrack), whose counter must take it.
+		mutation := c.widenSpoofGuard(t, a, aMAC.String(), "ipv6_src="+aIP.String()+" ", "ipv6_src="+forged.String()+" ")
+		passed := c.dropped(t, "node1", linkLocalSource)
+		// Sent again on every check: the new flow reaches the datapath at the switch's next
+		// revalidation.
+		framework.Eventually(t, 10*time.Second, "the forged link-local datagram past SpoofGuard, taking it ("+mutation+"), at L3Forwarding's link-local drop", func() error {
+			send(ethernetIPv6(aMAC, gatewayMAC, forged, targetIP, 17, udp6(forged, targetIP, 40000, mutatedPort)))
+			if now := c.dropped(t, "node1", linkLocalSource); now == passed {
+				return fmt.Errorf("%s counted nothing more", linkLocalSource)
+			}
+			return nil
+		})
 	})
 	t.Run("own link-local source is not routed", func(t *testing.T) {
 		own := linkLocalOf(aMAC)
@@ -100,6 +114,44 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		if routes := c.execOK(t, b, "ip", "-6", "route", "show"); strings.Contains(routes, "2001:db8:bad") || strings.Contains(routes, own.String()) {
 			t.Errorf("b learned routes from a's advertisement:\n%s", routes)
 		}
+
+		// Mutation check: the RA drop switched off and a's advertisements to b's MAC
+		// delivered to b's port, as NDResponder delivers an NA (a flow of the test's above
+		// it, removed after). b's counter must then see them: the verdict above rests on
+		// an observation that sees an advertisement that arrives. (With the RA flow merely
+		// left out, L3Forwarding's link-local and multicast drops still take it, and the
+		// wait above fails for want of the RA flow's count.)
+		bPort, err := c.s.PodOFPort("node1", b.Namespace, b.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aPort, err := c.s.PodOFPort("node1", a.Namespace, a.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const mutationCookie = "0x29290001"
+		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=21,priority=1000,in_port=%d,icmp6,icmp_type=134,dl_dst=%s,actions=output:%d",
+			mutationCookie, aPort, c.mac(t, b), bPort))
+		defer func() {
+			c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
+			// Whatever b took from the advertisements it received goes (if it takes RAs).
+			for _, args := range [][]string{{"route", "del", "default", "via", own.String(), "dev", "eth0"}, {"route", "del", "2001:db8:bad::/64", "dev", "eth0"},
+				{"addr", "flush", "dev", "eth0", "to", "2001:db8:bad::/64"}} {
+				_, _ = c.s.Exec(b, append([]string{"ip", "-6"}, args...)...)
+			}
+		}()
+		before = c.icmp6Counter(t, b, "Icmp6InRouterAdvertisements")
+		bMAC := c.mac(t, b)
+		// Sent again on every check: the new flow reaches the datapath at the switch's next
+		// revalidation.
+		framework.Eventually(t, 10*time.Second, "b to receive a's advertisements with the RA drop off", func() error {
+			send(ethernetIPv6(aMAC, bMAC, own, linkLocalOf(bMAC), 58, routerAdvertisement(aMAC, own, linkLocalOf(bMAC))))
+			if received() == "" {
+				return fmt.Errorf("b's Icmp6InRouterAdvertisements unchanged")
+			}
+			return nil
+		})
+		t.Logf("with the RA drop off and RAs delivered to b's port: %s", received())
 	})
 	t.Run("DAD probe for the neighbour's address", func(t *testing.T) {
 		bIP := framework.PodIPs(b)[0]
@@ -118,6 +170,26 @@ func (c *cluster) checkIPv6Neighbourhood(t *testing.T) {
 		}); got != "" {
 			t.Error(got)
 		}
+		// Mutation check: a's NS let past SpoofGuard (a flow of the test's above it,
+		// removed after): NDResponder hands an NS for b's address to b, whose counter must
+		// then see the probes.
+		aPort, err := c.s.PodOFPort("node1", a.Namespace, a.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const mutationCookie = "0x29290004"
+		c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,icmp6,icmp_type=135,actions=goto_table:21", mutationCookie, aPort))
+		defer c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
+		before = c.icmp6Counter(t, b, "Icmp6InNeighborSolicits")
+		// Sent again on every check: the new flow reaches the datapath at the switch's next
+		// revalidation.
+		framework.Eventually(t, 10*time.Second, "b to receive a's DAD probes with SpoofGuard taking them", func() error {
+			send(ethernetIPv6(aMAC, multicastMAC(group), netip.IPv6Unspecified(), group, 58, dadProbe(netip.IPv6Unspecified(), group, bIP)))
+			if after := c.icmp6Counter(t, b, "Icmp6InNeighborSolicits"); after == before {
+				return fmt.Errorf("b's Icmp6InNeighborSolicits unchanged")
+			}
+			return nil
+		})
 	})
 }
 

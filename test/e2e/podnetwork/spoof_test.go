@@ -72,6 +72,29 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}); entries != "" {
 			t.Errorf("a connection from the forged source was tracked:\n%s", entries)
 		}
+
+		// Mutation check: SpoofGuard taking the victim's address from the attacker's port:
+		// the datagram must then be tracked on node1 (node2 still drops it: the victim is
+		// node3's pod, not an inner source node1's tunnel may carry). Port 91 is probed by
+		// no other test.
+		attackerIP := framework.PodIPs(attacker)[0]
+		src := "nw_src="
+		if attackerIP.Is6() {
+			src = "ipv6_src="
+		}
+		mac := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
+		mutation := c.widenSpoofGuard(t, attacker, mac, src+attackerIP.String()+" ", src+victimIP.String()+" ")
+		// Sent again on every check: the switch applies the new flow to the datapath at
+		// its next revalidation. No answer comes back to the forged address: node1's
+		// conntrack tells.
+		framework.Eventually(t, 10*time.Second, "the datagram from the forged source tracked on node1 with SpoofGuard taking it ("+mutation+")", func() error {
+			_ = c.s.Probe(attacker, targetIP, "91/udp", 100*time.Millisecond)
+			if c.conntrack(t, "node1", victimIP, targetIP, 91) == "" {
+				return fmt.Errorf("no conntrack entry")
+			}
+			return nil
+		})
+		t.Logf("with SpoofGuard taking %s from the attacker's port, its forged datagram got past it and was tracked on node1", victimIP)
 	})
 	mustConnect("after forging an IP")
 
@@ -99,6 +122,21 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 		}); entries != "" {
 			t.Errorf("with the neighbour's MAC %s the attacker's datagram reached node2:\n%s", forged, entries)
 		}
+
+		// Mutation check: SpoofGuard taking the neighbour's MAC from the attacker's port
+		// (the attacker's own IP flow, copied with the forged MAC, above it; removed after):
+		// the datagram must then be tracked on node2. Port 90 is probed by no other test.
+		mutation := c.widenSpoofGuard(t, attacker, orig, "dl_src="+orig, "dl_src="+forged)
+		// Sent again on every check (the new flow reaches the datapath at the switch's next
+		// revalidation); its answer goes to the recorded MAC: only node2's conntrack tells.
+		framework.Eventually(t, 10*time.Second, "the datagram from the neighbour's MAC tracked on node2 with SpoofGuard taking it ("+mutation+")", func() error {
+			_ = c.s.Probe(attacker, targetIP, "90/udp", 100*time.Millisecond)
+			if c.conntrack(t, "node2", attackerIP, targetIP, 90) == "" {
+				return fmt.Errorf("no conntrack entry")
+			}
+			return nil
+		})
+		t.Logf("with SpoofGuard taking the neighbour's MAC %s from the attacker's port, its datagram reached node2", forged)
 	})
 	mustConnect("after forging a MAC")
 
@@ -107,40 +145,155 @@ func (c *cluster) checkSpoofing(t *testing.T) {
 	})
 
 	t.Run("announcing another pod's address", func(t *testing.T) {
-		host := c.hosts["node1"]
-		neighbourIP := framework.PodIPs(neighbour)[0]
-		// The node now has a neighbour entry for b.
+		c.checkAnnouncement(t, attacker, neighbour)
+	})
+}
+
+// checkAnnouncement: the attacker announces its neighbour's address at its own MAC to its
+// node, the one announcement that could succeed (ARPResponder and NDResponder deliver
+// a reply or advertisement to the port that owns its destination MAC, and flood nothing):
+// a gratuitous ARP reply (IPv4) or an unsolicited neighbor advertisement with the
+// override flag (IPv6), sent to the gateway's MAC. node1 must keep the neighbour's MAC
+// for its address. Then the same attack with the spoof guard switched off for the
+// attacker's announcements (a flow of the test's above SpoofGuard's, removed at the end)
+// must succeed: node1 learns the attacker's MAC. That run proves the attack reaches the
+// host and the kernel takes it, so the first run's outcome is the guard's.
+func (c *cluster) checkAnnouncement(t *testing.T, attacker, neighbour *corev1.Pod) {
+	host := c.hosts["node1"]
+	neighbourIP := framework.PodIPs(neighbour)[0]
+	reachNeighbour := func(when string) {
+		t.Helper()
 		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
-			t.Fatalf("node1 -> b before the attack: %s", framework.Describe(r))
+			t.Fatalf("node1 -> b %s: %s", when, framework.Describe(r))
 		}
-		attackerMAC := strings.TrimSpace(c.execOK(t, attacker, "cat", "/sys/class/net/eth0/address"))
-		announce := sendGratuitousARP
-		if neighbourIP.Is6() {
-			announce = sendUnsolicitedNA
+	}
+	// The node now has a neighbour entry for b, the one the attack would overwrite.
+	reachNeighbour("before the attack")
+	attackerMAC := c.mac(t, attacker)
+	gatewayMAC := c.gatewayMAC(t, "node1")
+	const rounds = 5
+	guard, bypass := spoofGuardMiss, "arp"
+	var frame []byte
+	if neighbourIP.Is6() {
+		guard, bypass = spoofGuardNA, "icmp6,icmp_type=136"
+		src := linkLocalOf(attackerMAC)
+		all := netip.MustParseAddr("ff02::1")
+		frame = ethernetIPv6(attackerMAC, gatewayMAC, src, all, 58, unsolicitedNA(attackerMAC, src, all, neighbourIP))
+	} else {
+		frame = garpReply(attackerMAC, gatewayMAC, neighbourIP)
+	}
+	learned := func() string {
+		out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
+		if strings.Contains(string(out), attackerMAC.String()) {
+			return string(out)
 		}
-		// Each round is a request and a reply on IPv4, one advertisement on IPv6.
-		const rounds = 5
-		guard, frames := spoofGuardMiss, 2*rounds
-		if neighbourIP.Is6() {
-			guard, frames = spoofGuardNA, rounds
-		}
-		dropped := c.dropped(t, "node1", guard)
-		if err := announce(c.s.NetNSPath(attacker), "eth0", neighbourIP, attackerMAC, rounds); err != nil {
+		return ""
+	}
+	send := func() {
+		t.Helper()
+		if err := repeat(rounds, func() error { return sendFrame(c.s.NetNSPath(attacker), "eth0", frame) }); err != nil {
 			t.Fatal(err)
 		}
-		if out := c.awaitVerdict(t, "node1", guard, dropped, frames, func() string {
+	}
+
+	dropped := c.dropped(t, "node1", guard)
+	send()
+	if out := c.awaitVerdict(t, "node1", guard, dropped, rounds, learned); out != "" {
+		t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
+	}
+	reachNeighbour("after the attack")
+
+	// The guard switched off for the attacker's announcements: the attack must succeed.
+	ofport, err := c.s.PodOFPort("node1", attacker.Namespace, attacker.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := 20 // ARPResponder
+	if neighbourIP.Is6() {
+		next = 21 // NDResponder
+	}
+	const mutationCookie = "0x29290000"
+	c.ofctl(t, "node1", "add-flow", fmt.Sprintf("cookie=%s,table=10,priority=1000,in_port=%d,%s,actions=goto_table:%d",
+		mutationCookie, ofport, bypass, next))
+	defer func() {
+		c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1")
+		// node1 forgets the forged entry and learns b's MAC again.
+		if out, err := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "flush", "to", neighbourIP.String()).CombinedOutput(); err != nil {
+			t.Errorf("flush node1's neighbour entry for b: %v: %s", err, out)
+		}
+		reachNeighbour("after the undefended attack, with the guard back")
+	}()
+	// Sent again on every check: the switch applies the new flow to the datapath at its
+	// next revalidation.
+	framework.Eventually(t, 10*time.Second, "node1 to learn the attacker's MAC for b's address with the guard off", func() error {
+		if err := sendFrame(c.s.NetNSPath(attacker), "eth0", frame); err != nil {
+			t.Fatal(err)
+		}
+		if learned() == "" {
 			out, _ := exec.Command("ip", "-n", c.s.Layout.NodeNetNS("node1"), "neigh", "show", neighbourIP.String()).CombinedOutput()
-			if strings.Contains(string(out), attackerMAC) {
-				return string(out)
-			}
-			return ""
-		}); out != "" {
-			t.Errorf("node1 learned the attacker's MAC for b's address: %s", out)
+			return fmt.Errorf("node1's entry: %s", strings.TrimSpace(string(out)))
 		}
-		if r := c.s.Probe(host, neighbourIP, "80/tcp", probeTimeout); !r.Connected || r.Reply.Identity != "x/b" {
-			t.Errorf("node1 -> b after the attack reached %s", framework.Describe(r))
-		}
+		return nil
 	})
+	t.Logf("with the spoof guard off for its announcements, the attacker took b's address at node1: %s", strings.TrimSpace(learned()))
+}
+
+// widenSpoofGuard copies node1's SpoofGuard flow that takes the attacker's IP packets
+// from its port and MAC mac, with old replaced by widened in its match, above it (the mutation
+// checks' cookie 0x29290003); the copy is removed when the test ends. It returns the
+// flow it added.
+func (c *cluster) widenSpoofGuard(t *testing.T, attacker *corev1.Pod, mac, old, widened string) string {
+	t.Helper()
+	ofport, err := c.s.PodOFPort("node1", attacker.Namespace, attacker.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := framework.PodIPs(attacker)[0].String()
+	var accept string
+	for _, f := range c.s.DumpFlows(t, "node1") {
+		if f.Table == 10 && strings.Contains(f.Text, fmt.Sprintf("in_port=%d,", ofport)) && strings.Contains(f.Text, "dl_src="+mac) &&
+			(strings.Contains(f.Text, "nw_src="+ip+" ") || strings.Contains(f.Text, "ipv6_src="+ip+" ")) {
+			accept = strings.Replace(f.Text, old, widened, 1)
+		}
+	}
+	if accept == "" {
+		t.Fatalf("node1's SpoofGuard has no flow taking %s from %s at port %d", ip, mac, ofport)
+	}
+	const mutationCookie = "0x29290003"
+	mutation := "cookie=" + mutationCookie + "," + classifierPriority.ReplaceAllString(accept, "priority=1000")
+	c.ofctl(t, "node1", "add-flow", mutation)
+	t.Cleanup(func() { c.ofctl(t, "node1", "del-flows", "cookie="+mutationCookie+"/-1") })
+	return mutation
+}
+
+// ofctl runs an ovs-ofctl command on node's br-int (the command, then the bridge, then
+// args): the mutation checks add and remove their flows with it. Their cookies (0x2929000N)
+// have category 0, which is not kovs's (ovs-flows/README.md, Cookies): the agent's flow
+// sync leaves them alone.
+func (c *cluster) ofctl(t *testing.T, node, command string, args ...string) {
+	t.Helper()
+	full := append([]string{"-O", "OpenFlow15", command, c.s.BrIntTarget(node)}, args...)
+	if out, err := exec.Command("ovs-ofctl", full...).CombinedOutput(); err != nil {
+		t.Fatalf("ovs-ofctl %s: %v: %s", strings.Join(full, " "), err, out)
+	}
+}
+
+// garpReply is a gratuitous ARP reply to dst's MAC claiming ip is at mac (sender and
+// target the same address, sender and target hardware address the same: what Linux takes
+// as gratuitous, overriding an entry however recently it was confirmed).
+func garpReply(mac, dst net.HardwareAddr, ip netip.Addr) []byte {
+	f := arpFrame(mac, ip, 2)
+	copy(f[0:6], dst)
+	copy(f[32:38], mac)
+	return f
+}
+
+// unsolicitedNA is a neighbor advertisement (override, not solicited) for target at mac,
+// from src to dst, with its checksum.
+func unsolicitedNA(mac net.HardwareAddr, src, dst, target netip.Addr) []byte {
+	m := naMessage(mac, target)
+	binary.BigEndian.PutUint16(m[2:], checksum6(src, dst, 58, m))
+	return m
 }
 
 func (c *cluster) execOK(t *testing.T, p *corev1.Pod, cmd ...string) string {
@@ -166,56 +319,6 @@ func (c *cluster) conntrack(t *testing.T, node string, src, dst netip.Addr, dpor
 		}
 	}
 	return strings.Join(hits, "\n")
-}
-
-// sendGratuitousARP broadcasts ARP announcements (requests and replies) that claim ip is
-// at mac, from inside a network namespace.
-func sendGratuitousARP(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
-	return onLink(netnsPath, ifname, mac, func(iface *net.Interface, hw net.HardwareAddr) error {
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ARP)))
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		addr := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index, Halen: 6}
-		copy(addr.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-		return repeat(count, func() error {
-			for _, op := range []uint16{1, 2} {
-				if err := unix.Sendto(fd, arpFrame(hw, ip, op), 0, addr); err != nil {
-					return fmt.Errorf("send gratuitous ARP: %w", err)
-				}
-			}
-			return nil
-		})
-	})
-}
-
-// sendUnsolicitedNA sends neighbor advertisements (override flag set, to all nodes) that
-// claim ip is at mac, from inside a network namespace. The kernel fills in the ICMPv6
-// checksum of a raw ICMPv6 socket.
-func sendUnsolicitedNA(netnsPath, ifname string, ip netip.Addr, mac string, count int) error {
-	return onLink(netnsPath, ifname, mac, func(iface *net.Interface, hw net.HardwareAddr) error {
-		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		for _, opt := range []int{unix.IPV6_MULTICAST_HOPS, unix.IPV6_UNICAST_HOPS} {
-			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, opt, 255); err != nil {
-				return err
-			}
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, iface.Index); err != nil {
-			return err
-		}
-		allNodes := &unix.SockaddrInet6{ZoneId: uint32(iface.Index), Addr: netip.MustParseAddr("ff02::1").As16()}
-		return repeat(count, func() error {
-			if err := unix.Sendto(fd, naMessage(hw, ip), 0, allNodes); err != nil {
-				return fmt.Errorf("send neighbor advertisement: %w", err)
-			}
-			return nil
-		})
-	})
 }
 
 // onLink runs send in a network namespace with its interface ifname and the MAC mac.

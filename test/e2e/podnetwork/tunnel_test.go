@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +39,7 @@ const (
 func (c *cluster) checkTunnelInnerSource(t *testing.T) {
 	a, cc, d := c.pods["a"], c.pods["c"], c.pods["d"]
 	target := framework.PodIPs(cc)[0]
-	const controlPort, attackPort, forgedCount = 84, 85, 5
+	const controlPort, attackPort, mutatedPort, forgedCount = 84, 85, 89, 5
 	send := func(src netip.Addr, dport uint16) {
 		t.Helper()
 		if err := c.sendGeneve("node1", "node2", src, target, dport); err != nil {
@@ -61,7 +63,47 @@ func (c *cluster) checkTunnelInnerSource(t *testing.T) {
 	}); entries != "" {
 		t.Errorf("node2 accepted from node1's tunnel a packet from node3's pod %s:\n%s", forged, entries)
 	}
+
+	// Mutation check: node2's Classifier widened to take node3's pod d as an inner source
+	// from node1 (node1's own flow for pod a's block, copied with d's address, above it;
+	// removed after): the forged packet must then be tracked on node2. The drop above is
+	// the Classifier's, and the conntrack observation sees a forged packet that passes.
+	own := framework.PodIPs(a)[0]
+	var accept string
+	for _, f := range c.s.DumpFlows(t, "node2") {
+		if f.Table != 0 {
+			continue
+		}
+		if m := innerSource.FindStringSubmatch(f.Text); m != nil && strings.Contains(f.Text, "tun_") {
+			if p, err := netip.ParsePrefix(m[2]); err == nil && p.Contains(own) && p.Bits() < own.BitLen() {
+				accept = strings.Replace(f.Text, m[0], m[1]+"="+forged.String(), 1)
+			}
+		}
+	}
+	if accept == "" {
+		t.Fatalf("node2's Classifier has no flow taking node1's pod block (of %s) from the tunnel", own)
+	}
+	const mutationCookie = "0x29290002"
+	mutation := "cookie=" + mutationCookie + "," + classifierPriority.ReplaceAllString(accept, "priority=1000")
+	c.ofctl(t, "node2", "add-flow", mutation)
+	defer c.ofctl(t, "node2", "del-flows", "cookie="+mutationCookie+"/-1")
+	// The switch applies the new flow to the datapath at its next revalidation: the attack
+	// is sent again on every check until it shows.
+	framework.Eventually(t, 10*time.Second, "the forged packet tracked on node2 with the Classifier widened ("+mutation+")", func() error {
+		send(forged, mutatedPort)
+		if c.conntrack(t, "node2", forged, target, mutatedPort) == "" {
+			return fmt.Errorf("no conntrack entry")
+		}
+		return nil
+	})
+	t.Logf("with node2's Classifier taking %s from node1's tunnel, the forged packet got through", forged)
 }
+
+// innerSource finds a flow's inner source match; classifierPriority its priority.
+var (
+	innerSource        = regexp.MustCompile(`\b(nw_src|ipv6_src)=([0-9a-fA-F.:]+/[0-9]+)`)
+	classifierPriority = regexp.MustCompile(`\bpriority=[0-9]+`)
+)
 
 // sendGeneve sends, from node from's namespace (its kernel, its underlay address), one
 // Geneve packet to node to that carries a UDP datagram src -> dst:dport, addressed from

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	cnins "github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -61,7 +63,7 @@ func checkAgentRollout(t *testing.T, s *framework.Sandbox, pairs []pair) {
 	ovsPods := podsOf(t, s, "kube-system", "app=kovs-ovs")
 	oldAgents := podsOf(t, s, "kube-system", "app=kovs-agent")
 
-	tr := startTraffic(t, pairs, 100*time.Millisecond)
+	tr := startTraffic(t, s, pairs, 100*time.Millisecond)
 	tr.await(t, 5, "before the rollout")
 	start := time.Now()
 	kubectlOK(t, s, "-n", "kube-system", "patch", "daemonset", "kovs-agent", "--type=merge", "-p",
@@ -107,9 +109,10 @@ func checkOVSReplacement(t *testing.T, s *framework.Sandbox, pairs []pair) {
 	if before == 0 || !ok {
 		t.Fatalf("node2: no ovs-vswitchd (pid %d) or no kovs-ovs pod", before)
 	}
-	tr := startTrafficEcho(t, pairs, 100*time.Millisecond, 60*time.Second)
+	tr := startTrafficEcho(t, s, pairs, 100*time.Millisecond, 60*time.Second)
 	tr.await(t, 5, "before the OVS restart")
 	start := time.Now()
+	tr.quietFrom(start)
 	kubectlOK(t, s, "-n", "kube-system", "delete", "pod", old.Name, "--wait=true", "--timeout=120s")
 	framework.Eventually(t, 120*time.Second, "node2's new kovs-ovs pod Ready", func() error {
 		p, ok := podsOf(t, s, "kube-system", "app=kovs-ovs")["node2"]
@@ -128,17 +131,45 @@ func checkOVSReplacement(t *testing.T, s *framework.Sandbox, pairs []pair) {
 	if after == 0 || after == before {
 		t.Fatalf("node2: ovs-vswitchd pid %d before, %d after: it was not restarted", before, after)
 	}
+	// The repair's signal, from when on the denied pair's probes need evidence again:
+	// a new connection across node2's new switch, client1 -> server2.
+	framework.Eventually(t, 60*time.Second, "client1 -> server2 through node2's new ovs-vswitchd", func() error {
+		var r responder.Result
+		if err := cnins.WithNetNSPath(pairEnd(pairs, "client1").netns, func(cnins.NetNS) error {
+			r = responder.Probe(context.Background(), target(pairEnd(pairs, "server2").addr), probeTimeout)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if !r.Connected || r.Reply == nil {
+			return fmt.Errorf("%s", framework.Describe(r))
+		}
+		return nil
+	})
+	tr.quietUntil(time.Now())
 	tr.await(t, 20, "after the OVS restart")
 	tr.finish()
 	pause := tr.report(t, "node2's kovs-ovs pod replacement")
 	t.Logf("node2's kovs-ovs pod replaced (ovs-vswitchd pid %d -> %d), Ready in %s; longest run of failed new connections: %s",
 		before, after, replaced.Round(time.Millisecond), pause.Round(time.Millisecond))
 
-	again := startTraffic(t, pairs, 100*time.Millisecond)
+	again := startTraffic(t, s, pairs, 100*time.Millisecond)
 	again.await(t, 20, "once OVS is back")
 	again.finish()
 	again.check(t, "the 20 rounds once OVS is back")
 	checkReadySince(t, s, start, "the OVS restart")
+}
+
+// pairEnd is the pod named name among the pairs' ends.
+func pairEnd(pairs []pair, name string) podEnd {
+	for _, p := range pairs {
+		for _, e := range []podEnd{p.from, p.to} {
+			if e.name == name {
+				return e
+			}
+		}
+	}
+	panic("no pod " + name + " among the pairs")
 }
 
 func restarts(p corev1.Pod) int32 {

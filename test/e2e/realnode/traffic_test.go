@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,9 +22,9 @@ import (
 // processes), so that the test's own sockets, made in it, are the pod's traffic through
 // its eth0, its veth and br-int.
 type podEnd struct {
-	name, node string
-	netns      string
-	addr       netip.Addr
+	name, namespace, node string
+	netns                 string
+	addr                  netip.Addr
 }
 
 // podNetNS finds p's network namespace through a process of its containers (kubelet's
@@ -44,7 +45,7 @@ func podNetNS(t *testing.T, s *framework.Sandbox, p *corev1.Pod) podEnd {
 				if len(ips) == 0 {
 					t.Fatalf("pod %s has no IP", p.Name)
 				}
-				return podEnd{name: p.Name, node: p.Spec.NodeName, netns: "/proc/" + e.Name() + "/ns/net", addr: ips[0]}
+				return podEnd{name: p.Name, namespace: p.Namespace, node: p.Spec.NodeName, netns: "/proc/" + e.Name() + "/ns/net", addr: ips[0]}
 			}
 		}
 	}
@@ -90,10 +91,14 @@ type sessionLoop struct {
 }
 
 // freshLoop opens new connections on one pair. On an allowed pair each must connect and
-// read the responder's line; on a denied pair (denied) each must time out.
+// read the responder's line. On a denied pair (denied) each must get no answer, and is
+// denied only on evidence: the destination's deny flow counted it (framework.ProbeDenied;
+// silence is no proof of a drop, except while the switch restarts).
 type freshLoop struct {
 	name       string
 	denied     bool
+	deny       func() (framework.DenyCount, error)
+	evidence   framework.DeniedTally // of a denied pair's probes that got no answer
 	ok, failed int
 	failures   []string // the first few, with their time
 	firstFail  time.Time
@@ -113,20 +118,23 @@ const (
 )
 
 // startTraffic starts the loops; a session breaks when an echo takes more than 2 s.
-func startTraffic(t *testing.T, pairs []pair, interval time.Duration) *traffic {
+func startTraffic(t *testing.T, s *framework.Sandbox, pairs []pair, interval time.Duration) *traffic {
 	t.Helper()
-	return startTrafficEcho(t, pairs, interval, 2*time.Second)
+	return startTrafficEcho(t, s, pairs, interval, 2*time.Second)
 }
 
 // startTrafficEcho is startTraffic whose sessions wait up to echoTimeout for each echo:
 // through a pause TCP retransmits until the path is back, and a session that carries on
 // after it has survived it.
-func startTrafficEcho(t *testing.T, pairs []pair, interval, echoTimeout time.Duration) *traffic {
+func startTrafficEcho(t *testing.T, s *framework.Sandbox, pairs []pair, interval, echoTimeout time.Duration) *traffic {
 	t.Helper()
 	tr := &traffic{stop: make(chan struct{}), echoTimeout: echoTimeout}
 	for _, p := range pairs {
 		name := fmt.Sprintf("%s(%s)->%s(%s)", p.from.name, p.from.node, p.to.name, p.to.node)
 		fl := &freshLoop{name: name, denied: p.denied}
+		if p.denied {
+			fl.deny = nodeDenyPackets(s, p.to)
+		}
 		tr.fresh = append(tr.fresh, fl)
 		tr.wg.Add(1)
 		go tr.runFresh(fl, p.from, p.to.addr, interval)
@@ -197,29 +205,92 @@ func (tr *traffic) runFresh(fl *freshLoop, from podEnd, dst netip.Addr, interval
 		case <-time.After(interval):
 		}
 		now := time.Now()
-		timeout := probeTimeout
-		if fl.denied {
-			timeout = deniedProbeTimeout // a denied probe waits it out: keep them frequent
+		probe := func(timeout time.Duration) responder.Result {
+			var r responder.Result
+			if err := cnins.WithNetNSPath(from.netns, func(cnins.NetNS) error {
+				r = responder.Probe(context.Background(), target(dst), timeout)
+				return nil
+			}); err != nil {
+				r.Error = err.Error()
+			}
+			return r
 		}
-		var r responder.Result
-		if err := cnins.WithNetNSPath(from.netns, func(cnins.NetNS) error {
-			r = responder.Probe(context.Background(), target(dst), timeout)
-			return nil
-		}); err != nil {
-			r.Error = err.Error()
+		if !fl.denied {
+			r := probe(probeTimeout)
+			tr.mu.Lock()
+			fl.record(now, r, r.Connected && r.Reply != nil)
+			tr.mu.Unlock()
+			continue
 		}
+		// A denied probe waits it out: keep them frequent. The next starts once this one
+		// is judged.
+		r, denied, replaced, why := framework.ProbeDenied(fl.deny, func() responder.Result { return probe(deniedProbeTimeout) })
 		tr.mu.Lock()
-		fl.record(now, r)
+		if r.TimedOut {
+			fl.evidence.Add(now, time.Now(), denied, replaced, why)
+			if denied {
+				fl.ok++
+			}
+		} else {
+			fl.evidence.LetThrough++
+			fl.record(now, r, false)
+		}
 		tr.mu.Unlock()
 	}
 }
 
-// record counts one probe.
-func (fl *freshLoop) record(at time.Time, r responder.Result) {
-	good := r.Connected && r.Reply != nil
-	if fl.denied {
-		good = r.TimedOut
+// nodeDenyPackets reads the deny flow of pod p on its node's br-int, from the host through
+// the root of the node's ovs-vswitchd (kovs-ovs's run directory, /var/run/openvswitch):
+// it needs neither the agent nor kovs-ovs to answer an exec.
+func nodeDenyPackets(s *framework.Sandbox, p podEnd) func() (framework.DenyCount, error) {
+	pid := 0
+	return framework.PodDenyPacketsAt(func() (string, string, error) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/root", pid)); pid == 0 || err != nil {
+			if pid = ovsVswitchdPid(s, p.node); pid == 0 {
+				return "", "", fmt.Errorf("%s: no ovs-vswitchd runs", p.node)
+			}
+		}
+		run := nodeRunDir(pid)
+		return "unix:" + run + "/br-int.mgmt", "unix:" + run + "/db.sock", nil
+	}, p.node, p.namespace, p.name)
+}
+
+// nodeRunDir is /var/run/openvswitch inside the root of process pid, seen from the host.
+// Its /var/run is usually a symbolic link to /run, which the host would resolve against
+// its own root: the link is followed here, inside the process's root.
+func nodeRunDir(pid int) string {
+	root := fmt.Sprintf("/proc/%d/root", pid)
+	varRun := "/var/run"
+	if l, err := os.Readlink(root + varRun); err == nil {
+		if !filepath.IsAbs(l) {
+			l = filepath.Join("/var", l)
+		}
+		varRun = filepath.Clean(l)
 	}
+	return root + varRun + "/openvswitch"
+}
+
+// quietFrom opens, on every denied pair, a span in which the switch handles no packets
+// (a restart) and its probes may go unanswered without evidence; quietUntil closes it, at
+// the signal that the switch is repaired.
+func (tr *traffic) quietFrom(at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, f := range tr.fresh {
+		f.evidence.QuietFrom(at)
+	}
+}
+
+func (tr *traffic) quietUntil(at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, f := range tr.fresh {
+		f.evidence.QuietUntil(at)
+	}
+}
+
+// record counts one probe; good is whether it went as it must.
+func (fl *freshLoop) record(at time.Time, r responder.Result, good bool) {
 	if good {
 		fl.ok++
 		fl.endGap(time.Now())
@@ -255,7 +326,11 @@ func (tr *traffic) rounds() []int {
 		out = append(out, n)
 	}
 	for _, f := range tr.fresh {
-		out = append(out, f.ok+f.failed)
+		n := f.ok + f.failed
+		if f.denied {
+			n = f.failed + f.evidence.Rounds() // ok counts only those denied on evidence
+		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -302,9 +377,11 @@ func (tr *traffic) check(t *testing.T, during string) {
 		kind := "new connections"
 		if f.denied {
 			kind = "probes of the denied pair"
+			f.evidence.Check(t, f.name, during)
+		} else {
+			t.Logf("%s %s during %s: %d attempted, %d as they must be, %d not, longest run of failures %s",
+				kind, f.name, during, f.ok+f.failed, f.ok, f.failed, f.longestGap)
 		}
-		t.Logf("%s %s during %s: %d attempted, %d as they must be, %d not, longest run of failures %s",
-			kind, f.name, during, f.ok+f.failed, f.ok, f.failed, f.longestGap)
 		if f.failed > 0 {
 			t.Errorf("%s: %d of %d %s %s failed (the first %d):\n  %s", during, f.failed, f.ok+f.failed, kind, f.name,
 				len(f.failures), strings.Join(f.failures, "\n  "))
@@ -327,7 +404,7 @@ func (tr *traffic) report(t *testing.T, during string) time.Duration {
 	}
 	for _, f := range tr.fresh {
 		if f.denied {
-			t.Logf("probes of the denied pair %s during %s: %d attempted, %d let through or failed otherwise", f.name, during, f.ok+f.failed, f.failed)
+			f.evidence.Check(t, f.name, during)
 			if f.failed > 0 {
 				t.Errorf("%s: %d of %d probes of the denied pair %s did not time out:\n  %s", during, f.failed, f.ok+f.failed, f.name,
 					strings.Join(f.failures, "\n  "))
