@@ -50,9 +50,9 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     table failed in case 31 (stacked policies) step 1: z/a -> x/a 81/tcp over IPv6,
 //     denied, connected in the first round right after realization (the IPv4 cell of the
 //     same pair was dropped; one run, the next with the purge passed the case). OVS's
-//     own revalidation does not cover the case, and the
-//     dual-stack sandbox is where it shows (the late answers of #29 too); it is not pinned
-//     down yet. The purge stays;
+//     own revalidation does not cover the case; the dual-stack sandbox is where it shows
+//     (the late answers of #29 show there too, with or without the purge); it is not
+//     pinned down yet. The purge stays;
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
