@@ -2,8 +2,13 @@ package services_test
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -66,6 +71,10 @@ func (c *svcCluster) testUDPFlowFollowsEndpoints(t *testing.T) {
 		}
 	}
 
+	// A busy flow (a datagram a millisecond) while the first endpoint comes: its packets
+	// that follow the entry made without endpoints go to the host, and one of them may be
+	// on its way back when the entry is deleted.
+	busy := flow{"busy ClusterIP flow", ip, "53/udp", 50055}
 	framework.Eventually(t, programTimeout, "the ClusterIP flow to be rejected (no endpoints)", func() error {
 		if r := send(flows[0]); !r.Refused {
 			return fmt.Errorf("%s not refused: %s", flows[0].what, framework.Describe(r))
@@ -85,11 +94,98 @@ func (c *svcCluster) testUDPFlowFollowsEndpoints(t *testing.T) {
 		for _, p := range step.eps {
 			eps = append(eps, framework.ReadyEndpoint(p, ip))
 		}
+		var flood func(stop bool) []string
+		if step.web == c.web[0] {
+			flood = c.udpFlood(t, from, netip.AddrPortFrom(busy.addr, 53), busy.src)
+		}
 		write(eps...)
 		t.Logf("endpoints now %s (was %s)", key(step.web), step.from)
+		if flood != nil {
+			framework.Eventually(t, programTimeout, busy.what+" to reach "+step.why, func() error {
+				if len(flood(false)) == 0 {
+					return fmt.Errorf("%s from port %d: no answer yet", busy.what, busy.src)
+				}
+				return nil
+			})
+			t.Logf("%s answered by %v while it sent a datagram a millisecond", busy.what, flood(true))
+			stays(busy, key(step.web))
+		}
 		for _, f := range flows {
 			framework.Eventually(t, programTimeout, f.what+" to reach "+step.why, func() error { return reaches(f, key(step.web)) })
 			stays(f, key(step.web))
 		}
 	}
+}
+
+// udpFlood sends a datagram a millisecond from the pod's port src to dst; the returned
+// function reports who answered so far (by identity, once each), and with stop ends the
+// flood first.
+func (c *svcCluster) udpFlood(t *testing.T, from *corev1.Pod, dst netip.AddrPort, src uint16) func(stop bool) []string {
+	t.Helper()
+	var conn *net.UDPConn
+	err := ns.WithNetNSPath(c.s.NetNSPath(from), func(ns.NetNS) error {
+		var err error
+		conn, err = net.DialUDP("udp", &net.UDPAddr{Port: int(src)}, net.UDPAddrFromAddrPort(dst))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("flood socket from port %d to %s: %v", src, dst, err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				conn.Write([]byte("kovs-probe\n")) // errors (ICMP port unreachable) are expected while rejected
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 2048)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				select {
+				case <-done:
+					return
+				default:
+					continue // a reported ICMP error
+				}
+			}
+			if l, err := responder.ParseLine(string(buf[:n])); err == nil {
+				mu.Lock()
+				seen[l.Identity] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	answers := func(stop bool) []string {
+		if stop {
+			once.Do(func() {
+				close(done)
+				conn.Close()
+				wg.Wait()
+			})
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for id := range seen {
+			out = append(out, id)
+		}
+		return out
+	}
+	t.Cleanup(func() { answers(true) })
+	return answers
 }
