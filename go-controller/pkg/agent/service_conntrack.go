@@ -50,7 +50,7 @@ func (a *Agent) cleanStaleConntrack(gen uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conntrackCleanupTimeout)
 	defer cancel()
-	n, err := cleanStaleConntrack(ctx, a.of.Vswitchd(), services)
+	n, err := deleteStaleUDPEntries(ctx, a.of.Vswitchd(), services)
 	if err != nil {
 		log.WithError(err).Warn("delete stale UDP conntrack entries of Services (again after the next flow sync)")
 		a.state.RetryConntrackCleanup()
@@ -61,9 +61,9 @@ func (a *Agent) cleanStaleConntrack(gen uint64) {
 	}
 }
 
-// cleanStaleConntrack dumps br-int's zone and flushes the stale UDP entries of services
+// deleteStaleUDPEntries dumps br-int's zone and flushes the stale UDP entries of services
 // (staleUDPFlows); it reports how many frontend and answerer pairs it flushed.
-func cleanStaleConntrack(ctx context.Context, ct conntrackTable, services map[string][]pipeline.ServicePort) (int, error) {
+func deleteStaleUDPEntries(ctx context.Context, ct conntrackTable, services map[string][]pipeline.ServicePort) (int, error) {
 	if !slices.ContainsFunc(slices.Collect(maps.Values(services)), hasUDP) {
 		return 0, nil
 	}

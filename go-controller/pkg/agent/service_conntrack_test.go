@@ -175,30 +175,30 @@ func (f *fakeConntrack) FlushConntrackFlows(_ context.Context, fl ovs.ConntrackF
 	return f.flushErr
 }
 
-func TestCleanStaleConntrack(t *testing.T) {
+func TestDeleteStaleUDPEntries(t *testing.T) {
 	ctx := context.Background()
 	front := netip.AddrPortFrom(ctVIP, 53)
 	stale := ctEntry(pipeline.IPProtoUDP, 1, front, ctEPold)
 	udp := map[string][]pipeline.ServicePort{"x/dns": {udpPort(ctEP1)}}
 
 	ct := &fakeConntrack{entries: []ovs.ConntrackEntry{stale, ctEntry(pipeline.IPProtoUDP, 2, front, ctEP1)}}
-	if n, err := cleanStaleConntrack(ctx, ct, udp); n != 1 || err != nil || len(ct.flushed) != 1 || ct.flushed[0].ReplySrc != ctEPold {
+	if n, err := deleteStaleUDPEntries(ctx, ct, udp); n != 1 || err != nil || len(ct.flushed) != 1 || ct.flushed[0].ReplySrc != ctEPold {
 		t.Errorf("flushed %d (%v): %v, want the entries answered by %s", n, err, ct.flushed, ctEPold)
 	}
 
 	tcp := udpPort()
 	tcp.IPProto = pipeline.IPProtoTCP
 	ct = &fakeConntrack{entries: []ovs.ConntrackEntry{stale}}
-	if _, err := cleanStaleConntrack(ctx, ct, map[string][]pipeline.ServicePort{"x/web": {tcp}}); err != nil || ct.dumps != 0 {
+	if _, err := deleteStaleUDPEntries(ctx, ct, map[string][]pipeline.ServicePort{"x/web": {tcp}}); err != nil || ct.dumps != 0 {
 		t.Errorf("without UDP Services: %d dumps (%v), want none", ct.dumps, err)
 	}
 
 	ct = &fakeConntrack{dumpErr: errors.New("ovs-appctl: no such socket")}
-	if _, err := cleanStaleConntrack(ctx, ct, udp); err == nil || !strings.Contains(err.Error(), "no such socket") {
+	if _, err := deleteStaleUDPEntries(ctx, ct, udp); err == nil || !strings.Contains(err.Error(), "no such socket") {
 		t.Errorf("dump failure: %v", err)
 	}
 	ct = &fakeConntrack{entries: []ovs.ConntrackEntry{stale}, flushErr: errors.New("flush refused")}
-	if n, err := cleanStaleConntrack(ctx, ct, udp); n != 0 || err == nil || !strings.Contains(err.Error(), "flush refused") {
+	if n, err := deleteStaleUDPEntries(ctx, ct, udp); n != 0 || err == nil || !strings.Contains(err.Error(), "flush refused") {
 		t.Errorf("flush failure: %d flushed, %v", n, err)
 	}
 }
