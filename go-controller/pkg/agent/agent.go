@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	}
 	a.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	a.syncer.OnSynced(a.evictTranslations)
+	a.syncer.OnSynced(a.cleanStaleConntrack)
 	a.syncer.OnSynced(a.endFlowRestoreWait)
 	a.syncer.metrics = a.metrics
 	if cfg.PolicyFeed != nil {

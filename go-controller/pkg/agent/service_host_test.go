@@ -35,6 +35,9 @@ func TestServiceHostRules(t *testing.T) {
 		"ct status dnat accept",
 		"ip daddr { 10.96.0.10, 10.96.0.20 } ip daddr . meta l4proto . th dport != { 10.96.0.10 . tcp . 80, 10.96.0.20 . udp . 53 } meta l4proto tcp reject with tcp reset",
 		"ip6 daddr { fd00:10:96::a } ip6 daddr . meta l4proto . th dport != { fd00:10:96::a . tcp . 80 } reject",
+		// A pod's packet that followed a stale untranslated entry is not looped back.
+		`iifname "kovs-gw0" oifname "kovs-gw0" ip daddr { 10.96.0.10, 10.96.0.20 } drop`,
+		`iifname "kovs-gw0" oifname "kovs-gw0" ip6 daddr { fd00:10:96::a } drop`,
 	} {
 		if !strings.Contains(script, want) {
 			t.Errorf("rules lack %q:\n%s", want, script)

@@ -59,6 +59,9 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 				// host's own (kernel) conntrack still DNATs its NodePort to the ClusterIP.
 				p.Stateless, p.Listed = true, listed(eps)
 			}
+			if proto == pipeline.IPProtoUDP {
+				p.Serving = servingEndpoints(eps)
+			}
 			out = append(out, p)
 		}
 	}
@@ -148,6 +151,19 @@ func usable(eps []serviceEndpoint, local bool) []netip.AddrPort {
 	}
 	slices.SortFunc(ready, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return slices.Compact(ready)
+}
+
+// servingEndpoints are the addresses of the endpoints whose condition is serving, on any node,
+// sorted, once each: the ones kube-proxy keeps UDP conntrack entries to.
+func servingEndpoints(eps []serviceEndpoint) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, e := range eps {
+		if e.serving {
+			out = append(out, e.addr)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(out)
 }
 
 // listed are the endpoints' addresses whatever their conditions, sorted, once each.

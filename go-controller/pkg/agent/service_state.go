@@ -13,6 +13,8 @@ func (s *NodeState) SetServices(all map[string][]pipeline.ServicePort) uint64 {
 		for key, old := range s.services {
 			s.queueEvictionsLocked(old, all[key])
 		}
+		// The first Services (after a restart, entries to endpoints that left meanwhile).
+		s.conntrackDue = s.generation + 1
 		s.services = maps.Clone(all)
 	})
 }
@@ -30,6 +32,9 @@ func (s *NodeState) SetService(key string, ports []pipeline.ServicePort) uint64 
 	}
 	return s.change(func() {
 		s.queueEvictionsLocked(s.services[key], ports)
+		if hasUDP(s.services[key]) || hasUDP(ports) {
+			s.conntrackDue = s.generation + 1
+		}
 		if s.services == nil {
 			s.services = map[string][]pipeline.ServicePort{}
 		}

@@ -40,6 +40,9 @@ type NodeState struct {
 	// evictions are learned SCTP translations to delete once their generation is
 	// installed (service_state.go).
 	evictions []pendingEviction
+	// conntrackDue is the generation whose installation calls for a cleanup of stale UDP
+	// conntrack entries (service_conntrack.go); 0: none due.
+	conntrackDue uint64
 	// egress is the node's share of the Egresses (egress_state.go); nil without any. It is
 	// replaced, never changed in place.
 	egress *egressShare

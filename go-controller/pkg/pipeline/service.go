@@ -67,6 +67,11 @@ type ServicePort struct {
 	// endpoint live on; the agent deletes those of an endpoint no longer listed
 	// (SCTPTranslationFilter).
 	Listed []netip.AddrPort
+	// Serving are the endpoints whose condition is serving (ready, or terminating and
+	// still serving), whatever the traffic policies (UDP ports only). No flow uses them:
+	// the agent deletes the UDP conntrack entries of the port's frontends answered by any
+	// other address (agent/service_conntrack.go), as kube-proxy does.
+	Serving []netip.AddrPort
 }
 
 // ServiceGroup is the endpoints one select group balances over.
