@@ -153,7 +153,7 @@ func (u *upRun) handOverNodeOVS() error {
 		// traffic back, and the next node may pause.
 		mgmt := "unix:" + filepath.Join(l.OVSDir(n.Name), "br-int.mgmt")
 		err = waitFor(u.ctx, 2*time.Minute, n.Name+"'s agent to restore br-int's flows", func() error {
-			out, err := exec.CommandContext(u.ctx, "ovs-ofctl", "--timeout=2", "dump-aggregate", mgmt).CombinedOutput()
+			out, err := exec.CommandContext(u.ctx, "ovs-ofctl", "-O", "OpenFlow13", "--timeout=2", "dump-aggregate", mgmt).CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 			}
