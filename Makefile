@@ -24,7 +24,7 @@ export GOFLAGS ?= -buildvcs=false
 # it next to kovs-cni, as the agent image does.
 PORTMAP     := github.com/containernetworking/plugins/plugins/meta/portmap
 
-.PHONY: all build tools deps k8s test unit e2e conformance scale upgrade-test demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
+.PHONY: all build tools deps k8s test unit e2e conformance scale upgrade-test old-release demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
 
 all: build
 
@@ -58,25 +58,29 @@ unit:
 # netpol comes first: go test starts packages in the order named, two at a time, and
 # netpol's truth tables (about 22 minutes) are the longest; in alphabetical order they
 # started after five other packages and were the last to finish.
-e2e: build images
-	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
+e2e: build images old-release
+	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_OLD_RELEASE_DIR=$(OLD_RELEASE) \
 		$(TESTRUN) -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/netpol ./test/e2e/...
 
-## upgrade-test: TestUpgradeFromPreviousRelease on three real nodes: the sandbox comes up
-## with the release at UPGRADE_FROM (built once into $(KOVS_CACHE)/kovs-<commit>) and is
-## upgraded to this tree's (docs/upgrades.md; 3 minutes once the old release is built,
-## which takes a few more the first time; not part of make test)
+## old-release: the release at UPGRADE_FROM (before pod addresses moved to the nodes and OVS
+## into its own DaemonSet), built once into $(KOVS_CACHE)/kovs-<commit> (its binaries,
+## images and dist/): TestRealNodes comes up with it and upgrades to this tree's
+## (docs/upgrades.md; a few minutes the first time on a machine, nothing after)
 UPGRADE_FROM ?= e57e8fbd5ededab49d5e3d57a23fff2a02c4dd96
 OLD_RELEASE  := $(KOVS_CACHE)/kovs-$(UPGRADE_FROM)
-upgrade-test: tools build images
+old-release:
 	@if [ ! -f $(OLD_RELEASE)/_output/images/agent.tar ]; then \
 		echo "building the release at $(UPGRADE_FROM) into $(OLD_RELEASE)"; \
 		rm -rf $(OLD_RELEASE) && mkdir -p $(OLD_RELEASE) && \
 		git archive $(UPGRADE_FROM) | tar -x -C $(OLD_RELEASE) && \
 		$(MAKE) -C $(OLD_RELEASE) build images; \
 	fi
+
+## upgrade-test: TestRealNodes's upgrade alone (its first subtest, about 4 minutes): three
+## real nodes come up with the release at UPGRADE_FROM and are upgraded to this tree's
+upgrade-test: tools build images old-release
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_OLD_RELEASE_DIR=$(OLD_RELEASE) \
-		$(TESTRUN) -count=1 -timeout 30m -run '^TestUpgradeFromPreviousRelease$$' ./test/e2e/realnode/
+		$(TESTRUN) -count=1 -timeout 30m -run '^TestRealNodes$$/^upgrade_from_the_previous_release$$' ./test/e2e/realnode/
 
 ## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests and the rest of sig-network (Services, Networking)
 ## on three real nodes, written to docs/conformance.md (about 45 minutes; make test runs subsets of the first and third;

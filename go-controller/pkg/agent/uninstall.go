@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovsdaemon"
 )
@@ -130,13 +132,64 @@ func (a *Agent) cleanNodeIfUninstalled() {
 	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
 		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)
 	}
-	a.markUninstall(false) // done (ovs-vswitchd has removed br-int's ports): OVS may stop
+	for _, name := range removeBridgeDevices([]string{a.cfg.Bridge, a.cfg.GatewayName}, bridgeDevicesWait) {
+		l.WithField("device", name).Warn("uninstall: ovs-vswitchd had not removed the device of a deleted port: removed it")
+	}
+	a.markUninstall(false) // done (br-int and its devices are gone): OVS may stop
 	for _, f := range []string{a.cfg.CNISocket, filepath.Join(a.cfg.CNIBinDir, cniBinary)} {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			l.WithError(err).Error(fmt.Sprintf("uninstall: remove %s", f))
 		}
 	}
 	l.WithField("bridge", a.cfg.Bridge).Info("uninstalled: kovs removed its bridge, CNI config, socket and binary from the node")
+}
+
+// bridgeDevicesWait bounds the wait for ovs-vswitchd to remove a deleted bridge's devices.
+const bridgeDevicesWait = 5 * time.Second
+
+// removeBridgeDevices returns once none of the kernel devices named is there (a deleted
+// bridge's internal ports: the bridge's own and the gateway), waiting up to wait for
+// ovs-vswitchd to remove them and then removing those left itself; it returns the names it
+// removed. On the userspace datapath those devices are taps that ovs-vswitchd makes
+// persistent and closes only once its datapath threads have let go of the port, after an
+// RCU grace period that can end after ovs-vswitchd reported the bridge's removal applied
+// (cur_cfg): a kovs-ovs stopped in between leaves them on the node (kovs-gw0 was left on a
+// node in two full runs of TestRealNodes's uninstall).
+func removeBridgeDevices(names []string, wait time.Duration) []string {
+	// Subscribed before the first look: a device removed after it is an update.
+	updates, done := make(chan netlink.LinkUpdate, 16), make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribe(updates, done); err != nil {
+		log.WithError(err).Warn("uninstall: cannot watch the node's devices: removing a deleted bridge's devices at once")
+		wait = 0
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		var left []netlink.Link
+		for _, n := range names {
+			if link, err := netlink.LinkByName(n); err == nil {
+				left = append(left, link)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-updates:
+			continue
+		case <-timer.C:
+		}
+		var removed []string
+		for _, link := range left {
+			if err := netlink.LinkDel(link); err != nil {
+				log.WithError(err).WithField("device", link.Attrs().Name).Error("uninstall: remove a deleted port's device")
+				continue
+			}
+			removed = append(removed, link.Attrs().Name)
+		}
+		return removed
+	}
 }
 
 // markUninstall keeps OVS's uninstall marker (ovsdaemon.UninstallMarker in the OVS run

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,23 +119,29 @@ const otherOVSPoll = 100 * time.Millisecond
 // ovs-vswitchd started beside a running one cannot open the userspace datapath (its
 // ovs-netdev tap is busy), so br-int never comes back. That one stops ovs-vswitchd before
 // ovsdb-server, so a database that stopped answering means both are gone. A db.sock left
-// by a crashed ovsdb-server refuses connections and is no wait. It returns errStopped
+// by a crashed ovsdb-server refuses connections and is no wait; a connection that fails
+// otherwise (a busy server's full backlog) is waited on. It returns errStopped
 // when ctx ends first.
 func waitForOtherOVS(ctx context.Context, cfg Config) error {
 	var waitingSince time.Time
 	for {
 		conn, err := net.DialTimeout("unix", cfg.dbSocket(), time.Second)
-		if err != nil {
+		// Only a socket file that is missing or that no one listens on says no
+		// ovsdb-server is there: a busy one's full backlog (EAGAIN) or a slow accept is
+		// one that serves.
+		if err != nil && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist)) {
 			if !waitingSince.IsZero() {
 				cfg.Log.WithField("waited", time.Since(waitingSince).Round(time.Millisecond)).
 					Info("the other Open vSwitch stopped: starting this node's")
 			}
 			return nil
 		}
-		_ = conn.Close()
+		if conn != nil {
+			_ = conn.Close()
+		}
 		if waitingSince.IsZero() {
 			waitingSince = time.Now()
-			cfg.Log.WithField("socket", cfg.dbSocket()).Warn("another ovsdb-server serves this node's database socket " +
+			cfg.Log.WithField("socket", cfg.dbSocket()).WithError(err).Warn("another ovsdb-server serves this node's database socket " +
 				"(the previous kovs release's OVS, in the agent's pod, until the agent rollout replaces it?): " +
 				"waiting for it to stop before starting ovsdb-server and ovs-vswitchd")
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -86,7 +87,94 @@ func Upgrade(ctx context.Context, l Layout, opts UpgradeOptions) error {
 		return err
 	}
 	fmt.Fprintf(opts.Out, "upgrade: kovs-agent rolled out on every node, every node Ready, in %.1fs\n", time.Since(start).Seconds())
-	return nil
+	return u.handOverNodeOVS()
+}
+
+// HandOverLine matches the line Upgrade prints for each node it hands over from the
+// sandbox's OVS to kovs-ovs: the node, when its old ovs-vswitchd was stopped and when
+// br-int had its flows again in the new one (RFC 3339).
+var HandOverLine = regexp.MustCompile(`upgrade: (\S+)'s OVS handed over to its kovs-ovs pod in \S+ \(stopped at (\S+), flows back at (\S+)\)`)
+
+// handOverNodeOVS moves the nodes of a sandbox made by a release before the kovs-ovs
+// DaemonSet (2026-12-05) from the OVS that sandbox ran on each node itself (processes
+// <node>-ovsdb-server and <node>-ovs-vswitchd, the database in the node's OVS directory:
+// that release's overlay removed dist's OVS container, the host's OVS of a real node) to
+// the kovs-ovs pods the new dist/ runs, whose kovs-ovs waits while another ovsdb-server
+// serves the node. Node by node, as an operator moving from the host's OVS to the
+// DaemonSet does (`systemctl stop openvswitch-switch`; on a host the database already is
+// in /etc/openvswitch, where kovs-ovs keeps it): the database linked into the node's
+// /etc/openvswitch, ovs-vswitchd stopped, then ovsdb-server, and the node's kovs-ovs
+// answering with its own daemons and br-int's flows back (the agent's resync) before the
+// next node. A sandbox made by this release runs no such
+// processes: nothing to do.
+func (u *upRun) handOverNodeOVS() error {
+	l := u.layout
+	moved := 0
+	for _, n := range u.state.Nodes {
+		db, vswitchd := n.Name+"-ovsdb-server", n.Name+"-ovs-vswitchd"
+		if !l.Running(db) && !l.Running(vswitchd) {
+			continue
+		}
+		start := time.Now()
+		var stopped time.Time
+		// The database is at kovs-ovs's path before its ovsdb-server stops: kovs-ovs
+		// starts within a tenth of a second of that, and would create a database of its
+		// own if it found none. A hard link: the same file, which the running
+		// ovsdb-server keeps appending to.
+		from, to := filepath.Join(l.OVSDir(n.Name), "conf.db"), filepath.Join(l.nodePath(n.Name, "etc-openvswitch"), "conf.db")
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		if err := os.Link(from, to); err != nil {
+			return fmt.Errorf("upgrade: hand %s's OVS over to kovs-ovs: put its database where kovs-ovs keeps it: %w", n.Name, err)
+		}
+		stopped = time.Now()
+		for _, name := range []string{vswitchd, db} {
+			if err := l.stop(name, 10*time.Second); err != nil {
+				return fmt.Errorf("upgrade: hand %s's OVS over to kovs-ovs: %w", n.Name, err)
+			}
+		}
+		if err := os.Remove(from); err != nil {
+			return err
+		}
+		ctl := filepath.Join(l.OVSDir(n.Name), "ovs-vswitchd.ctl")
+		err := waitFor(u.ctx, 2*time.Minute, n.Name+"'s kovs-ovs to start ovs-vswitchd", func() error {
+			out, err := exec.CommandContext(u.ctx, "ovs-appctl", "--timeout=2", "-t", ctl, "version").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// br-int is fail_mode=secure: its table stays empty until the node's agent
+		// resyncs, which puts its whole pipeline in in one bundle. Only then is the node's
+		// traffic back, and the next node may pause.
+		mgmt := "unix:" + filepath.Join(l.OVSDir(n.Name), "br-int.mgmt")
+		err = waitFor(u.ctx, 2*time.Minute, n.Name+"'s agent to restore br-int's flows", func() error {
+			out, err := exec.CommandContext(u.ctx, "ovs-ofctl", "-O", "OpenFlow13", "--timeout=2", "dump-aggregate", mgmt).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+			}
+			if strings.Contains(string(out), "flow_count=0") {
+				return fmt.Errorf("br-int has no flows yet")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		moved++
+		// The times say when the node's traffic paused (the old ovs-vswitchd's stop) and
+		// when br-int had its flows again in the new one: HandOverLine.
+		fmt.Fprintf(u.opts.Out, "upgrade: %s's OVS handed over to its kovs-ovs pod in %.1fs (stopped at %s, flows back at %s)\n",
+			n.Name, time.Since(start).Seconds(), stopped.UTC().Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano))
+	}
+	if moved == 0 {
+		return nil
+	}
+	return u.waitKovsRunning()
 }
 
 // applyAndRoll runs apply and makes sure workload (deployment/NAME or daemonset/NAME in

@@ -19,13 +19,14 @@ import (
 
 const ns = "realnode"
 
-// TestRealNodes is the real-node smoke of `make test`: install from dist/ (done by up),
-// pods of a Deployment on every node, the network model's guarantees between them, a
-// NetworkPolicy, a ClusterIP Service, the ovs image, install-cni during a CNI ADD, pods
+// TestRealNodes is the real-node smoke of `make test`: install from dist/ (done by up) of
+// the previous release and the upgrade to this one (upUpgraded), pods of a Deployment on
+// every node, the network model's guarantees between them, a NetworkPolicy, a ClusterIP
+// Service, the ovs image, install-cni during a CNI ADD, pods
 // starting while kovs-controller is down, and `kubectl delete -k` leaving the nodes clean.
 func TestRealNodes(t *testing.T) {
 	env := framework.Require(t)
-	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
+	s := upUpgraded(t, env)
 	s.EnsureNamespace(t, ns, nil)
 	s.Apply(webDeployment)
 	kubectlOK(t, s, "-n", ns, "rollout", "status", "deployment/web", "--timeout=180s")
