@@ -43,7 +43,7 @@ func main() {
 	fs.DurationVar(&cfg.StartTimeout, "start-timeout", 30*time.Second, "how long each daemon may take to answer after it starts")
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", 10*time.Second, "how long a daemon may take to exit after SIGTERM before it is killed")
 	fs.DurationVar(&cfg.FlowRestoreWaitTimeout, "flow-restore-wait-timeout", 2*time.Minute, "with kovs-agent's bridge in the database ovs-vswitchd starts with flow-restore-wait=true until the agent has restored its flows; after this long kovs-ovs clears it itself (0: never)")
-	fs.DurationVar(&cfg.UninstallWait, "uninstall-wait", 10*time.Second, "on SIGTERM while kovs-agent uninstalls kovs (kovsctl uninstall), how long to wait for it to remove its bridges before stopping (0: no wait)")
+	fs.DurationVar(&cfg.UninstallWait, "uninstall-wait", 20*time.Second, "on SIGTERM while kovs-agent uninstalls kovs (kovsctl uninstall), how long to wait for it to mark its cleanup done (its bridges and their devices gone) before stopping (0: no wait)")
 	probeTimeout := fs.Duration("probe-timeout", 5*time.Second, "probe: how long each daemon may take to answer")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {

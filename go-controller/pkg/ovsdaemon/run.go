@@ -443,37 +443,31 @@ func appctlVersion(ctx context.Context, ctl string, secs int) error {
 const UninstallMarker = "kovs-uninstall"
 
 // awaitUninstall holds a stopping supervisor while kovs-agent uninstalls: with the
-// marker present and kovs-agent's bridges still in the database, it waits until they are
-// gone, at most UninstallWait, before the daemons stop. (The agent removes the marker only
-// once ovs-vswitchd has applied the removal, so their ports are gone too.)
+// marker present, it waits until the agent removes it, at most UninstallWait, before the
+// daemons stop. The agent removes it once its bridges are gone from the database and
+// their devices from the node: waiting only for the bridges' rows let ovs-vswitchd stop
+// before it had closed their taps (kovs-gw0 was left on a node, and the agent, whose
+// wait for ovs-vswitchd then never ended, was killed before it removed kovs-cni).
 func awaitUninstall(cfg Config) {
 	if cfg.UninstallWait <= 0 {
 		return
 	}
-	if _, err := os.Stat(filepath.Join(cfg.RunDir, UninstallMarker)); err != nil {
+	marker := filepath.Join(cfg.RunDir, UninstallMarker)
+	if _, err := os.Stat(marker); err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.UninstallWait)
-	defer cancel()
-	logged := false
+	cfg.Log.Info("kovs is being uninstalled: waiting for kovs-agent to remove its bridges and mark it done")
+	deadline := time.After(cfg.UninstallWait)
 	for {
-		out, err := run(ctx, cfg.env(), "ovs-vsctl", "--db=unix:"+cfg.dbSocket(), "--timeout=5", "--no-wait",
-			"--bare", "--columns=name", "find", "Bridge", kovsBridges)
-		if err == nil && strings.TrimSpace(out) == "" {
-			if logged {
-				cfg.Log.Info("kovs-agent removed its bridges")
-			}
+		if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
+			cfg.Log.Info("kovs-agent removed its bridges")
 			return
-		}
-		if !logged {
-			cfg.Log.WithField("bridges", strings.Fields(out)).Info("kovs is being uninstalled: waiting for kovs-agent to remove its bridges")
-			logged = true
 		}
 		select {
-		case <-ctx.Done():
-			cfg.Log.WithField("waited", cfg.UninstallWait).Warn("kovs-agent did not remove its bridges in time: stopping OVS with them")
+		case <-deadline:
+			cfg.Log.WithField("waited", cfg.UninstallWait).Warn("kovs-agent did not finish its uninstall in time: stopping OVS")
 			return
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond): // the agent tells only by the file
 		}
 	}
 }

@@ -340,8 +340,13 @@ func TestStopWaitsForAnUninstallingAgent(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// What the agent does at its shutdown: both daemons still serve it (ovs-vsctl
-	// without --no-wait waits for ovs-vswitchd to apply the deletion).
+	// without --no-wait waits for ovs-vswitchd to apply the deletion), also after the
+	// bridge's row is gone, until the agent marks its cleanup done (its devices gone).
 	n.vsctl("del-br", "br-int")
+	n.vsctl("add-br", "br-after", "--", "set", "bridge", "br-after", "datapath_type=netdev")
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
 	if code := n.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("kovs-ovs exited %d after the agent's cleanup, want 0", code)
 	}
@@ -350,9 +355,6 @@ func TestStopWaitsForAnUninstallingAgent(t *testing.T) {
 	}
 
 	// No mark: SIGTERM stops at once, with the agent's bridge still there.
-	if err := os.Remove(marker); err != nil {
-		t.Fatal(err)
-	}
 	n.start()
 	n.waitReady()
 	n.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
