@@ -184,3 +184,10 @@ func (v *policyView) denyObjects(pods []PodPort) []Object {
 	}
 	return objs
 }
+
+// PodIngressDeny is the key of the default-deny flow of an isolated (or pending) pod at
+// ofport in IngressPolicy, as the pipeline installs it: tests read its packet counter as
+// evidence that a probe was dropped.
+func PodIngressDeny(ofport uint32) Flow {
+	return Flow{Table: ingressDirection.table, Priority: prioPolicyDeny, Match: ingressDirection.appliedTo(ofport), Actions: []Action{Drop{}}}
+}

@@ -140,3 +140,24 @@ func policyTracer(t *testing.T, share policy.NodeShare) *Tracer {
 	sc.policy = &share
 	return sc.tracer(t)
 }
+
+// PodIngressDeny is the flow the pipeline installs for an ingress-isolated pod (x/b in
+// the reference share), and for no pod that is not isolated (y/c): the e2e tests that read
+// its counter as evidence of a drop rely on it.
+func TestPodIngressDenyIsTheInstalledFlow(t *testing.T) {
+	flows := policyScenario().flows(t)
+	has := func(want Flow) bool {
+		for _, f := range flows {
+			if f.Key() == want.Key() && fmt.Sprint(f.Actions) == fmt.Sprint(want.Actions) {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(PodIngressDeny(ofportB)) {
+		t.Errorf("no flow %v among the isolated x/b's", PodIngressDeny(ofportB).Key())
+	}
+	if has(PodIngressDeny(ofportC)) {
+		t.Errorf("y/c is not isolated, yet has %v", PodIngressDeny(ofportC).Key())
+	}
+}

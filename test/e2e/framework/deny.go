@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 )
 
@@ -50,7 +51,9 @@ func PodDenyPacketsAt(at func() (brInt, db string, err error), node, namespace, 
 				}
 				ofport = n
 			}
-			lines, err := ofctl("dump-flows", brInt, fmt.Sprintf("table=70,reg1=%d", ofport))
+			// The deny flow's key as the pipeline builds it: table, priority and match.
+			deny := pipeline.PodIngressDeny(uint32(ofport))
+			lines, err := ofctl("dump-flows", brInt, fmt.Sprintf("table=%d,%s", deny.Table.ID, deny.Match))
 			if err != nil {
 				return DenyCount{}, err
 			}
@@ -58,7 +61,7 @@ func PodDenyPacketsAt(at func() (brInt, db string, err error), node, namespace, 
 			found := false
 			for _, line := range lines {
 				f, ok := ParseFlow(line)
-				if !ok || f.Table != 70 || f.Priority != 50 || !strings.HasSuffix(f.Text, "actions=drop") {
+				if !ok || f.Table != int(deny.Table.ID) || f.Priority != int(deny.Priority) || !strings.HasSuffix(f.Text, "actions=drop") {
 					continue
 				}
 				if !found || f.Age < c.Youngest {
@@ -71,7 +74,7 @@ func PodDenyPacketsAt(at func() (brInt, db string, err error), node, namespace, 
 				return c, nil
 			}
 		}
-		return DenyCount{}, fmt.Errorf("%s has no IngressPolicy deny of %s/%s (reg1=%d, priority 50)", node, namespace, name, ofport)
+		return DenyCount{}, fmt.Errorf("%s has no IngressPolicy deny of %s/%s (port %d)", node, namespace, name, ofport)
 	}
 }
 
