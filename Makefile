@@ -24,7 +24,7 @@ export GOFLAGS ?= -buildvcs=false
 # it next to kovs-cni, as the agent image does.
 PORTMAP     := github.com/containernetworking/plugins/plugins/meta/portmap
 
-.PHONY: all build tools deps k8s test unit e2e conformance scale upgrade-test old-release demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
+.PHONY: all build tools deps k8s test unit e2e conformance scale upgrade-test truth-tables old-release demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
 
 all: build
 
@@ -81,6 +81,14 @@ old-release:
 upgrade-test: tools build images old-release
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_OLD_RELEASE_DIR=$(OLD_RELEASE) \
 		$(TESTRUN) -count=1 -timeout 30m -run '^TestRealNodes$$/^upgrade_from_the_previous_release$$' ./test/e2e/realnode/
+
+## truth-tables: every NetworkPolicy truth-table case probed through Services too (make
+## test's TestTruthTableViaService runs the cases where translation meets policy:
+## serviceCases in test/e2e/netpol/service_mode_test.go), and the direct-mode tables as in
+## make test (about 30 minutes)
+truth-tables: tools build
+	KOVS_E2E=1 KOVS_TRUTH_TABLES=all KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
+		$(TESTRUN) -count=1 -timeout 90m -run '^Test(NetworkPolicyTruthTable|TruthTableViaService)$$' ./test/e2e/netpol/
 
 ## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests and the rest of sig-network (Services, Networking)
 ## on three real nodes, written to docs/conformance.md (about 45 minutes; make test runs subsets of the first and third;

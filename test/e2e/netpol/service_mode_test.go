@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -36,11 +37,66 @@ import (
 // userspace (netdev) datapath the sandbox runs, kovs translates SCTP Service ports
 // statelessly, without conntrack (docs/services.md).
 //
-// Run a subset with -run, for example 'TestTruthTableViaService/ipv4/(01|36)-'. The
-// dual-stack cases run in direct mode only (TestNetworkPolicyTruthTable): a Service here
-// has one ClusterIP, of the sandbox's family.
+// make test runs the cases where a Service's translation meets policy (serviceCases);
+// KOVS_TRUTH_TABLES=all (make truth-tables) runs every case. Run a subset with -run, for
+// example 'TestTruthTableViaService/ipv4/(01|36)-'. The dual-stack cases run in direct mode
+// only (TestNetworkPolicyTruthTable): a Service here has one ClusterIP, of the sandbox's
+// family.
 func TestTruthTableViaService(t *testing.T) {
-	runTruthTable(t, newModelClusterViaService, "ipv4", "ipv6")
+	run := func(c Case) bool { return serviceCases[c.Name] != "" }
+	if os.Getenv("KOVS_TRUTH_TABLES") == "all" {
+		run = everyCase
+	}
+	runTruthTable(t, newModelClusterViaService, run, "ipv4", "ipv6")
+}
+
+// serviceCases are the cases TestTruthTableViaService runs in make test, each with what the
+// Service's translation could get wrong there. The others differ only in which pods and
+// namespaces their selectors pick: the translation happens before policy, so once the
+// cases below hold (policy sees the backend pod, its port and protocol, in both
+// directions), they add no Service-specific risk for their time (each ipv4 case costs
+// about 12 s in a run of both modes' 29 minutes). TestCasesOfServiceModeExist keeps the names
+// true to cases/.
+var serviceCases = map[string]string{
+	"01-default-deny-ingress":            "a ClusterIP does not bypass the backend's ingress isolation",
+	"02-default-deny-egress":             "egress isolation applies to the translated destination",
+	"04-allow-all-ingress":               "an allow rule matches the translated connection and its replies",
+	"15-port-number":                     "ingress ports are matched on the target port, after translation",
+	"16-named-port-ingress":              "a named port resolves on the backend pod",
+	"18-named-port-egress":               "an egress named port resolves on the translated destination",
+	"21-port-range-egress":               "an egress port range is matched on the target port",
+	"23-udp-only":                        "UDP Service ports meet the protocol of the rule",
+	"24-sctp-not-tcp":                    "SCTP Service ports (translated without conntrack) meet policy",
+	"29-egress-denied-client-side":       "an egress deny happens on the client's node, after translation",
+	"36-pod-label-update":                "a relabelled backend keeps its Service and meets its new policy",
+	"42-self-traffic":                    "a pod reaching itself through its Service (hairpin) stays allowed",
+	"45-ipblock-egress-pod":              "an egress ipBlock matches the backend's address, not the ClusterIP",
+	"46-ipblock-egress-except":           "an ipBlock except is applied to the translated address",
+	"47-ipblock-ingress":                 "an ingress ipBlock sees the client's address through the Service",
+	"49-host-network-not-selected":       "hostNetwork clients through a Service",
+	"53-named-port-egress-ipblocks":      "an egress named port through ipBlocks resolves on the backend",
+	"60-ipv6-selectors-and-ports":        "IPv6 Services: selectors and ports",
+	"61-ipv6-ipblock":                    "IPv6 Services: ipBlock on the backend's address",
+	"62-ipv6-deny-all-and-labels":        "IPv6 Services: isolation and relabelling",
+	"64-ipv6-named-port-egress-ipblocks": "IPv6 Services: egress named port through ipBlocks",
+}
+
+// TestCasesOfServiceModeExist: every case serviceCases names is in cases/, so a renamed case
+// cannot silently leave make test.
+func TestCasesOfServiceModeExist(t *testing.T) {
+	cases, err := loadCases("cases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, c := range cases {
+		have[c.Name] = true
+	}
+	for name := range serviceCases {
+		if !have[name] {
+			t.Errorf("serviceCases names %s, which is not a case in cases/", name)
+		}
+	}
 }
 
 // newModelClusterViaService is newModelCluster in service mode.
