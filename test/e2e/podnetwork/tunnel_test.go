@@ -143,7 +143,8 @@ func (c *cluster) sendGeneve(from, to string, src, dst netip.Addr, dport uint16)
 
 // sendGeneveFromSocket sends the same Geneve packet as sendGeneve, the way any process on
 // node from can, without privilege: a datagram from an ordinary UDP socket in from's
-// namespace, through the host's stack.
+// namespace, through the host's stack. (The test's socket is root's; the guard does not
+// look at who sends, and a process without privilege can send no other way.)
 func (c *cluster) sendGeneveFromSocket(from, to string, src, dst netip.Addr, dport uint16) error {
 	packet, underlay, err := c.geneveTo(from, to, src, dst, dport)
 	if err != nil {
