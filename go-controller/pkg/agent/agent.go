@@ -66,6 +66,9 @@ type Agent struct {
 	tables *hostTables
 	// masquerade asks for the masquerade table to be rewritten (nil until it runs).
 	masquerade func()
+	// tunnelGuard asks for the kovs-tunnel table to be rewritten (nil until it runs, and
+	// on the kernel datapath).
+	tunnelGuard func()
 	// egress follows the Egresses (nil without a dynamic client).
 	egress *egressAgent
 }
@@ -138,6 +141,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		return err
 	}
 	a.masquerade = a.startMasquerade(ctx, podFamilies(self))
+	a.tunnelGuard = a.startTunnelGuard(ctx)
 	a.startEgress(ctx, podInformer.Informer())
 	return a.serve(ctx, nodeInformer.Informer(), podInformer.Informer())
 }
@@ -394,6 +398,9 @@ func (a *Agent) updatePeers() {
 	a.peersMu.Unlock()
 	if a.masquerade != nil {
 		a.masquerade()
+	}
+	if a.tunnelGuard != nil {
+		a.tunnelGuard()
 	}
 	if a.egress != nil {
 		a.egress.kick()

@@ -127,7 +127,7 @@ func (a *Agent) cleanNodeIfUninstalled() {
 		l.WithError(err).Error("uninstall: remove the CNI config")
 	}
 	// After any table write in flight; none is written after this.
-	a.tables.removeForGood(serviceNFTable, masqueradeNFTable)
+	a.tables.removeForGood(serviceNFTable, masqueradeNFTable, tunnelGuardNFTable)
 	removeServiceRoutes(a.cfg.GatewayName)
 	if err := a.store.DeleteBridge(ctx, a.cfg.Bridge); err != nil {
 		l.WithError(err).Error("uninstall: delete " + a.cfg.Bridge)

@@ -42,7 +42,7 @@ func (k *kernelTables) apply(script string) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, name := range []string{serviceNFTable, masqueradeNFTable} {
+	for _, name := range []string{serviceNFTable, masqueradeNFTable, tunnelGuardNFTable} {
 		// A script declares the table empty ("{}"), deletes it, then may create it whole.
 		deleted := strings.LastIndex(script, "delete table inet "+name+"\n")
 		created := strings.LastIndex(script, "table inet "+name+" {\n")
@@ -104,6 +104,17 @@ func TestUninstallRemovesTablesAfterAWriteInFlight(t *testing.T) {
 				// The runner's next pass, as the agent's periodic rewrite would run it.
 				m := &masquerader{gateway: a.cfg.GatewayName, families: map[bool]bool{false: true}, nodes: a.allNodeAddresses, tables: a.tables}
 				m.sync()
+			}
+		}},
+		{tunnelGuardNFTable, func(ctx context.Context, a *Agent) (func(), func()) {
+			a.netdev = true
+			started := make(chan func(), 1)
+			go func() { started <- a.startTunnelGuard(ctx) }()
+			var rewrite func()
+			return func() { rewrite = <-started }, func() {
+				rewrite()
+				// The runner's next pass, as the agent's periodic rewrite would run it.
+				(&tunnelGuard{nodes: a.allNodeAddresses, tables: a.tables}).sync()
 			}
 		}},
 	} {

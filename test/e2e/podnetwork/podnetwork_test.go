@@ -20,6 +20,7 @@ func TestPodNetworkIPv4(t *testing.T) {
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
 	t.Run("forged pod annotation", c.checkForgedAnnotation)
 	t.Run("tunnel inner source", c.checkTunnelInnerSource)
+	t.Run("forged Geneve from a host process", c.checkForgedGeneveFromHost)
 	t.Run("tunnel steering through a node's addresses", c.checkTunnelSteering)
 	t.Run("what the agent's loopback servers tell a hostNetwork pod", c.checkLoopbackServers)
 	t.Run("one bad peer", c.checkBadPeer)
@@ -40,6 +41,7 @@ func TestPodNetworkIPv6(t *testing.T) {
 	t.Run("spoofing gets nothing through", c.checkSpoofing)
 	t.Run("IPv6 neighbourhood attacks", c.checkIPv6Neighbourhood)
 	t.Run("tunnel inner source", c.checkTunnelInnerSource)
+	t.Run("forged Geneve from a host process", c.checkForgedGeneveFromHost)
 }
 
 func TestPodNetworkDualStack(t *testing.T) {

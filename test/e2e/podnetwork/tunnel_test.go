@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,29 +109,46 @@ var (
 	classifierPriority = regexp.MustCompile(`\bpriority=[0-9]+`)
 )
 
-// sendGeneve sends, from node from's namespace (its kernel, its underlay address), one
-// Geneve packet to node to that carries a UDP datagram src -> dst:dport, addressed from
-// from's gateway MAC to to's, as from's OVS would send it.
+// sendGeneve sends, as root on node from (a compromised node), one Geneve packet to node
+// to that carries a UDP datagram src -> dst:dport, addressed from from's gateway MAC to
+// to's, as from's OVS would send it. It writes the whole frame, outer Ethernet, IP and UDP
+// from from's underlay address, on from's uplink bridge with a packet socket: past the
+// host's netfilter, so past the tunnel guard (kovs-tunnel) that keeps the node's
+// processes' datagrams from the peers' Geneve port.
 func (c *cluster) sendGeneve(from, to string, src, dst netip.Addr, dport uint16) error {
-	ctx := context.Background()
-	fromNode, err := c.s.Client.CoreV1().Nodes().Get(ctx, from, metav1.GetOptions{})
+	packet, underlay, err := c.geneveTo(from, to, src, dst, dport)
 	if err != nil {
 		return err
 	}
-	toNode, err := c.s.Client.CoreV1().Nodes().Get(ctx, to, metav1.GetOptions{})
+	self, err := c.nodeInternalIP(from, src.Is4())
+	if err != nil {
+		return err
+	}
+	fromMAC, err := uplinkMAC(sandbox.NetNSPath(c.s.Layout.NodeNetNS(from)))
+	if err != nil {
+		return err
+	}
+	toMAC, err := uplinkMAC(sandbox.NetNSPath(c.s.Layout.NodeNetNS(to)))
 	if err != nil {
 		return err
 	}
 	var frame []byte
-	if src.Is4() {
-		frame = ethernetIPv4UDP(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 40000, dport, []byte("forged"))
+	if self.Is4() {
+		frame = ethernetIPv4UDP(fromMAC, toMAC, self, underlay, 40001, genevePort, packet)
 	} else {
-		frame = ethernetIPv6(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 17, udp6(src, dst, 40000, dport))
+		frame = ethernetIPv6(fromMAC, toMAC, self, underlay, 17, udp6Payload(self, underlay, 40001, genevePort, packet))
 	}
-	packet := append(geneveHeader(geneveVNI), frame...)
-	underlay := internalIP(toNode, src.Is4())
-	if !underlay.IsValid() {
-		return fmt.Errorf("node %s has no InternalIP of the family of %s", to, src)
+	return sendFrame(sandbox.NetNSPath(c.s.Layout.NodeNetNS(from)), sandbox.UplinkBridge, frame)
+}
+
+// sendGeneveFromSocket sends the same Geneve packet as sendGeneve, the way any process on
+// node from can, without privilege: a datagram from an ordinary UDP socket in from's
+// namespace, through the host's stack. (The test's socket is root's; the guard does not
+// look at who sends, and a process without privilege can send no other way.)
+func (c *cluster) sendGeneveFromSocket(from, to string, src, dst netip.Addr, dport uint16) error {
+	packet, underlay, err := c.geneveTo(from, to, src, dst, dport)
+	if err != nil {
+		return err
 	}
 	remote := net.JoinHostPort(underlay.String(), fmt.Sprint(genevePort))
 	return ns.WithNetNSPath(sandbox.NetNSPath(c.s.Layout.NodeNetNS(from)), func(ns.NetNS) error {
@@ -139,6 +160,70 @@ func (c *cluster) sendGeneve(from, to string, src, dst netip.Addr, dport uint16)
 		_, err = conn.Write(packet)
 		return err
 	})
+}
+
+// geneveTo is the Geneve payload (header and inner frame) of a UDP datagram src ->
+// dst:dport from node from to node to, and to's underlay address of src's family.
+func (c *cluster) geneveTo(from, to string, src, dst netip.Addr, dport uint16) ([]byte, netip.Addr, error) {
+	ctx := context.Background()
+	fromNode, err := c.s.Client.CoreV1().Nodes().Get(ctx, from, metav1.GetOptions{})
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	toNode, err := c.s.Client.CoreV1().Nodes().Get(ctx, to, metav1.GetOptions{})
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	var frame []byte
+	if src.Is4() {
+		frame = ethernetIPv4UDP(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 40000, dport, []byte("forged"))
+	} else {
+		frame = ethernetIPv6(nodeGatewayMAC(fromNode), nodeGatewayMAC(toNode), src, dst, 17, udp6(src, dst, 40000, dport))
+	}
+	underlay := internalIP(toNode, src.Is4())
+	if !underlay.IsValid() {
+		return nil, netip.Addr{}, fmt.Errorf("node %s has no InternalIP of the family of %s", to, src)
+	}
+	return append(geneveHeader(geneveVNI), frame...), underlay, nil
+}
+
+// nodeInternalIP is the node's first InternalIP of the family (IPv4 if ipv4).
+func (c *cluster) nodeInternalIP(node string, ipv4 bool) (netip.Addr, error) {
+	n, err := c.s.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if a := internalIP(n, ipv4); a.IsValid() {
+		return a, nil
+	}
+	return netip.Addr{}, fmt.Errorf("node %s has no InternalIP of the family", node)
+}
+
+// uplinkMAC is the MAC of the uplink bridge (which holds the node's address) in a node's
+// namespace.
+func uplinkMAC(netnsPath string) (net.HardwareAddr, error) {
+	var mac net.HardwareAddr
+	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		iface, err := net.InterfaceByName(sandbox.UplinkBridge)
+		if err != nil {
+			return err
+		}
+		mac = iface.HardwareAddr
+		return nil
+	})
+	return mac, err
+}
+
+// udp6Payload is a UDP datagram carrying payload with its checksum over the IPv6
+// pseudo-header.
+func udp6Payload(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	u := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(u[0:], sport)
+	binary.BigEndian.PutUint16(u[2:], dport)
+	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
+	copy(u[8:], payload)
+	binary.BigEndian.PutUint16(u[6:], checksum6(src, dst, 17, u))
+	return u
 }
 
 // internalIP is the node's first InternalIP of the family (IPv4 if ipv4).
@@ -292,3 +377,101 @@ func badSubnets(t *testing.T, good string) string {
 	}
 	return value
 }
+
+// checkForgedGeneveFromHost is the attack any process on a node can make without
+// privilege (issue 29): a UDP datagram from an ordinary socket in node1's namespace to
+// node2's Geneve port, posing as node1's pod a (an inner source node1's tunnel may carry)
+// towards node2's pod c. node1's tunnel guard (nftables table inet kovs-tunnel, output
+// hook) must drop it: the verdict waits for the guard's counter to take every forged
+// datagram, and node2's OVS conntrack, where every packet the Classifier lets in is
+// tracked, must not have seen one. Mutation check: with node1's kovs-tunnel table deleted
+// (the defence off; the agent writes it again within 30 s, or the test when it ends), the
+// same datagram must be tracked on node2.
+func (c *cluster) checkForgedGeneveFromHost(t *testing.T) {
+	a, cc := c.pods["a"], c.pods["c"]
+	src, target := framework.PodIPs(a)[0], framework.PodIPs(cc)[0]
+	const attackPort, mutatedPort, forgedCount = 86, 87, 5
+	send := func(dport uint16) {
+		t.Helper()
+		// A datagram netfilter drops on the output path fails its write with EPERM: the
+		// counter, not the error, is the evidence read below.
+		if err := c.sendGeneveFromSocket("node1", "node2", src, target, dport); err != nil && !errors.Is(err, syscall.EPERM) {
+			t.Fatal(err)
+		}
+	}
+	// Without a guard to read, only a leak ends the wait below.
+	before, guardErr := c.tunnelGuardDropped("node1")
+	for range forgedCount {
+		send(attackPort)
+	}
+	var leaked string
+	framework.Eventually(t, 10*time.Second, fmt.Sprintf("node1's tunnel guard to drop %d forged datagrams, or one of them tracked on node2", forgedCount), func() error {
+		if leaked = c.conntrack(t, "node2", src, target, attackPort); leaked != "" {
+			return nil
+		}
+		now, err := c.tunnelGuardDropped("node1")
+		if err = errors.Join(guardErr, err); err != nil {
+			return err
+		}
+		if now < before+forgedCount {
+			return fmt.Errorf("the guard dropped %d of %d", now-before, forgedCount)
+		}
+		return nil
+	})
+	if leaked != "" {
+		t.Errorf("node2 accepted Geneve that a process on node1 sent from a UDP socket, posing as %s:\n%s", src, leaked)
+	}
+
+	// Mutation check: the guard off, the forged datagram gets through.
+	netns := c.s.Layout.NodeNetNS("node1")
+	saved, err := exec.Command("ip", "netns", "exec", netns, "nft", "list", "table", "inet", "kovs-tunnel").CombinedOutput()
+	if err != nil {
+		t.Fatalf("node1: nft list table inet kovs-tunnel: %v: %s", err, saved)
+	}
+	defer func() {
+		script := "table inet kovs-tunnel {}\ndelete table inet kovs-tunnel\n" + string(saved)
+		cmd := exec.Command("ip", "netns", "exec", netns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("node1: restore kovs-tunnel: %v: %s", err, out)
+		}
+	}()
+	framework.Eventually(t, 10*time.Second, "the forged datagram tracked on node2 with node1's tunnel guard deleted", func() error {
+		// Deleted again in every round: the agent rewrites the table every 30 s.
+		if out, err := exec.Command("ip", "netns", "exec", netns, "nft", "delete", "table", "inet", "kovs-tunnel").CombinedOutput(); err != nil &&
+			!strings.Contains(string(out), "No such file") {
+			t.Fatalf("node1: delete kovs-tunnel: %v: %s", err, out)
+		}
+		send(mutatedPort)
+		if c.conntrack(t, "node2", src, target, mutatedPort) == "" {
+			return fmt.Errorf("no conntrack entry")
+		}
+		return nil
+	})
+	t.Logf("without node1's tunnel guard, a datagram from a UDP socket on node1 reached node2 as %s's", src)
+}
+
+// tunnelGuardDropped is what node's tunnel guard (table inet kovs-tunnel) has dropped: the
+// sum of its rules' packet counters.
+func (c *cluster) tunnelGuardDropped(node string) (uint64, error) {
+	out, err := exec.Command("ip", "netns", "exec", c.s.Layout.NodeNetNS(node), "nft", "list", "chain", "inet", "kovs-tunnel", "output").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%s: nft list chain inet kovs-tunnel output: %v: %s", node, err, out)
+	}
+	var sum uint64
+	rules := 0
+	for _, m := range guardCounter.FindAllStringSubmatch(string(out), -1) {
+		n, err := strconv.ParseUint(m[1], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+		rules++
+	}
+	if rules == 0 {
+		return 0, fmt.Errorf("%s: kovs-tunnel's output chain has no counted drop:\n%s", node, out)
+	}
+	return sum, nil
+}
+
+var guardCounter = regexp.MustCompile(`udp dport 6081 counter packets ([0-9]+) bytes [0-9]+ drop`)

@@ -238,7 +238,7 @@ func checkUninstall(t *testing.T, s *framework.Sandbox) {
 		if out, err := exec.Command("ip", "netns", "exec", netns, "ip", "link", "show", "kovs-gw0").CombinedOutput(); err == nil {
 			t.Errorf("%s: kovs-gw0 is still there:\n%s", n, out)
 		}
-		for _, table := range []string{"kovs-services", "kovs-masquerade"} {
+		for _, table := range []string{"kovs-services", "kovs-masquerade", "kovs-tunnel"} {
 			if out, err := exec.Command("ip", "netns", "exec", netns, "nft", "list", "table", "inet", table).CombinedOutput(); err == nil {
 				t.Errorf("%s: nftables table %s is still there:\n%s", n, table, out)
 			}

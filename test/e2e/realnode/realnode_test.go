@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox/responder"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -239,8 +240,24 @@ spec:
 			if v, err := connect(s, ns, "client-yes", ip, 8080); err != nil || v != "CONNECTED" {
 				t.Errorf("round %d: allowed client -> web on %s: %s %v", round, node, v, err)
 			}
-			if v, err := connect(s, ns, "client-no", ip, 8080); err != nil || v != "TIMEOUT" {
+			// Denied only on evidence: web's deny flow on its node counted the attempt.
+			deny := nodeDenyPackets(s, podEnd{name: p.Name, namespace: ns, node: node})
+			var v string
+			var err error
+			probe := func() responder.Result {
+				v, err = connect(s, ns, "client-no", ip, 8080)
+				return responder.Result{Connected: v == "CONNECTED", TimedOut: err == nil && v == "TIMEOUT"}
+			}
+			_, denied, replaced, why := framework.ProbeDenied(deny, probe)
+			if replaced { // the deny flow was installed during the probe: no evidence either way
+				t.Logf("round %d: web on %s: its deny flow was replaced during the probe; probing again", round, node)
+				_, denied, _, why = framework.ProbeDenied(deny, probe)
+			}
+			switch {
+			case err != nil || v != "TIMEOUT":
 				t.Errorf("round %d: denied client -> web on %s: %s %v, want TIMEOUT (dropped)", round, node, v, err)
+			case !denied:
+				t.Errorf("round %d: denied client -> web on %s timed out, but not on evidence: %s", round, node, why)
 			}
 		}
 	}

@@ -46,6 +46,7 @@ func TestServicesIPv4(t *testing.T) {
 	t.Run("NodePortFromOtherNode", c.testNodePortFromOtherNode)
 	t.Run("SCTPNodePort", c.testSCTPNodePort)
 	t.Run("ExternalTrafficPolicyLocal", c.testExternalTrafficPolicyLocal)
+	t.Run("NodePortMeetsNetworkPolicy", c.testNodePortMeetsNetworkPolicy)
 }
 
 // TestServicesIPv6 runs the address-family-sensitive items on a 3-node IPv6 sandbox.
@@ -67,6 +68,7 @@ func TestServicesIPv6(t *testing.T) {
 	t.Run("NodePortFromOtherNode", c.testNodePortFromOtherNode)
 	t.Run("SCTPNodePort", c.testSCTPNodePort)
 	t.Run("ExternalTrafficPolicyLocal", c.testExternalTrafficPolicyLocal)
+	t.Run("NodePortMeetsNetworkPolicy", c.testNodePortMeetsNetworkPolicy)
 }
 
 // TestServicesDualStack proves a RequireDualStack Service answers on both of its
