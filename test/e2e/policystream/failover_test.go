@@ -165,35 +165,15 @@ func (c *cluster) checkFailover(t *testing.T) {
 
 	var report string
 	framework.Eventually(t, 90*time.Second, "every agent's share to be a from-scratch compile of the final objects", func() error {
-		scratch, running, err := c.compileFresh()
+		running, err := c.churnRunning()
 		if err != nil {
 			return err
 		}
 		if running != pods-pods/3 {
 			return fmt.Errorf("%d churn pods running with addresses, want %d", running, pods-pods/3)
 		}
-		var parts []string
-		for _, n := range nodes {
-			want, ok := scratch[n]
-			if !ok {
-				want = policy.NewNodeShare(n)
-			}
-			got, have := standIns[n].get()
-			if !have || !bytes.Equal(shareJSON(got), shareJSON(want)) {
-				return fmt.Errorf("%s's share (from the new leader's stream) differs from a from-scratch compile:\n  stream  %s\n  scratch %s",
-					n, clip(shareJSON(got)), clip(shareJSON(want)))
-			}
-			p, err := c.s.AgentPolicyStatus(n)
-			if err != nil {
-				return err
-			}
-			if p.ReceivedGeneration != got.Generation || p.RealizedGeneration != got.Generation {
-				return fmt.Errorf("%s's agent received generation %d, realized %d; the share's is %d", n, p.ReceivedGeneration, p.RealizedGeneration, got.Generation)
-			}
-			parts = append(parts, fmt.Sprintf("%s: %d rules, generation %d", n, len(want.Rules), got.Generation))
-		}
-		report = strings.Join(parts, "; ")
-		return nil
+		report, err = c.agentsMatchScratch(nodes, standIns)
+		return err
 	})
 	converged := time.Now()
 	t.Logf("%s killed (pid %d) under churn (%d pods created, %d deleted, %d policy changes): %s led %s later; every agent a from-scratch compile %s after the kill, %s after the last change (%s)",
@@ -219,41 +199,82 @@ func isLeading(r sandbox.ControllerReplica) (bool, error) {
 	return false, fmt.Errorf("%s: no kovs_controller_leader in %s", r.Process, url)
 }
 
+// agentsMatchScratch compares, for every node, the share a stand-in follows from the
+// leader's stream with a from-scratch compile of what kube-apiserver lists now, and checks
+// that the node's real agent has received and realized that very generation. It returns
+// what it compared, or how they differ.
+func (c *cluster) agentsMatchScratch(nodes []string, standIns map[string]*sink) (string, error) {
+	scratch, err := c.compileFresh()
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, n := range nodes {
+		want, ok := scratch[n]
+		if !ok {
+			want = policy.NewNodeShare(n)
+		}
+		got, have := standIns[n].get()
+		if !have || !bytes.Equal(shareJSON(got), shareJSON(want)) {
+			return "", fmt.Errorf("%s's share (from the leader's stream) differs from a from-scratch compile:\n  stream  %s\n  scratch %s",
+				n, clip(shareJSON(got)), clip(shareJSON(want)))
+		}
+		p, err := c.s.AgentPolicyStatus(n)
+		if err != nil {
+			return "", err
+		}
+		if p.ReceivedGeneration != got.Generation || p.RealizedGeneration != got.Generation {
+			return "", fmt.Errorf("%s's agent received generation %d, realized %d; the share's is %d", n, p.ReceivedGeneration, p.RealizedGeneration, got.Generation)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d rules, generation %d", n, len(want.Rules), got.Generation))
+	}
+	return strings.Join(parts, "; "), nil
+}
+
 // compileFresh lists the namespaces, pods and NetworkPolicies from kube-apiserver and
-// compiles every node's share from scratch with the controller's reference compiler. It
-// also counts the churn pods that run with their addresses.
-func (c *cluster) compileFresh() (map[string]policy.NodeShare, int, error) {
+// compiles every node's share from scratch with the controller's reference compiler.
+func (c *cluster) compileFresh() (map[string]policy.NodeShare, error) {
 	ctx := context.Background()
 	nsl, err := c.s.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	pl, err := c.s.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	npl, err := c.s.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	var namespaces []*corev1.Namespace
 	var pods []*corev1.Pod
 	var nps []*networkingv1.NetworkPolicy
-	running := 0
 	for i := range nsl.Items {
 		namespaces = append(namespaces, &nsl.Items[i])
 	}
 	for i := range pl.Items {
-		p := &pl.Items[i]
-		pods = append(pods, p)
-		if p.Namespace == failoverNS && p.Status.Phase == corev1.PodRunning && len(p.Status.PodIPs) > 0 && p.DeletionTimestamp == nil {
-			running++
-		}
+		pods = append(pods, &pl.Items[i])
 	}
 	for i := range npl.Items {
 		nps = append(nps, &npl.Items[i])
 	}
-	return networkpolicy.Compile(namespaces, pods, nps), running, nil
+	return networkpolicy.Compile(namespaces, pods, nps), nil
+}
+
+// churnRunning counts the churn's pods that run with their addresses.
+func (c *cluster) churnRunning() (int, error) {
+	pl, err := c.s.Client.CoreV1().Pods(failoverNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, p := range pl.Items {
+		if p.Status.Phase == corev1.PodRunning && len(p.Status.PodIPs) > 0 && p.DeletionTimestamp == nil {
+			running++
+		}
+	}
+	return running, nil
 }
 
 // shareJSON encodes a share without its generation (maps encode in key order).
