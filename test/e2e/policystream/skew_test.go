@@ -22,8 +22,8 @@ const oldReleaseEnv = "KOVS_OLD_RELEASE_DIR"
 
 // checkOlderAgent is the version skew docs/upgrades.md supports (agents older than the
 // controller, as during every upgrade between the controller's rollout and the agents'):
-// node2's kovs-agent is replaced by the previous release's binary on the same node state,
-// then NetworkPolicies change. The old agent must take this controller's snapshot and
+// node2's kovs-agent is replaced by the previous release's binary on the same node state
+// and takes its first snapshot, then NetworkPolicies change (deltas). The old agent must take this controller's snapshot and
 // deltas and realize exactly what a from-scratch compile of the objects gives its node,
 // as node1's current agent does.
 func (c *cluster) checkOlderAgent(t *testing.T) {
@@ -57,6 +57,11 @@ func (c *cluster) checkOlderAgent(t *testing.T) {
 		standIns[n] = newSink()
 		c.follow(t, n, c.s.AgentToken(t, n), standIns[n])
 	}
+	// First its snapshot, then the changes: they reach it as deltas.
+	framework.Eventually(t, 60*time.Second, "the previous release's agent on its first snapshot", func() error {
+		_, err := c.agentsMatchScratch(nodes, standIns)
+		return err
+	})
 	ctx := context.Background()
 	api := c.s.Client.NetworkingV1().NetworkPolicies(failoverNS)
 	start := time.Now()
