@@ -98,6 +98,14 @@ func (c *cluster) checkFailover(t *testing.T) {
 		}
 		return ch.failed()
 	})
+	realizedBefore := map[string]uint64{}
+	for _, n := range nodes {
+		p, err := c.s.AgentPolicyStatus(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		realizedBefore[n] = p.RealizedGeneration
+	}
 	pid := c.s.Layout.PID(leader.Process)
 	killed := time.Now()
 	if err := c.s.Layout.Kill(leader.Process); err != nil {
@@ -122,6 +130,12 @@ func (c *cluster) checkFailover(t *testing.T) {
 			kept[n] = p
 			return nil
 		})
+		// The leader's generations only grow: one below what the agent realized before
+		// the kill is a policy dropped with the stream.
+		if kept[n].RealizedGeneration < realizedBefore[n] {
+			t.Errorf("%s's agent went from generation %d before the kill to %d (%d rules) when the stream broke: it must keep the last policy",
+				n, realizedBefore[n], kept[n].RealizedGeneration, kept[n].Rules)
+		}
 	}
 
 	// No replica leads until the standby takes the Lease: every agent keeps what it
