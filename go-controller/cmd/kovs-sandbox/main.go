@@ -98,6 +98,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs (comma-separated; e.g. the external host's routed addresses 172.30.0.251/32)")
 	cpOnly := fs.Bool("control-plane-only", false, "scale mode: the control plane and kovs-controller only, no node namespaces or agents (use with --nodes 0)")
 	cidrs := fs.String("cluster-cidrs", "", "with --control-plane-only: kovs-controller's pod CIDRs (comma-separated; default the family's, 256 node blocks)")
+	replicas := fs.Int("controller-replicas", 1, "kovs-controller processes (1 to 3), electing a leader through the Lease as dist's replicas do")
 	audit := fs.Bool("audit-kovs", false, "kube-apiserver writes an audit log of kovs-controller's requests to audit-kovs.log in the sandbox's directory")
 	_ = fs.Parse(args)
 	fam, err := sandbox.ParseIPFamily(*family)
@@ -110,7 +111,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
 		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
-		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, ControlPlaneOnly: *cpOnly, AuditKovs: *audit, Out: os.Stdout}
+		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, ControlPlaneOnly: *cpOnly, AuditKovs: *audit, ControllerReplicas: *replicas, Out: os.Stdout}
 	opts.ClusterCIDRs = splitList(*cidrs)
 	opts.NoMasqueradeCIDRs = splitList(*noMasq)
 	switch *network {

@@ -141,3 +141,26 @@ func (l Layout) Mounts() []string {
 	}
 	return out
 }
+
+// RemoveNode tears one emulated node down as a lost machine: every process of the node
+// (its emulator, OVS, agent) stopped at once (SIGTERM, then SIGKILL without a grace period), its pod namespaces and its own
+// network namespace (with its underlay link) deleted. The Node object stays: deleting it
+// is the test's next step, as an operator's. Down still removes the rest of the sandbox.
+func (l Layout) RemoveNode(node string) error {
+	var errs []error
+	for _, n := range l.processNames() {
+		if strings.HasPrefix(n, node+"-") {
+			if err := l.stop(n, 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, ns := range l.NetNamespaces() {
+		if strings.HasPrefix(ns, l.PodNetNSPrefix(node)) || ns == l.NodeNetNS(node) {
+			if err := run("ip", "netns", "delete", ns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

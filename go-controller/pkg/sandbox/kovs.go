@@ -88,22 +88,25 @@ func (u *upRun) kovs() error {
 	if err := u.kovsIdentities(); err != nil {
 		return err
 	}
-	args := []string{
-		"--kubeconfig", l.ControllerKubeconfig(), "--cluster-cidrs", strings.Join(u.state.ClusterCIDRs, ","),
-		"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
-		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)),
-	}
-	if u.state.NodePodCIDRs {
-		args = append(args, "--use-node-pod-cidrs")
-	}
-	if u.opts.ControlPlaneOnly {
-		args = append(args, scaleLeaderElection...)
-	}
-	if _, err := l.start(Process{Name: kovsController, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
-		return err
-	}
-	if err := u.waitController(); err != nil {
-		return err
+	for _, r := range ControllerReplicas(*u.state) {
+		args := []string{
+			"--kubeconfig", l.ControllerKubeconfig(), "--cluster-cidrs", strings.Join(u.state.ClusterCIDRs, ","),
+			// Every replica the same address: only the leader listens on it.
+			"--policy-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.ControllerPort)),
+			"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.MetricsPort)),
+		}
+		if u.state.NodePodCIDRs {
+			args = append(args, "--use-node-pod-cidrs")
+		}
+		if u.opts.ControlPlaneOnly {
+			args = append(args, scaleLeaderElection...)
+		}
+		if _, err := l.start(Process{Name: r.Process, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
+			return err
+		}
+		if err := u.waitController(r); err != nil {
+			return err
+		}
 	}
 	if err := u.agentTokens(); err != nil {
 		return fmt.Errorf("agent tokens: %w", err)
@@ -122,12 +125,31 @@ func (u *upRun) kovs() error {
 	return nil
 }
 
-// waitController waits until kovs-controller answers /healthz; if it exits first (it
-// could not listen, say), waiting stops at once and the error shows its log.
-func (u *upRun) waitController() error {
-	url := fmt.Sprintf("http://%s/healthz", net.JoinHostPort("127.0.0.1", strconv.Itoa(u.state.MetricsPort)))
+// ControllerReplica is one kovs-controller process of the sandbox.
+type ControllerReplica struct {
+	// Process names it for Layout.Kill, Start and PID.
+	Process string
+	// MetricsPort is where it serves /metrics, /healthz and /readyz (root namespace
+	// loopback); kovs_controller_leader there says whether it leads.
+	MetricsPort int
+}
+
+// ControllerReplicas lists the sandbox's kovs-controller processes: "kovs-controller"
+// first, then "kovs-controller-2" and on (Options.ControllerReplicas).
+func ControllerReplicas(s State) []ControllerReplica {
+	out := []ControllerReplica{{Process: kovsController, MetricsPort: s.MetricsPort}}
+	for i, port := range s.ReplicaMetricsPorts {
+		out = append(out, ControllerReplica{Process: fmt.Sprintf("%s-%d", kovsController, i+2), MetricsPort: port})
+	}
+	return out
+}
+
+// waitController waits until the replica answers /healthz; if it exits first (it could
+// not listen, say), waiting stops at once and the error shows its log.
+func (u *upRun) waitController(r ControllerReplica) error {
+	url := fmt.Sprintf("http://%s/healthz", net.JoinHostPort("127.0.0.1", strconv.Itoa(r.MetricsPort)))
 	client := &http.Client{Timeout: 2 * time.Second}
-	return u.waitWhileRunning(kovsController, 30*time.Second, "kovs-controller to answer "+url, func() error {
+	return u.waitWhileRunning(r.Process, 30*time.Second, r.Process+" to answer "+url, func() error {
 		resp, err := client.Get(url)
 		if err != nil {
 			return err

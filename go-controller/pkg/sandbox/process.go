@@ -118,6 +118,29 @@ func (l Layout) Restart(name string) (int, error) {
 	return l.start(p)
 }
 
+// RestartAs restarts the named process as Restart does, running the binary at path from
+// now on (its arguments unchanged): another release's kovs-agent on one node, say, for a
+// version skew test. The spec is rewritten, so Start and Restart keep that binary.
+func (l Layout) RestartAs(name, path string) (int, error) {
+	specFile := filepath.Join(l.PidDir(), name+".json")
+	b, err := os.ReadFile(specFile)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %q has no process %q (see `kovs-sandbox status`): %w", l.Name, name, err)
+	}
+	var p Process
+	if err := json.Unmarshal(b, &p); err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(path); err != nil {
+		return 0, fmt.Errorf("restart %s as %s: %w", name, path, err)
+	}
+	if err := l.stop(name, 10*time.Second); err != nil {
+		return 0, err
+	}
+	p.Path = path
+	return l.start(p)
+}
+
 // Kill ends the named process at once (SIGKILL), as a crash or a lost node would, and
 // leaves it stopped; Start starts it again.
 func (l Layout) Kill(name string) error {

@@ -64,9 +64,12 @@ type State struct {
 	// loopback); nodes reach it on NodeControllerPort.
 	ControllerPort int `json:"controllerPort,omitempty"`
 	// MetricsPort is where kovs-controller serves /metrics (root namespace loopback).
-	MetricsPort  int      `json:"metricsPort,omitempty"`
-	ServiceCIDRs []string `json:"serviceCIDRs"`
-	Nodes        []Node   `json:"nodes"`
+	MetricsPort int `json:"metricsPort,omitempty"`
+	// ReplicaMetricsPorts are the metrics ports of kovs-controller's further replicas
+	// (Options.ControllerReplicas), the second's first; see ControllerReplicas.
+	ReplicaMetricsPorts []int    `json:"replicaMetricsPorts,omitempty"`
+	ServiceCIDRs        []string `json:"serviceCIDRs"`
+	Nodes               []Node   `json:"nodes"`
 	// KovsBinDir is where kovs binaries were taken from ("" if kovs was not started).
 	KovsBinDir string `json:"kovsBinDir,omitempty"`
 	// AgentMetricsPort is where every node's kovs-agent serves /metrics, /healthz,

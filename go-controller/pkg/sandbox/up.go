@@ -54,6 +54,12 @@ type Options struct {
 	// ClusterCIDRs replaces the pod address plan of the family (clusterCIDRs), for
 	// clusters larger than its 256 node blocks.
 	ClusterCIDRs []string
+	// ControllerReplicas is how many kovs-controller processes run (0 or 1: one). They
+	// elect a leader through the Lease as dist's two replicas do, share the policy stream's
+	// address (only the leader listens on it) and each serve /metrics on a port of its
+	// own (State.ControllerReplicas): a test kills the leader by its pid and watches the
+	// standby take over.
+	ControllerReplicas int
 	// AuditKovs has kube-apiserver write an audit log (Metadata level) of the requests of
 	// kovs-controller's ServiceAccount to Layout.KovsAuditLog(): what kovs costs the API.
 	AuditKovs bool
@@ -106,6 +112,9 @@ func (o *Options) validate() error {
 			return fmt.Errorf("%s is missing: run `make tools` (builds the Kubernetes binaries and installs etcd and OVS)", f)
 		}
 	}
+	if o.ControllerReplicas < 0 || o.ControllerReplicas > 3 {
+		return fmt.Errorf("--controller-replicas %d: use 1 to 3", o.ControllerReplicas)
+	}
 	if o.AgentResyncPeriod < 0 {
 		return fmt.Errorf("--agent-resync-period %s: use a positive duration, or 0 for the agent's default", o.AgentResyncPeriod)
 	}
@@ -123,6 +132,9 @@ func (o *Options) validate() error {
 		o.Runtime = RuntimeEmulator
 	}
 	if o.Runtime == RuntimeContainerd {
+		if o.ControllerReplicas > 1 {
+			return fmt.Errorf("--controller-replicas is for emulated nodes: with --runtime containerd, dist's Deployment runs its replicas")
+		}
 		if o.KubeProxy {
 			return fmt.Errorf("--kube-proxy is not supported with --runtime containerd yet")
 		}
@@ -216,6 +228,13 @@ func (u *upRun) plan() (*State, error) {
 			return nil, err
 		}
 		*p = port
+	}
+	for i := 2; i <= u.opts.ControllerReplicas; i++ {
+		port, err := freePort(taken)
+		if err != nil {
+			return nil, err
+		}
+		s.ReplicaMetricsPorts = append(s.ReplicaMetricsPorts, port)
 	}
 	return s, nil
 }

@@ -59,7 +59,8 @@ func (c *edges) checkBandwidth(t *testing.T) {
 	if unlimited.BitsPerSecond() < 2e6*bandwidthHeadroom {
 		t.Fatalf("bandwidth: the unlimited transfer x/a -> x/d reached only %s: too slow to tell a limit", unlimited)
 	}
-	limit := min(bandwidthLimit, unlimited.BitsPerSecond()/bandwidthHeadroom)
+	// L as the annotation writes it (whole kbit/s): the meters and every ratio are of it.
+	limit := float64(int64(min(bandwidthLimit, unlimited.BitsPerSecond()/bandwidthHeadroom)/1e3)) * 1e3
 	limitValue := strconv.FormatInt(int64(limit/1e3), 10) + "k"
 	t.Logf("bandwidth: unlimited x/a -> x/d alone: %s; limit L = %s", unlimited, limitValue)
 

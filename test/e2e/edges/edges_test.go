@@ -35,7 +35,8 @@ func TestEdgesIPv4(t *testing.T) {
 	t.Run("Egress IP", c.checkEgressIP)
 	t.Run("bandwidth", c.checkBandwidth)
 	t.Run("bandwidth follows the pod", c.checkBandwidthState)
-	t.Run("Egress IP failover", c.checkEgressFailover) // leaves the holder's node down: last
+	t.Run("Egress IP failover", c.checkEgressFailover) // leaves the holder's node down
+	t.Run("node loss and deletion", c.checkNodeLoss)   // removes that node: last
 }
 
 func TestEdgesIPv6(t *testing.T) {

@@ -102,10 +102,11 @@ func TestPolicyStream(t *testing.T) {
 }
 
 // TestAgentsRealizePolicy checks that the real agents stream and report: a policy is
-// realized with no other client.
+// realized with no other client. Two kovs-controller replicas run, and the last subtest
+// kills the leader under churn.
 func TestAgentsRealizePolicy(t *testing.T) {
 	env := framework.Require(t)
-	s := framework.Up(t, env, "--nodes", "2")
+	s := framework.Up(t, env, "--nodes", "2", "--controller-replicas", "2")
 	c := newCluster(t, s)
 	for _, node := range []string{"node1", "node2"} {
 		log := filepath.Join(s.Layout.LogDir(), node+"-kovs-agent.log")
@@ -121,6 +122,8 @@ func TestAgentsRealizePolicy(t *testing.T) {
 		})
 	}
 	c.checkRealization(t, "agents")
+	t.Run("controller failover under churn", c.checkFailover)
+	t.Run("an agent of the previous release with this controller", c.checkOlderAgent)
 }
 
 // cluster is a sandbox seen from the policy stream's side.

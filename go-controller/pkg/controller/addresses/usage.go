@@ -36,6 +36,18 @@ func (a *Allocator) Usage() Usage {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.cfg.UseNodePodCIDRs && a.subnets != nil {
+		// The pool's own count: a block counts until the pool has it back (a deleted
+		// node's once it is released), not only while a Node is known to hold it.
+		for _, sa := range a.subnets.Allocators() {
+			for i := range u.ClusterCIDRs {
+				if cu := &u.ClusterCIDRs[i]; cu.CIDR.CIDR == sa.ClusterCIDR().CIDR {
+					cu.Nodes = sa.InUse()
+				}
+			}
+		}
+		return u
+	}
 	for _, blocks := range a.blocks {
 		for _, b := range blocks {
 			for i := range u.ClusterCIDRs {

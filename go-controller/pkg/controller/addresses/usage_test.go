@@ -1,7 +1,6 @@
 package addresses
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
@@ -20,12 +19,13 @@ func TestUsageCountsNodeBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for node, blocks := range map[string][]string{"n1": {"10.244.1.0/24", "fd00:10:244:1::/64"}, "n2": {"10.244.2.0/24", "fd00:10:244:2::/64"}} {
-		var prefixes []netip.Prefix
-		for _, b := range blocks {
-			prefixes = append(prefixes, netip.MustParsePrefix(b))
+	// As the node reconciler does: blocks from the pool, then recorded for the node.
+	for _, node := range []string{"n1", "n2"} {
+		blocks, err := a.subnets.Allocate(node)
+		if err != nil {
+			t.Fatal(err)
 		}
-		a.setNodeBlocks(node, prefixes)
+		a.setNodeBlocks(node, blocks)
 	}
 	u := a.Usage()
 	for _, c := range u.ClusterCIDRs {
@@ -45,6 +45,6 @@ func TestUsageCountsNodeBlocks(t *testing.T) {
 	}
 	a.dropNode("n1")
 	if got := a.Usage().ClusterCIDRs[0].Nodes; got != 1 {
-		t.Errorf("nodes after one is deleted = %d, want 1", got)
+		t.Errorf("nodes after one is deleted = %d, want 1 (its block back in the pool)", got)
 	}
 }

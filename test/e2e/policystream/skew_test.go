@@ -1,0 +1,90 @@
+package policystream_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kovs-net/kovs/test/e2e/framework"
+)
+
+// oldReleaseEnv names a checkout of the previous release with `make build` done (make e2e
+// sets it to the release at UPGRADE_FROM, built into the cache by make old-release).
+const oldReleaseEnv = "KOVS_OLD_RELEASE_DIR"
+
+// checkOlderAgent is the version skew docs/upgrades.md supports (agents older than the
+// controller, as during every upgrade between the controller's rollout and the agents'):
+// node2's kovs-agent is replaced by the previous release's binary on the same node state
+// and takes its first snapshot, then NetworkPolicies change (deltas). The old agent must take this controller's snapshot and
+// deltas and realize exactly what a from-scratch compile of the objects gives its node,
+// as node1's current agent does.
+func (c *cluster) checkOlderAgent(t *testing.T) {
+	oldDir := os.Getenv(oldReleaseEnv)
+	if oldDir == "" {
+		t.Skipf("set %s to a checkout of the previous release with make build done (make e2e does)", oldReleaseEnv)
+	}
+	old := filepath.Join(oldDir, "_output", "bin", "kovs-agent")
+	st, err := c.s.Layout.LoadState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const proc = "node2-kovs-agent"
+	if _, err := c.s.Layout.RestartAs(proc, old); err != nil {
+		t.Fatalf("%s=%s: %v", oldReleaseEnv, oldDir, err)
+	}
+	t.Cleanup(func() {
+		if _, err := c.s.Layout.RestartAs(proc, filepath.Join(st.KovsBinDir, "kovs-agent")); err != nil {
+			t.Errorf("restore node2's agent: %v", err)
+		}
+	})
+	// (`ip netns exec` runs it: the command line names the binary before and after the exec.)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.s.Layout.PID(proc)))
+	if err != nil || !strings.Contains(string(cmdline), old+"\x00") {
+		t.Fatalf("node2's agent runs %q (%v), want the previous release's %s", strings.ReplaceAll(string(cmdline), "\x00", " "), err, old)
+	}
+
+	nodes := []string{"node1", "node2"}
+	standIns := map[string]*sink{}
+	for _, n := range nodes {
+		standIns[n] = newSink()
+		c.follow(t, n, c.s.AgentToken(t, n), standIns[n])
+	}
+	// First its snapshot, then the changes: they reach it as deltas.
+	framework.Eventually(t, 60*time.Second, "the previous release's agent on its first snapshot", func() error {
+		_, err := c.agentsMatchScratch(nodes, standIns)
+		return err
+	})
+	ctx := context.Background()
+	api := c.s.Client.NetworkingV1().NetworkPolicies(failoverNS)
+	start := time.Now()
+	for i, port := range []int32{90, 91, 92} {
+		p := intstr.FromInt32(port)
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: fmt.Sprintf("skew%d", i)},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": []string{"a", "b"}[i%2]}},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Port: &p}}}}}}
+		if _, err := api.Create(ctx, np, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := api.Delete(ctx, "skew1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var report string
+	framework.Eventually(t, 90*time.Second, "both agents, one of the previous release, on a from-scratch compile", func() error {
+		var err error
+		report, err = c.agentsMatchScratch(nodes, standIns)
+		return err
+	})
+	t.Logf("node2's agent of the previous release (%s) with this controller: %s, %s after the changes",
+		filepath.Base(oldDir), report, time.Since(start).Round(time.Millisecond))
+}
