@@ -44,7 +44,7 @@ func (a *Agent) startAudit(ctx context.Context) error {
 		return nil
 	}
 	rate := a.cfg.AuditRate
-	if err := a.of.SetMeter(ctx, ovs.Meter{ID: pipeline.AuditMeterID, RateKbps: rate, BurstKbits: rate, Packets: true}); err != nil {
+	if err := a.setAuditMeter(ctx); err != nil {
 		return err
 	}
 	l := &auditLog{a: a, writer: audit.NewFileWriter(a.cfg.AuditLog), names: newPodNames(a)}
@@ -60,10 +60,22 @@ func (a *Agent) startAudit(ctx context.Context) error {
 	return nil
 }
 
-// monitor reads packet-ins until ctx ends, restarting ovs-ofctl monitor when it exits (an
-// ovs-vswitchd restart closes its connection).
+// setAuditMeter creates (or corrects) the audit meter.
+func (a *Agent) setAuditMeter(ctx context.Context) error {
+	rate := a.cfg.AuditRate
+	return a.of.SetMeter(ctx, ovs.Meter{ID: pipeline.AuditMeterID, RateKbps: rate, BurstKbits: rate, Packets: true})
+}
+
+// monitor reads packet-ins until ctx ends, restarting ovs-ofctl monitor when it exits. An
+// ovs-vswitchd restart closes its connection and loses the meters: the meter is set again
+// before each start.
 func (l *auditLog) monitor(ctx context.Context) {
-	for ctx.Err() == nil {
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			if err := l.a.setAuditMeter(ctx); err != nil {
+				log.WithError(err).Warn("audit log: set the audit meter")
+			}
+		}
 		err := l.a.of.MonitorPacketIns(ctx, func(r io.Reader) error {
 			return audit.ScanPacketIns(r, func(p audit.PacketIn) { l.handle(ctx, p, time.Now()) })
 		})

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
-	"strings"
 )
 
 // MonitorPacketIns runs `ovs-ofctl monitor` on the bridge and hands its output to read
@@ -17,16 +17,20 @@ import (
 // request (docs/audit.md says why).
 func (c *OpenFlow) MonitorPacketIns(ctx context.Context, read func(io.Reader) error) error {
 	cmd := exec.CommandContext(ctx, c.ofctl, "-O", c.protocol, "--no-names", "monitor", c.target, "65535", "-P", "nxt_packet_in2")
-	out, err := cmd.StdoutPipe()
+	// ovs-ofctl monitor prints the messages it receives on standard error (and its own
+	// errors there too): read both.
+	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("monitor bridge %s: %w", c.bridge, err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	defer r.Close()
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
 		return fmt.Errorf("monitor bridge %s: %w", c.bridge, err)
 	}
-	readErr := read(out)
+	readErr := read(r)
 	_ = cmd.Process.Kill()
 	waitErr := cmd.Wait()
 	if readErr != nil {
@@ -35,5 +39,5 @@ func (c *OpenFlow) MonitorPacketIns(ctx context.Context, read func(io.Reader) er
 	if ctx.Err() != nil {
 		return nil
 	}
-	return fmt.Errorf("monitor bridge %s: ovs-ofctl exited: %v: %s", c.bridge, waitErr, strings.TrimSpace(stderr.String()))
+	return fmt.Errorf("monitor bridge %s: ovs-ofctl exited: %v", c.bridge, waitErr)
 }

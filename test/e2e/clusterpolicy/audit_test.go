@@ -25,6 +25,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/audit"
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -124,15 +125,15 @@ func testAuditLog(t *testing.T, env framework.Env, s *framework.Sandbox, client 
 	})
 
 	// The logged allow comes once the annotations have reached the agent: probe until then.
-	framework.Eventually(t, 60*time.Second, "an allow line for aud-c/client -> aud-x/server TCP 80", func() error {
+	framework.Eventually(t, 20*time.Second, "an allow line for aud-c/client -> aud-x/server TCP 80", func() error {
 		if r := s.Probe(clientPod, addr("aud-x"), "80/tcp", 2*time.Second); !r.Connected {
 			return fmt.Errorf("not connected: %s", framework.Describe(r))
 		}
-		return findLine(logPath, func(r audit.Record) bool {
+		return withDiagnosis(s, findLine(logPath, func(r audit.Record) bool {
 			return r.Verdict == audit.Allow && r.Kind == "NetworkPolicy" && r.Namespace == "aud-x" && r.Name == "server-80" &&
 				r.Rule == "aud-x/server-80/ingress/0" && r.Direction == "Ingress" && r.SrcPod == "aud-c/client" && r.DstPod == "aud-x/server" &&
 				r.DstPort == 80 && r.Protocol == "TCP" && r.Node == "node1" && r.DstIP == addr("aud-x").String()
-		})
+		}))
 	})
 	// What is not logged: the same verdicts for aud-q, aud-quiet and aud-b.
 	for _, ns := range []string{"aud-q", "aud-b"} {
@@ -306,4 +307,46 @@ func findLine(path string, want func(audit.Record) bool) error {
 		}
 	}
 	return fmt.Errorf("no such line among %d in %s", n, path)
+}
+
+// withDiagnosis adds to err what the agent says about the audit log: its metrics, its
+// log lines about it, and the flows that send copies.
+func withDiagnosis(s *framework.Sandbox, err error) error {
+	if err == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, m := range []string{"kovs_agent_audit_packet_ins_total", "kovs_agent_audit_lines_total", "kovs_agent_audit_unresolved_total"} {
+		v, merr := s.AgentMetric("node1", m, nil)
+		fmt.Fprintf(&b, "\n%s %v %v", m, v, merr)
+	}
+	if log, rerr := os.ReadFile(filepath.Join(s.Layout.LogDir(), "node1-kovs-agent.log")); rerr == nil {
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "audit") {
+				b.WriteString("\n" + l)
+			}
+		}
+	}
+	if flows, ferr := s.ListFlows("node1"); ferr == nil {
+		for _, f := range flows {
+			if strings.Contains(f.Text, "controller(") {
+				fmt.Fprintf(&b, "\n%d packets: %s", f.Packets, f.Text)
+			}
+		}
+	}
+	out, _ := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "meter-stats", s.BrIntTarget("node1")).CombinedOutput()
+	b.WriteString("\n" + string(out))
+	out, _ = exec.Command("ovs-appctl", "-t", sandbox.OVSVswitchdCtl(s.Layout, "node1"), "dpctl/dump-flows").CombinedOutput()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "userspace") || strings.Contains(l, "meter") {
+			b.WriteString("\n" + l)
+		}
+	}
+	out, _ = exec.Command("ovs-appctl", "-t", sandbox.OVSVswitchdCtl(s.Layout, "node1"), "coverage/show").CombinedOutput()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "packet_in") || strings.Contains(l, "upcall") || strings.Contains(l, "ofconn") || strings.Contains(l, "rconn") {
+			b.WriteString("\n" + l)
+		}
+	}
+	return fmt.Errorf("%w%s", err, b.String())
 }
