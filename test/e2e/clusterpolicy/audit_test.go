@@ -93,8 +93,8 @@ func testAuditLog(t *testing.T, env framework.Env, s *framework.Sandbox, client 
 				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": subjectNS}},
 				PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}},
 			Ingress: []v1beta1.ClusterNetworkPolicyIngressRule{{Name: "deny-8080", Action: v1beta1.ClusterNetworkPolicyRuleActionDeny,
-				From:       []v1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "aud-c"}}}},
-				Protocols:  []v1beta1.ClusterNetworkPolicyProtocol{{TCP: &v1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &v1beta1.Port{Number: port8080.IntVal}}}}}},
+				From:      []v1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "aud-c"}}}},
+				Protocols: []v1beta1.ClusterNetworkPolicyProtocol{{TCP: &v1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &v1beta1.Port{Number: port8080.IntVal}}}}}},
 		}}
 	}
 	logged := admin("aud-admin", "aud-x", 6)
