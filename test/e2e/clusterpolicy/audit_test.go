@@ -208,38 +208,7 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 		return n
 	}
 	before := fromFlood()
-	start := time.Now()
-	var wg sync.WaitGroup
-	var floodErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		floodErr = ns.WithNetNSPath(s.NetNSPath(flood), func(ns.NetNS) error {
-			for i := range datagrams {
-				c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(server, 9)))
-				if err != nil {
-					return err
-				}
-				_, _ = c.Write([]byte{byte(i)})
-				c.Close()
-				if i%100 == 99 {
-					time.Sleep(10 * time.Millisecond) // pace: about 3,000 a second over a second or more
-				}
-			}
-			return nil
-		})
-	}()
-	// Allowed connections during the flood, from the flooding pod and from another.
-	var failed []string
-	for i := 0; i < 10; i++ {
-		for _, from := range []*corev1.Pod{flood, other} {
-			if r := s.Probe(from, server, "80/tcp", 2*time.Second); !r.Connected {
-				failed = append(failed, fmt.Sprintf("%s/%s: %s", from.Namespace, from.Name, framework.Describe(r)))
-			}
-		}
-	}
-	wg.Wait()
-	took := time.Since(start)
+	took, probes, failed, floodErr := floodWhileProbing(s, flood, other, server, datagrams)
 	if floodErr != nil {
 		t.Fatalf("flood: %v", floodErr)
 	}
@@ -267,6 +236,75 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 	if logged == 0 || logged > limit {
 		t.Errorf("%d lines from the flood, want 1..%d (the meter's %d a second over %v, plus its burst)", logged, limit, rate, took)
 	}
+
+	// The same flood without logging (aud-x logs allows only), for the figures: how long
+	// the flood and the allowed connections took with and without the log (no timed
+	// assertion: the machine is shared).
+	nsObj, err := s.Client.CoreV1().Namespaces().Get(context.Background(), "aud-x", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Annotations[audit.Annotation] = "allow"
+	if _, err := s.Client.CoreV1().Namespaces().Update(context.Background(), nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "aud-x's default deny without the audit copy", func() error {
+		for _, f := range s.DumpFlows(t, "node1") {
+			if f.Table == int(pipeline.IngressPolicy.ID) && f.Priority == 50 && strings.Contains(f.Text, "controller(") {
+				return fmt.Errorf("still logged: %s", f.Text)
+			}
+		}
+		return nil
+	})
+	tookOff, probesOff, failedOff, floodErr := floodWhileProbing(s, flood, other, server, datagrams)
+	if floodErr != nil {
+		t.Fatalf("flood without logging: %v", floodErr)
+	}
+	if len(failedOff) > 0 {
+		t.Errorf("allowed connections failed during the flood without logging: %v", failedOff)
+	}
+	t.Logf("flood of %d new flows: %v with logging, %v without; 20 allowed connections during it: %v with logging, %v without",
+		datagrams, took.Round(time.Millisecond), tookOff.Round(time.Millisecond), probes.Round(time.Millisecond), probesOff.Round(time.Millisecond))
+}
+
+// floodWhileProbing sends n UDP datagrams to server port 9 from flood, each from a new
+// source port (a new connection each), while flood and other open 10 allowed TCP
+// connections each to server port 80. It returns how long the flood and the connections
+// took, and the connections that failed.
+func floodWhileProbing(s *framework.Sandbox, flood, other *corev1.Pod, server netip.Addr, n int) (took, probes time.Duration, failed []string, err error) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var floodErr error
+	var floodTook time.Duration
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		floodErr = ns.WithNetNSPath(s.NetNSPath(flood), func(ns.NetNS) error {
+			for i := range n {
+				c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(server, 9)))
+				if err != nil {
+					return err
+				}
+				_, _ = c.Write([]byte{byte(i)})
+				c.Close()
+				if i%100 == 99 {
+					time.Sleep(10 * time.Millisecond) // pace: about 3,000 a second over a second or more
+				}
+			}
+			return nil
+		})
+		floodTook = time.Since(start)
+	}()
+	for i := 0; i < 10; i++ {
+		for _, from := range []*corev1.Pod{flood, other} {
+			if r := s.Probe(from, server, "80/tcp", 2*time.Second); !r.Connected {
+				failed = append(failed, fmt.Sprintf("%s/%s: %s", from.Namespace, from.Name, framework.Describe(r)))
+			}
+		}
+	}
+	probes = time.Since(start)
+	wg.Wait()
+	return floodTook, probes, failed, floodErr
 }
 
 // readLog reads the audit log's lines (none yet: an empty list).
