@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,7 +209,26 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 		}
 		return n
 	}
-	before := fromFlood()
+	allCounts := func() int {
+		n := 0
+		for _, r := range readLog(t, logPath) {
+			n += r.Count
+		}
+		return n
+	}
+	meterIn := func() int {
+		out, err := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "meter-stats", s.BrIntTarget("node1"), fmt.Sprintf("meter=%d", pipeline.AuditMeterID)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("meter-stats: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`packet_in_count:(\d+)`).FindStringSubmatch(string(out))
+		if m == nil {
+			t.Fatalf("meter-stats without packet_in_count:\n%s", out)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	before, linesBefore, inBefore := fromFlood(), allCounts(), meterIn()
 	took, probes, failed, floodErr := floodWhileProbing(s, flood, other, server, datagrams)
 	if floodErr != nil {
 		t.Fatalf("flood: %v", floodErr)
@@ -215,24 +236,33 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 	if len(failed) > 0 {
 		t.Errorf("allowed connections failed during the flood: %v", failed)
 	}
-	// Every copy is either logged or counted by the meter: wait for the held denies
-	// (one collapse window) and the meter's count to cover the flood.
-	var logged int
+	// Every copy the meter let through is in the log, and the meter counted the rest: the
+	// lines written since the flood began (the flood's denies and the connections' allows,
+	// counts summed) reach what entered the meter minus what it dropped, once the held
+	// denies are written (one collapse window). A datagram the datapath lost before any
+	// flow saw it made no copy and counts nowhere.
+	var logged, lines, passed int
 	var dropped float64
-	framework.Eventually(t, 10*time.Second, "the flood's copies logged or dropped by the meter", func() error {
+	framework.Eventually(t, 10*time.Second, "every copy the meter passed logged", func() error {
 		logged = fromFlood() - before
+		lines = allCounts() - linesBefore
 		after, err := s.AgentMetric("node1", "kovs_agent_audit_meter_dropped_packets_total", nil)
 		if err != nil {
 			return err
 		}
 		dropped = after - droppedBefore
-		if logged+int(dropped) < datagrams {
-			return fmt.Errorf("%d logged + %.0f dropped by the meter < %d sent", logged, dropped, datagrams)
+		passed = meterIn() - inBefore - int(dropped)
+		if lines != passed {
+			return fmt.Errorf("%d lines (counts summed) since the flood began, the meter passed %d copies (and dropped %.0f)", lines, passed, dropped)
 		}
 		return nil
 	})
+	if dropped == 0 {
+		t.Errorf("the meter dropped no copy of a flood of %d flows at %d a second", datagrams, rate)
+	}
 	limit := int(float64(rate)*(took.Seconds()+2)) + rate
-	t.Logf("flood of %d denied UDP flows in %v: %d logged (limit %d at %d/s), %.0f dropped by the meter", datagrams, took.Round(time.Millisecond), logged, limit, rate, dropped)
+	t.Logf("flood of %d denied UDP flows in %v: %d logged (limit %d at %d/s), %.0f copies dropped by the meter, %d passed, %d lines in all",
+		datagrams, took.Round(time.Millisecond), logged, limit, rate, dropped, passed, lines)
 	if logged == 0 || logged > limit {
 		t.Errorf("%d lines from the flood, want 1..%d (the meter's %d a second over %v, plus its burst)", logged, limit, rate, took)
 	}
