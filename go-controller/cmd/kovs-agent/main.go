@@ -57,8 +57,13 @@ func main() {
 	masquerade := flag.Bool("masquerade", true, "masquerade pod traffic that leaves the cluster (to an address outside the cluster CIDRs and the nodes' addresses) to the node's address")
 	noMasq := flag.String("no-masquerade-cidrs", "", "destinations never masqueraded: networks that route pod addresses back (comma-separated CIDRs)")
 	flag.DurationVar(&cfg.EgressHeartbeatInterval, "egress-heartbeat-interval", time.Second, "while the node may hold egress IPs, how often its heartbeat Lease is renewed (the Lease lasts three intervals: how long a failed holder keeps its IPs)")
+	flag.StringVar(&cfg.AuditLog.Path, "audit-log", "/var/log/kovs/audit.log", "the policy audit log (docs/audit.md): JSON lines of the decisions of NetworkPolicies and ClusterNetworkPolicies annotated kovs.io/audit-log; empty: off")
+	flag.IntVar(&cfg.AuditLog.MaxSizeMB, "audit-log-max-size", 100, "the audit log is rotated at this size (MB)")
+	flag.IntVar(&cfg.AuditLog.MaxBackups, "audit-log-max-backups", 5, "rotated audit logs kept")
+	auditRate := flag.Uint("audit-rate", agent.DefaultAuditRate, "most logged decisions a second the node's audit log receives (the audit meter's rate); more are counted in kovs_agent_audit_meter_dropped_packets_total, not logged, and never dropped from the network")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
+	cfg.AuditRate = uint32(*auditRate)
 
 	level, err := log.ParseLevel(*logLevel)
 	if err != nil {

@@ -31,6 +31,8 @@ commands:
         node cap, pods per node, pod capacity per family and every overlap; without
         --cluster-cidr the live cluster's plan (and nodes whose max pods exceed their
         block); exit 1 on an overlap
+  audit [--file F] [--follow] [--pod ns/name] [--policy NAME|ns/name|ns/] [--json]
+        the node's policy audit log (docs/audit.md; default file ` + kovsctl.DefaultAuditLog + `)
   uninstall [--namespace kube-system] [--daemonset kovs-agent] [--withdraw]
         ask for kovs to be removed from the nodes when its DaemonSet is deleted next
         (then: kubectl delete -k dist/); without it, deleting the DaemonSet removes nothing
@@ -48,6 +50,14 @@ func main() {
 	if global.NArg() == 0 {
 		global.Usage()
 		os.Exit(2)
+	}
+	if args := global.Args(); args[0] == "audit" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		if err := auditLog(ctx, args[1:]); err != nil {
+			fatal(err)
+		}
+		return
 	}
 	if args := global.Args(); args[0] == "plan" {
 		if err := plan(*kubeconfig, args[1:]); err != nil {
@@ -172,4 +182,22 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "kovsctl:", err)
 	os.Exit(1)
+}
+
+// auditLog reads the node's audit log: it needs neither the API nor OVS.
+func auditLog(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("audit", flag.ExitOnError)
+	var req kovsctl.AuditRequest
+	fs.StringVar(&req.Path, "file", kovsctl.DefaultAuditLog, "the audit log")
+	fs.BoolVar(&req.Follow, "follow", false, "keep printing what is appended (across rotations)")
+	fs.StringVar(&req.Pod, "pod", "", "only connections from or to this pod (ns/name)")
+	fs.StringVar(&req.Policy, "policy", "", "only this policy: a ClusterNetworkPolicy's name, a NetworkPolicy's ns/name, or ns/ for a namespace's")
+	fs.BoolVar(&req.JSON, "json", false, "print the log's JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("usage: kovsctl audit [--file F] [--follow] [--pod ns/name] [--policy NAME|ns/name|ns/] [--json]")
+	}
+	return kovsctl.Audit(ctx, req, os.Stdout)
 }

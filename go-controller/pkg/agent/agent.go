@@ -134,6 +134,9 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		a.syncer.OnSynced(a.policy.flowsInstalled)
 	}
 	a.health.attach(a.state, a.syncer, a.policy)
+	if err := a.startAudit(ctx); err != nil {
+		return err
+	}
 	if err := a.setupNode(ctx, self); err != nil {
 		return err
 	}

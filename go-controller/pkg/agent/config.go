@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/audit"
 )
 
 // Config configures the agent of one node.
@@ -91,6 +93,12 @@ type Config struct {
 	// that route pod addresses back).
 	NoMasquerade      bool
 	NoMasqueradeCIDRs []netip.Prefix
+	// AuditLog is where the policy audit log is written (docs/audit.md), with its
+	// rotation; an empty Path turns the log off (no meter, no monitor, no flow logs).
+	AuditLog audit.FileConfig
+	// AuditRate is the audit meter's rate: packet-ins a second the node's log receives at
+	// most (default DefaultAuditRate).
+	AuditRate uint32
 	// Dynamic reaches the Egress resource (nil: Egress is not followed).
 	Dynamic dynamic.Interface
 	// EgressHeartbeatInterval is how often the node's heartbeat Lease is renewed while it
@@ -127,6 +135,9 @@ func (c *Config) Defaults() {
 	}
 	if c.HostPortBackend == "" {
 		c.HostPortBackend = HostPortBackendAuto
+	}
+	if c.AuditRate == 0 {
+		c.AuditRate = DefaultAuditRate
 	}
 	if c.PolicyWait == 0 {
 		c.PolicyWait = 30 * time.Second

@@ -19,6 +19,7 @@ type Metrics struct {
 	resyncChecks  *prometheus.CounterVec
 	state         *stateCollector
 	addresses     *addressCollector
+	audit         *auditCollector
 }
 
 // latencyBuckets span 1 ms to about 30 s.
@@ -49,9 +50,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"result"}),
 		state:     &stateCollector{},
 		addresses: &addressCollector{},
+		audit:     &auditCollector{},
 	}
 	for _, c := range []prometheus.Collector{m.podSetup, m.cniRequests, m.bundles, m.bundleErrors, m.policyRealize,
-		m.fullResyncs, m.fullResyncDur, m.resyncChecks, m.state, m.addresses} {
+		m.fullResyncs, m.fullResyncDur, m.resyncChecks, m.state, m.addresses, m.audit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

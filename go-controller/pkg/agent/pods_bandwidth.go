@@ -166,9 +166,10 @@ func (p *PodPorts) dumpMeters(ctx context.Context) (map[uint32]ovs.Meter, error)
 }
 
 // pruneMeters deletes the meters of have that no pod in the desired state uses (br-int's
-// meters are all kovs's: pod bandwidth limits). Called with bandwidthMu held.
+// meters are all kovs's: pod bandwidth limits, and the audit log's, which stays).
+// Called with bandwidthMu held.
 func (p *PodPorts) pruneMeters(ctx context.Context, have map[uint32]ovs.Meter) error {
-	used := map[uint32]bool{}
+	used := map[uint32]bool{pipeline.AuditMeterID: true}
 	for _, pp := range p.state.Pods() {
 		used[pp.EgressMeter], used[pp.IngressMeter] = true, true
 	}

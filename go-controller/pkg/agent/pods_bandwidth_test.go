@@ -14,6 +14,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/cni"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs/ovsfake"
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
 // The limits follow the pod's annotations: in place at attach, before the pod's flows;
@@ -188,4 +189,25 @@ func attachLimitedC(t *testing.T, meters ovs.MeterClient) (*attachRig, *corev1.P
 		t.Fatal(err)
 	}
 	return r, pod
+}
+
+// TestBandwidthResyncKeepsTheAuditMeter: the bandwidth resync prunes meters no pod uses,
+// but not the audit log's (the agent creates it at start; without it the copies of logged
+// packets are not sent).
+func TestBandwidthResyncKeepsTheAuditMeter(t *testing.T) {
+	meters := ovsfake.NewOpenFlow()
+	r, _ := attachLimitedC(t, meters)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	auditMeter := ovs.Meter{ID: pipeline.AuditMeterID, RateKbps: 3000, BurstKbits: 3000, Packets: true}
+	if err := meters.SetMeter(ctx, auditMeter); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ports.syncBandwidth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	have, _ := meters.DumpMeters(ctx)
+	if !slices.Contains(have, auditMeter) {
+		t.Errorf("after a bandwidth resync: meters %+v, want the audit meter kept", have)
+	}
 }

@@ -46,6 +46,8 @@ type NodeState struct {
 	// egress is the node's share of the Egresses (egress_state.go); nil without any. It is
 	// replaced, never changed in place.
 	egress *egressShare
+	// audit is what the policy stages log (state_audit.go); nil: nothing.
+	audit *pipeline.Audit
 
 	// stages are the pipeline; compiler compiles it for Desired (compileMu: one
 	// compilation at a time).
@@ -173,7 +175,7 @@ func (s *NodeState) Snapshot() (pipeline.Snapshot, uint64, error) {
 		return pipeline.Snapshot{}, s.generation, errNodeNotConfigured
 	}
 	snap := pipeline.Snapshot{Node: *s.node, Round: s.round, Peers: slices.Clone(s.usable), Policy: s.policy,
-		Services: maps.Clone(s.services), Pods: make([]pipeline.PodPort, 0, len(s.pods))}
+		Services: maps.Clone(s.services), Pods: make([]pipeline.PodPort, 0, len(s.pods)), Audit: s.audit}
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
 		snap.Pods = append(snap.Pods, s.pods[name])
 	}

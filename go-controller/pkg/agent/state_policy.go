@@ -35,3 +35,11 @@ func (s *NodeState) PolicyHasPod(k policy.PodKey) (bool, uint64, <-chan struct{}
 	defer s.mu.Unlock()
 	return s.policy != nil && s.policy.HasPod(k), s.generation, s.policyChanged
 }
+
+// Policy is the node's current NetworkPolicy share (nil: NetworkPolicy disabled). The
+// caller must not modify it.
+func (s *NodeState) Policy() *policy.NodeShare {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policy
+}

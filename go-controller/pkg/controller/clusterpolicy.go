@@ -9,7 +9,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	"sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/audit"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/clusterpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/realization"
 )
@@ -44,6 +46,11 @@ func runClusterPolicies(ctx context.Context, client versioned.Interface, recorde
 	if err != nil {
 		return err
 	}
+	audited := externalversions.NewSharedInformerFactory(client, 0).Policy().V1beta1().ClusterNetworkPolicies().Informer()
+	if err := watchAuditAnnotations(audited, recorder, audit.ClusterPolicyVerdicts); err != nil {
+		return err
+	}
+	go audited.Run(ctx.Done())
 	// The Programmed condition follows the agents' reports and each batch of the feed.
 	tracker.OnClusterChange(status.Enqueue)
 	feed.OnCompiled(status.EnqueueSettled)

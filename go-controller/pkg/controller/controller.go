@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/audit"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
@@ -204,6 +205,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		return err
 	}
 
+	if err := watchAuditAnnotations(factory.Core().V1().Namespaces().Informer(), recorder, audit.NamespaceVerdicts); err != nil {
+		return err
+	}
 	if cfg.PolicyAPI != nil && clusterPoliciesServed(cfg.PolicyAPI) {
 		// No share goes out without the cluster rules (served later: they come as a change).
 		policies.compiler.ExpectClusterRules()

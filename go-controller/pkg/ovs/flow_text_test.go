@@ -114,4 +114,19 @@ func TestParseMeterDump(t *testing.T) {
 	if _, err := ParseMeterDump("meter=x kbps\n"); err == nil {
 		t.Error("a bad meter ID parsed")
 	}
+	// A packet meter (the audit log's), as OVS 3.1 prints it.
+	pkts, err := ParseMeterDump("OFPST_METER_CONFIG reply (OF1.5) (xid=0x2):\nmeter=1048576 pktps burst bands=\ntype=drop rate=1000 burst_size=1000\n")
+	if want := (Meter{ID: 1048576, RateKbps: 1000, BurstKbits: 1000, Packets: true}); err != nil || len(pkts) != 1 || pkts[0] != want {
+		t.Fatalf("ParseMeterDump(pktps) = %+v, %v; want %+v", pkts, err, want)
+	}
+	if s := pkts[0].String(); s != "meter=1048576,pktps,burst,band=type=drop,rate=1000,burst_size=1000" {
+		t.Errorf("pktps meter renders as %q", s)
+	}
+}
+
+func TestParseMeterDropped(t *testing.T) {
+	out := "OFPST_METER reply (OF1.5) (xid=0x2):\nmeter:1048576 flow_count:0 packet_in_count:9 byte_in_count:54 duration:1.438s bands:\n0: packet_count:7 byte_count:378\n"
+	if n, err := ParseMeterDropped(out); err != nil || n != 7 {
+		t.Fatalf("ParseMeterDropped = %d, %v; want 7", n, err)
+	}
 }

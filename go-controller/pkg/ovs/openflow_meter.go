@@ -3,6 +3,7 @@ package ovs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -14,10 +15,17 @@ type Meter struct {
 	ID         uint32
 	RateKbps   uint32
 	BurstKbits uint32
+	// Packets: the meter counts packets, not bits; RateKbps is then packets a second and
+	// BurstKbits packets (ovs-ofctl's pktps).
+	Packets bool
 }
 
 func (m Meter) String() string {
-	return fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", m.ID, m.RateKbps, m.BurstKbits)
+	unit := "kbps"
+	if m.Packets {
+		unit = "pktps"
+	}
+	return fmt.Sprintf("meter=%d,%s,burst,band=type=drop,rate=%d,burst_size=%d", m.ID, unit, m.RateKbps, m.BurstKbits)
 }
 
 // MeterClient keeps the meters of one bridge. *OpenFlow implements it, and so does
@@ -96,7 +104,7 @@ func ParseMeterDump(out string) ([]Meter, error) {
 			if err != nil {
 				return nil, fmt.Errorf("meter line %q: %w", line, err)
 			}
-			meters = append(meters, Meter{ID: uint32(id)})
+			meters = append(meters, Meter{ID: uint32(id), Packets: slices.Contains(strings.Fields(line), "pktps")})
 		case strings.HasPrefix(line, "type=") && len(meters) > 0:
 			m := &meters[len(meters)-1]
 			if m.RateKbps != 0 {
@@ -120,4 +128,36 @@ func ParseMeterDump(out string) ([]Meter, error) {
 		}
 	}
 	return meters, nil
+}
+
+// MeterDropped is how many packets meter id's bands have dropped (ovs-ofctl meter-stats:
+// the sum of the bands' packet_count).
+func (c *OpenFlow) MeterDropped(ctx context.Context, id uint32) (uint64, error) {
+	out, err := c.run(ctx, nil, "meter-stats", c.target, "meter="+strconv.FormatUint(uint64(id), 10))
+	if err != nil {
+		return 0, fmt.Errorf("meter stats of meter %d on bridge %s: %w", id, c.bridge, err)
+	}
+	return ParseMeterDropped(out)
+}
+
+// ParseMeterDropped sums the bands' packet_count in ovs-ofctl meter-stats output for one
+// meter: "meter:N flow_count:... bands:" then "0: packet_count:P byte_count:B" per band.
+func ParseMeterDropped(out string) (uint64, error) {
+	var total uint64
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !strings.HasSuffix(fields[0], ":") || strings.HasPrefix(fields[0], "meter") {
+			continue
+		}
+		v, ok := strings.CutPrefix(fields[1], "packet_count:")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("meter band line %q: %w", line, err)
+		}
+		total += n
+	}
+	return total, nil
 }

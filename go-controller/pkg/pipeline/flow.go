@@ -44,9 +44,12 @@ func formatActions(actions []Action) string {
 	if len(actions) == 0 {
 		return "drop"
 	}
-	texts := make([]string, len(actions))
+	texts := make([]string, 0, len(actions))
 	for i, a := range actions {
-		texts[i] = a.String()
+		if _, drop := a.(Drop); drop && i > 0 {
+			continue // OpenFlow's drop is no action: after another it is implied
+		}
+		texts = append(texts, a.String())
 	}
 	return strings.Join(texts, ",")
 }

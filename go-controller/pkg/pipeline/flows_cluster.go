@@ -112,6 +112,8 @@ type clusterRuleInput struct {
 	priority uint16
 	conjID   uint32
 	ofports  []uint32
+	// logged is the audit log's action before the rule's own (nil: not logged).
+	logged []Action
 }
 
 func clusterPolicyObjects(s *Snapshot) []Object {
@@ -137,7 +139,8 @@ func clusterPolicyObjects(s *Snapshot) []Object {
 			continue // no local subject with a port: nothing to match here
 		}
 		slices.Sort(ofports)
-		in := clusterRuleInput{rule: r, priority: uint16(max(prioClusterRuleTop-n, 0)), conjID: conjIDs[r.ID], ofports: slices.Compact(ofports)}
+		in := clusterRuleInput{rule: r, priority: uint16(max(prioClusterRuleTop-n, 0)), conjID: conjIDs[r.ID], ofports: slices.Compact(ofports),
+			logged: s.Audit.logs(s.Audit.clusterPolicy(r.Policy), ClusterVerdict(r.Action))}
 		objs = append(objs, Object{Key: "rule/" + strconv.Itoa(int(t.table.ID)) + "/" + r.ID, Input: in,
 			Compile: func(b *Builder) (ObjectFlows, error) {
 				if n >= maxClusterRules {
@@ -191,7 +194,7 @@ func (b *Builder) clusterRuleFlows(t clusterTable, in clusterRuleInput) []Flow {
 			return nil
 		}
 	}
-	actions := t.actions(r.Action)
+	actions := append(slices.Clone(in.logged), t.actions(r.Action)...)
 	if len(clauses) == 1 {
 		flows := make([]Flow, len(subjects))
 		for i, m := range subjects {

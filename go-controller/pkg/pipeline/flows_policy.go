@@ -82,6 +82,7 @@ func directionOf(d policy.Direction) policyDirection {
 // which pods are isolated or pending, every rule's conj_id, and the clause lists (dims)
 // of the rules, each computed once however many rules share it.
 type policyView struct {
+	audit    *Audit // what is logged; nil: nothing
 	node     NodeConfig
 	share    policy.NodeShare
 	ruleIDs  []string           // sorted: a rule's index in it orders its conjunctions
@@ -165,6 +166,7 @@ func policyObjects(s *Snapshot) []Object {
 		return nil
 	}
 	v := newPolicyView(s.Node, *s.Policy, s.Pods)
+	v.audit = s.Audit
 	for i, id := range v.ruleIDs {
 		v.addRule(i, v.share.Rules[id])
 	}

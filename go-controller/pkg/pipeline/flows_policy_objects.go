@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/audit"
 )
 
 // The objects of the policy stage (flows_policy.go), each with the Input its flows depend
@@ -18,13 +20,21 @@ func (v *policyView) ruleObjects() []Object {
 	objs := make([]Object, len(v.conj))
 	for i, r := range v.conj {
 		conjID, d := v.conjIDs[r.id], r.dir
-		objs[i] = Object{Key: "rule/" + r.id, Input: [2]uint32{conjID, uint32(d.table.ID)}, Compile: func(b *Builder) (ObjectFlows, error) {
+		actions := append(v.audit.logs(v.audit.namespace(v.share.Rules[r.id].Policy.Namespace), audit.Allow), Goto(d.next))
+		objs[i] = Object{Key: "rule/" + r.id, Input: ruleInput{conjID, d.table.ID, formatActions(actions)}, Compile: func(b *Builder) (ObjectFlows, error) {
 			return ObjectFlows{Flows: []Flow{{Table: d.table, Priority: prioPolicyConj,
 				Cookie: NewPolicyCookie(b.round, PolicyKindRule, PolicyRuleObjectID(r.id)),
-				Match:  MatchAll().ConjID(conjID), Actions: []Action{Goto(d.next)}}}}, nil
+				Match:  MatchAll().ConjID(conjID), Actions: actions}}}, nil
 		}}
 	}
 	return objs
+}
+
+// ruleInput is what a rule's conj_id flow depends on.
+type ruleInput struct {
+	conjID  uint32
+	table   uint8
+	actions string
 }
 
 // clauseInput is what a clause flow depends on besides its match (its key): the
@@ -139,17 +149,22 @@ func (v *policyView) allowObjects() []Object {
 	objs := make([]Object, len(order))
 	for i, key := range order {
 		el, d, rule := elements[key], dirs[key], v.ruleIDs[first[key]]
-		objs[i] = Object{Key: "allow/" + key, Input: rule, Compile: func(b *Builder) (ObjectFlows, error) {
+		actions := append(v.audit.logs(v.audit.namespace(v.share.Rules[rule].Policy.Namespace), audit.Allow), Goto(d.next))
+		objs[i] = Object{Key: "allow/" + key, Input: [2]string{rule, formatActions(actions)}, Compile: func(b *Builder) (ObjectFlows, error) {
 			return ObjectFlows{Flows: []Flow{{Table: d.table, Priority: prioPolicyAllowAll,
 				Cookie: NewPolicyCookie(b.round, PolicyKindRule, PolicyRuleObjectID(rule)), Match: el.match,
-				Actions: []Action{Goto(d.next)}}}}, nil
+				Actions: actions}}}, nil
 		}}
 	}
 	return objs
 }
 
 // denyInput is what a pod's default deny depends on.
-type denyInput struct{ pending, ingress, egress bool }
+type denyInput struct {
+	pending, ingress, egress bool
+	// logged: the pod's namespace logs denies (not a pending pod's: no policy decided).
+	logged []Action
+}
 
 // denyObjects drop, below the rules, the new connections of isolated pods in their
 // isolated directions, and of pods the share does not list yet in both: such a pod's
@@ -165,6 +180,9 @@ func (v *policyView) denyObjects(pods []PodPort) []Object {
 		if !in.pending && !in.ingress && !in.egress {
 			continue
 		}
+		if !in.pending {
+			in.logged = v.audit.logs(v.audit.namespace(p.Namespace), audit.Deny)
+		}
 		ofport := p.OFPort
 		objs = append(objs, Object{Key: "deny/" + strconv.FormatUint(uint64(ofport), 10), Input: in,
 			Compile: func(b *Builder) (ObjectFlows, error) {
@@ -177,7 +195,7 @@ func (v *policyView) denyObjects(pods []PodPort) []Object {
 						continue
 					}
 					flows = append(flows, Flow{Table: d.table, Priority: prioPolicyDeny,
-						Cookie: NewPolicyCookie(b.round, kind, ofport), Match: d.appliedTo(ofport), Actions: []Action{Drop{}}})
+						Cookie: NewPolicyCookie(b.round, kind, ofport), Match: d.appliedTo(ofport), Actions: append(slices.Clone(in.logged), Drop{})})
 				}
 				return ObjectFlows{Flows: flows}, nil
 			}})

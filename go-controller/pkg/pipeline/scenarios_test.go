@@ -23,6 +23,8 @@ type scenario struct {
 	services map[string][]ServicePort
 	// egress is the node's share of the Egresses, when the scenario has some.
 	egress *EgressState
+	// audit is what the node logs, when the scenario logs (audit_test.go).
+	audit *Audit
 }
 
 const (
@@ -128,7 +130,7 @@ func threeNodesDualStack(n int) scenario {
 }
 
 func goldenScenarios() []scenario {
-	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario(), egressScenario(), clusterScenario()}
+	return []scenario{oneNodeTwoPods(), threeNodesDualStack(1), policyScenario(), egressScenario(), clusterScenario(), auditScenario()}
 }
 
 func (sc scenario) flows(t *testing.T) []Flow {
@@ -139,7 +141,7 @@ func (sc scenario) flows(t *testing.T) []Flow {
 // snapshot is the scenario's node as the agent hands it to the stages.
 func (sc scenario) snapshot() Snapshot {
 	return Snapshot{Node: sc.node, Round: testRound, Pods: sc.pods, Peers: sc.peers, Policy: sc.policy, Services: sc.services,
-		Egress: sc.egress}
+		Egress: sc.egress, Audit: sc.audit}
 }
 
 // compile compiles the scenario through every stage of r: the one way flows are built.

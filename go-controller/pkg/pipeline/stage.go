@@ -68,6 +68,8 @@ type Snapshot struct {
 	Services map[string][]ServicePort
 	// Egress is the node's share of the Egresses; nil without any.
 	Egress *EgressState
+	// Audit is what the policy stages log (docs/audit.md); nil logs nothing.
+	Audit *Audit
 }
 
 // Registry is the pipeline's stages, in the order their objects are compiled.

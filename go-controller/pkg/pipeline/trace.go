@@ -40,6 +40,8 @@ type Result struct {
 	Buckets []string   // the group buckets chosen, as "group G bucket B"
 	NAT     []string   // address translations conntrack applied
 	End     string     // why processing stopped
+	// Audited are the copies sent to the agent's audit log (controller actions).
+	Audited []Controller
 }
 
 // Step is one table lookup and the flow that won it. When the flow was found through a
@@ -193,6 +195,9 @@ func (st *traceState) execute(actions []Action, r *Result) (Table, bool, error) 
 			}
 		case Meter:
 			// A rate limit: a single packet is within it.
+		case Controller:
+			// A copy to the agent: the packet itself goes on unchanged.
+			r.Audited = append(r.Audited, a)
 		case DecTTL:
 			if st.pkt.TTL <= 1 {
 				r.End = "dec_ttl: TTL expired, dropped"

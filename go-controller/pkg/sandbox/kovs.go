@@ -181,6 +181,7 @@ func (u *upRun) agentArgs(n Node) []string {
 		"--controller-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeControllerPort)),
 		"--controller-token-file", l.ControllerTokenFile(n.Name),
 		"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(NodeAgentMetricsPort)),
+		"--audit-log", l.AuditLog(n.Name),
 	}
 	if u.opts.KubeProxy {
 		args = append(args, "--service-proxy", "none")

@@ -76,6 +76,9 @@ func (l Layout) OVSDir(node string) string { return filepath.Join(l.NodeDir(node
 // OVSDBSocket is the node's OVSDB unix socket.
 func (l Layout) OVSDBSocket(node string) string { return filepath.Join(l.OVSDir(node), "db.sock") }
 
+// AuditLog is the node's policy audit log (kovs-agent --audit-log).
+func (l Layout) AuditLog(node string) string { return filepath.Join(l.NodeDir(node), "audit.log") }
+
 // CNIConfDir is where the node's network plugin writes its conflist (kubelet's
 // /etc/cni/net.d).
 func (l Layout) CNIConfDir(node string) string { return filepath.Join(l.NodeDir(node), "cni", "net.d") }
@@ -183,5 +186,6 @@ func (l Layout) NodeBinds(node string) []Bind {
 		{l.nodePath(node, "netns"), "/run/netns"},
 		{l.nodePath(node, "log-pods"), "/var/log/pods"},
 		{l.nodePath(node, "log-containers"), "/var/log/containers"},
+		{l.nodePath(node, "log-kovs"), "/var/log/kovs"},
 	}
 }

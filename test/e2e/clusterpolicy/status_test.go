@@ -103,6 +103,7 @@ func TestStatusConditions(t *testing.T) {
 		}
 	}
 	t.Run("Enforcement", func(t *testing.T) { testEnforcement(t, env, s, client) })
+	t.Run("AuditLog", func(t *testing.T) { testAuditLog(t, env, s, client) })
 }
 
 // programmed waits until the policy's Programmed condition is True with a message that
