@@ -41,7 +41,8 @@ func (m *model) commit() []*subscriber {
 	return notify
 }
 
-// updateAddresses recomputes a group's addresses and patches the nodes that hold them.
+// updateAddresses recomputes a group's addresses and patches the watched nodes that hold
+// them.
 func (m *model) updateAddresses(g *group) {
 	addrs := g.addresses()
 	added, removed := policy.DiffPrefixes(g.addr.addrs, addrs)
@@ -49,8 +50,8 @@ func (m *model) updateAddresses(g *group) {
 		return
 	}
 	g.addr.addrs = addrs
-	for n := range m.watched {
-		if n.addrRefs[g.addr] > 0 {
+	for n := range g.addr.holders {
+		if len(n.subs) > 0 {
 			m.emitPatch(n, g.addr, added, removed)
 		}
 	}

@@ -207,9 +207,14 @@ func (m *model) addrRef(n *node, a *addrSet, delta int) {
 	switch {
 	case c == 0:
 		delete(n.addrRefs, a)
+		delete(a.holders, n)
 		m.emitAddr(n, a, opRemove)
 	case c == 1 && delta > 0:
 		n.addrRefs[a] = c
+		if a.holders == nil {
+			a.holders = map[*node]struct{}{}
+		}
+		a.holders[n] = struct{}{}
 		m.emitAddr(n, a, opAdd)
 	default:
 		n.addrRefs[a] = c

@@ -90,6 +90,9 @@ type addrSet struct {
 	addrs []netip.Prefix
 	// refs counts the policies holding an ipBlock set.
 	refs int
+	// holders are the nodes whose share holds the set (node.addrRefs counts their
+	// references): a change of its addresses patches those, not every node.
+	holders map[*node]struct{}
 }
 
 // addrRef counts references to an address set.

@@ -2,13 +2,16 @@ package networkpolicy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -166,4 +169,54 @@ func TestPodChangeEvaluatesOnlyCandidateGroups(t *testing.T) {
 	if !slices.Equal(candidates, want) {
 		t.Errorf("candidate groups of a pod in x = %v, want %v", candidates, want)
 	}
+}
+
+// TestAddressPatchesReachTheNodesHoldingTheSet checks the index of the nodes holding an
+// address set as nodes gain and lose the set: a change of its addresses patches every
+// watched node that holds it, and only those.
+func TestAddressPatchesReachTheNodesHoldingTheSet(t *testing.T) {
+	m := newModel()
+	m.setNamespace("x", namespaceObj("x"))
+	peer := podObj("x", "b", "node-3", "pod=b")
+	readdress := func(last byte) {
+		peer = peer.DeepCopy()
+		peer.Status.PodIPs = []corev1.PodIP{{IP: fmt.Sprint("10.0.0.", last)}}
+		m.setPod(podKey(peer), peer)
+	}
+	readdress(1)
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "a1"}, podObj("x", "a1", "node-1", "pod=a"))
+	np := policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil)
+	m.setPolicy(objectKey(np), np)
+	m.commit()
+	subs := map[string]*subscriber{}
+	for _, node := range []string{"node-1", "node-2", "node-3"} {
+		subs[node], _ = m.subscribe(node)
+	}
+	patched := func(step string, want ...string) {
+		t.Helper()
+		m.commit()
+		for node, s := range subs {
+			d, _ := m.delta(s)
+			got := len(d.UpdatedAddressSets) == 1
+			if got != slices.Contains(want, node) {
+				t.Errorf("%s: %s patched the peer set: %v, want %v (delta %+v)", step, node, got, !got, d)
+			}
+		}
+	}
+	readdress(2)
+	patched("peer readdressed", "node-1")
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "a2"}, podObj("x", "a2", "node-2", "pod=a"))
+	m.commit()
+	for _, s := range subs {
+		m.delta(s)
+	}
+	readdress(3)
+	patched("peer readdressed after node-2 gained the set", "node-1", "node-2")
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "a1"}, nil)
+	m.commit()
+	for _, s := range subs {
+		m.delta(s)
+	}
+	readdress(4)
+	patched("peer readdressed after node-1 lost the set", "node-2")
 }

@@ -1,0 +1,104 @@
+package networkpolicy
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/growth"
+)
+
+// The growth benchmarks check that the compiler's cost is linear in the cluster along
+// each axis (nodes, pods, rules, selected namespaces): each builds a cluster of size n
+// and of size 2n straight into a model, runs the same kind of work on both (a churn
+// proportional to the size), and reports the ratio of their CPU time and allocation
+// (package growth). A ratio near 2 is linear; one near 4 is a cost per event that grows
+// with the cluster.
+
+// churnRounds is how many times a benchmark's churn changes each object it changes.
+const churnRounds = 5
+
+// growthCluster is a model of a cluster being built for a growth benchmark.
+type growthCluster struct {
+	m     *model
+	g     *generator
+	nodes int
+}
+
+func newGrowthCluster(nodes int) *growthCluster {
+	return &growthCluster{m: newModel(), g: newGenerator(uint64(nodes)), nodes: nodes}
+}
+
+// pod returns a pod on a random node with a random address.
+func (c *growthCluster) pod(ns, name string, labels map[string]string) *corev1.Pod {
+	p := c.g.pod(ns, name, labels)
+	p.Spec.NodeName = fmt.Sprint("node-", c.g.rng.IntN(c.nodes))
+	return p
+}
+
+// readdress returns p with a new random address.
+func (c *growthCluster) readdress(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	ip := fmt.Sprintf("10.%d.%d.%d", c.g.rng.IntN(256), c.g.rng.IntN(256), c.g.rng.IntN(256))
+	p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	return p
+}
+
+// watchAll subscribes to every node, as the realization tracker does.
+func (c *growthCluster) watchAll() {
+	for i := range c.nodes {
+		c.m.subscribe(fmt.Sprint("node-", i))
+	}
+}
+
+// commit ends a batch and builds the delta of every subscriber it concerns, as the
+// policy stream does.
+func (c *growthCluster) commit() {
+	for _, s := range c.m.commit() {
+		c.m.delta(s)
+	}
+}
+
+// BenchmarkAddressPatchGrowth grows the nodes: n nodes, every one watched, n/5 namespaces
+// of two servers and three clients on random nodes, each with a policy that lets its
+// clients reach its servers. The work gives every client a new address, one namespace
+// per batch, five times over: each batch patches one address set on the few nodes of
+// that namespace's servers.
+func BenchmarkAddressPatchGrowth(b *testing.B) {
+	growth.Ratio2x(b, 2000, func(n int) func() {
+		c := newGrowthCluster(n)
+		var clients [][]*corev1.Pod // per namespace, its clients' successive versions
+		for range n / 5 {
+			ns := c.g.name("")
+			for i := range 2 {
+				p := c.pod(ns, fmt.Sprint("server-", i), map[string]string{"app": "server"})
+				c.m.setPod(podKey(p), p)
+			}
+			var mine []*corev1.Pod
+			for i := range 3 {
+				p := c.pod(ns, fmt.Sprint("client-", i), map[string]string{"app": "client"})
+				c.m.setPod(podKey(p), p)
+				for range churnRounds {
+					p = c.readdress(p)
+					mine = append(mine, p)
+				}
+			}
+			clients = append(clients, mine)
+			np := c.g.policy(ns, "np", map[string]string{"app": "server"}, map[string]string{"app": "client"})
+			c.m.setPolicy(objectKey(np), np)
+		}
+		c.watchAll()
+		c.commit()
+		return func() {
+			for round := range churnRounds {
+				for _, ns := range clients {
+					for i := round; i < len(ns); i += churnRounds {
+						c.m.setPod(podKey(ns[i]), ns[i])
+					}
+					c.commit()
+				}
+			}
+		}
+	})
+}
