@@ -31,7 +31,7 @@ func (m *model) newGroup(key groupKey, spec groupSpec) *group {
 		}
 		return g
 	}
-	m.clusterGroups[g] = struct{}{}
+	m.clusterGroups.Add(g, g.nsSelector)
 	for _, ns := range m.namespaces {
 		if g.nsSelector.Matches(ns.labels) {
 			m.fill(g, ns)
@@ -86,7 +86,7 @@ func (m *model) deleteGroup(g *group) {
 			delete(m.nsGroups, g.scope)
 		}
 	} else {
-		delete(m.clusterGroups, g)
+		m.clusterGroups.Remove(g)
 	}
 	g.members = memberSet{}
 }

@@ -102,3 +102,56 @@ func BenchmarkAddressPatchGrowth(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkNamespaceSelectorGrowth grows the selected namespaces: n namespaces labelled
+// app=<name>, of four pods each, each with a policy that admits the pods of the next
+// namespace by a namespaceSelector (n groups with a namespaceSelector). The work gives
+// every pod a new address and every namespace a new label, one namespace per batch,
+// twice over: each event concerns one or two of those groups.
+func BenchmarkNamespaceSelectorGrowth(b *testing.B) {
+	const rounds = 2
+	growth.Ratio2x(b, 500, func(n int) func() {
+		c := newGrowthCluster(n)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = c.g.name("")
+		}
+		type nsChurn struct {
+			ns   []*corev1.Namespace
+			pods [][]*corev1.Pod
+		}
+		churn := make([]nsChurn, n)
+		for i, name := range names {
+			ns := namespaceObj(name, "app="+name)
+			c.m.setNamespace(name, ns)
+			for r := range rounds {
+				churn[i].ns = append(churn[i].ns, namespaceObj(name, "app="+name, fmt.Sprint("rev=", r)))
+			}
+			for j := range 4 {
+				p := c.pod(name, fmt.Sprint("pod-", j), map[string]string{"app": "web"})
+				c.m.setPod(podKey(p), p)
+				var versions []*corev1.Pod
+				for range rounds {
+					p = c.readdress(p)
+					versions = append(versions, p)
+				}
+				churn[i].pods = append(churn[i].pods, versions)
+			}
+			np := policyObj(name, "from-next", sel("app=web"), nil,
+				in(from(nsPeer(sel("app="+names[(i+1)%n])))), nil)
+			c.m.setPolicy(objectKey(np), np)
+		}
+		c.commit()
+		return func() {
+			for r := range rounds {
+				for i, name := range names {
+					for _, versions := range churn[i].pods {
+						c.m.setPod(podKey(versions[r]), versions[r])
+					}
+					c.m.setNamespace(name, churn[i].ns[r])
+					c.commit()
+				}
+			}
+		}
+	})
+}

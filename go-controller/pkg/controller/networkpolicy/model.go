@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/labelindex"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -22,10 +23,12 @@ type model struct {
 
 	selectors selectors
 	groups    map[groupKey]*group
-	// nsGroups indexes the namespace-scoped groups by namespace; clusterGroups are the
-	// groups with a namespaceSelector. A pod change only evaluates these candidates.
+	// nsGroups indexes the namespace-scoped groups by namespace; clusterGroups indexes
+	// the groups with a namespaceSelector by the labels it requires. A pod change only
+	// evaluates the groups of its namespace and those clusterGroups finds for its
+	// namespace's labels.
 	nsGroups      map[string]map[*group]struct{}
-	clusterGroups map[*group]struct{}
+	clusterGroups *labelindex.Index[*group]
 	blocks        map[string]*addrSet // ipBlock sets, by key
 	nodes         map[string]*node
 	// watched are the nodes that have subscribers.
@@ -65,7 +68,7 @@ func newModel() *model {
 		selectors:     newSelectors(),
 		groups:        map[groupKey]*group{},
 		nsGroups:      map[string]map[*group]struct{}{},
-		clusterGroups: map[*group]struct{}{},
+		clusterGroups: labelindex.New[*group](),
 		blocks:        map[string]*addrSet{},
 		nodes:         map[string]*node{},
 		watched:       map[*node]struct{}{},
@@ -112,20 +115,27 @@ func (m *model) setNamespace(name string, obj *corev1.Namespace) {
 	} else {
 		ns.labels, ns.known = obj.Labels, true
 	}
-	for g := range m.clusterGroups {
-		was, is := g.nsSelector.Matches(old), g.nsSelector.Matches(ns.labels)
-		if was == is {
-			continue
+	m.clusterGroups.Matching(old, func(g *group) {
+		if g.nsSelector.Matches(ns.labels) {
+			return
 		}
 		for p := range ns.pods {
-			if !is && p.memberOf(g) {
+			if p.memberOf(g) {
 				m.removeMember(g, p)
 				p.leave(g)
-			} else if is && g.matchesPod(p) {
+			}
+		}
+	})
+	m.clusterGroups.Matching(ns.labels, func(g *group) {
+		if g.nsSelector.Matches(old) {
+			return
+		}
+		for p := range ns.pods {
+			if g.matchesPod(p) {
 				m.addMember(g, p)
 			}
 		}
-	}
+	})
 	m.forgetNamespace(ns)
 }
 
@@ -221,12 +231,11 @@ func (m *model) updatePod(p *pod, podLabels labels.Set, ips []netip.Addr) {
 	})
 }
 
-// eachCandidate calls f for every group a pod of ns could be a member of.
+// eachCandidate calls f for every group a pod of ns could be a member of: the groups of
+// ns and the groups whose namespaceSelector matches ns.
 func (m *model) eachCandidate(ns *namespace, f func(*group)) {
 	for g := range m.nsGroups[ns.name] {
 		f(g)
 	}
-	for g := range m.clusterGroups {
-		f(g)
-	}
+	m.clusterGroups.Matching(ns.labels, f)
 }

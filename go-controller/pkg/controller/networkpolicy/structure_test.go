@@ -220,3 +220,49 @@ func TestAddressPatchesReachTheNodesHoldingTheSet(t *testing.T) {
 	readdress(4)
 	patched("peer readdressed after node-1 lost the set", "node-2")
 }
+
+// TestNamespaceSelectorIndexFollowsGroupsAndLabels checks the index of the groups with a
+// namespaceSelector: a relabelled namespace's pods leave and join the groups it stops and
+// starts matching, and a pod never joins a group that was deleted.
+func TestNamespaceSelectorIndexFollowsGroupsAndLabels(t *testing.T) {
+	w := newWorld()
+	fromX := policyObj("z", "from-x", sel("pod=a"), nil, in(from(nsPeer(sel("ns=x")))), nil)
+	w.policies = pols(fromX)
+	m := w.model()
+	m.commit()
+	members := func(nsKey string) []string {
+		t.Helper()
+		var names []string
+		for key, g := range m.groups {
+			if key.cluster && key.scope == nsKey {
+				g.members.each(func(p *pod) { names = append(names, p.key.String()) })
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	xPods := []string{"x/a", "x/b", "x/c"}
+	if got := members("ns=x"); !slices.Equal(got, xPods) {
+		t.Fatalf("group ns=x = %v, want %v", got, xPods)
+	}
+	m.setNamespace("x", namespaceObj("x", "ns=w"))
+	m.commit()
+	if got := members("ns=x"); len(got) != 0 {
+		t.Errorf("after x is relabelled ns=w, group ns=x = %v, want none", got)
+	}
+	m.setNamespace("x", namespaceObj("x", "ns=x"))
+	m.commit()
+	if got := members("ns=x"); !slices.Equal(got, xPods) {
+		t.Errorf("after x is labelled ns=x again, group ns=x = %v, want %v", got, xPods)
+	}
+	m.setPolicy(objectKey(fromX), nil)
+	m.commit()
+	p := podObj("x", "d", "node-1", "pod=d")
+	m.setPod(podKey(p), p)
+	m.commit()
+	for _, g := range m.pods[podKey(p)].groups {
+		if m.groups[g.key()] != g {
+			t.Errorf("new pod x/d joined the deleted group %s", g.key())
+		}
+	}
+}
