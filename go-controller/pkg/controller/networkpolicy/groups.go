@@ -1,6 +1,11 @@
 package networkpolicy
 
-import "slices"
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
 
 // acquire returns the group of spec, creating and filling it if needed, and records a
 // reference to it held by ps.
@@ -55,6 +60,69 @@ func (m *model) peerSet(g *group) *addrSet {
 		m.groupChanged(g) // its addresses are computed at commit
 	}
 	return g.addr
+}
+
+// countedMin is the number of addresses from which a group's set counts its members'
+// addresses rather than listing them again at every batch that changed its members: a
+// map per set costs more memory than rebuilding a short list costs time. (A variable for
+// the tests, which take both paths.)
+var countedMin = 64
+
+// startCounting makes a's changes incremental from now on; a.addrs must be up to date.
+func (a *addrSet) startCounting() {
+	a.count = make(map[netip.Prefix]int32, len(a.addrs))
+	a.diff = map[netip.Prefix]int8{}
+	a.group.members.each(func(p *pod) { a.group.countAddrs(p, 1) })
+	a.diff = map[netip.Prefix]int8{} // a new map: clearing one costs its largest size
+}
+
+// countAddrs counts (delta 1) or uncounts (-1) the addresses of member p in g's address
+// set, if g has one that counts, recording those that appear or disappear in the batch's diff.
+func (g *group) countAddrs(p *pod, delta int32) {
+	a := g.addr
+	if a == nil || a.count == nil {
+		return
+	}
+	for _, ip := range p.ips {
+		if !g.inScope(ip) {
+			continue
+		}
+		pfx := policy.HostPrefix(ip)
+		c := a.count[pfx] + delta
+		switch {
+		case c == 0:
+			delete(a.count, pfx)
+			a.diffAdd(pfx, -1)
+		case c == 1 && delta > 0:
+			a.count[pfx] = c
+			a.diffAdd(pfx, 1)
+		default:
+			a.count[pfx] = c
+		}
+	}
+}
+
+func (a *addrSet) diffAdd(pfx netip.Prefix, d int8) {
+	if v := a.diff[pfx] + d; v == 0 {
+		delete(a.diff, pfx)
+	} else {
+		a.diff[pfx] = v
+	}
+}
+
+// list returns the set's addresses, sorted: rebuilt from the counts if they changed since
+// it was last built. Safe under the model's read lock.
+func (a *addrSet) list() []netip.Prefix {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stale {
+		addrs := make([]netip.Prefix, 0, len(a.count))
+		for pfx := range a.count {
+			addrs = append(addrs, pfx)
+		}
+		a.addrs, a.stale = policy.SortPrefixes(addrs), false
+	}
+	return a.addrs
 }
 
 // release drops the references ps holds, deleting what nobody references any more.
@@ -113,6 +181,7 @@ func (g *group) matchesPod(p *pod) bool {
 func (m *model) addMember(g *group, p *pod) {
 	p.groups = append(p.groups, g)
 	first := g.members.add(p)
+	g.countAddrs(p, 1)
 	m.groupChanged(g)
 	for d := range g.isolating {
 		if g.isolating[d] > 0 {
@@ -133,6 +202,7 @@ func (m *model) addMember(g *group, p *pod) {
 // from p.groups.
 func (m *model) removeMember(g *group, p *pod) {
 	last := g.members.remove(p)
+	g.countAddrs(p, -1)
 	m.groupChanged(g)
 	for d := range g.isolating {
 		if g.isolating[d] > 0 {

@@ -155,3 +155,42 @@ func BenchmarkNamespaceSelectorGrowth(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGroupAddressGrowth grows the pods of one group: one namespace of n clients
+// (app=web) on n/2 nodes, and two servers admitting them (one address set of n
+// addresses, held by the servers' nodes), every node watched. The work gives every
+// client a new address, ten per batch, five times over: each batch changes ten
+// addresses of the set.
+func BenchmarkGroupAddressGrowth(b *testing.B) {
+	growth.Ratio2x(b, 2000, func(n int) func() {
+		c := newGrowthCluster(n / 2)
+		versions := make([][]*corev1.Pod, churnRounds) // per round
+		for i := range n {
+			p := c.pod("web", fmt.Sprint("client-", i), map[string]string{"app": "web"})
+			c.m.setPod(podKey(p), p)
+			for r := range churnRounds {
+				p = c.readdress(p)
+				versions[r] = append(versions[r], p)
+			}
+		}
+		for i := range 2 {
+			p := c.pod("web", fmt.Sprint("server-", i), map[string]string{"app": "server"})
+			c.m.setPod(podKey(p), p)
+		}
+		np := c.g.policy("web", "np", map[string]string{"app": "server"}, map[string]string{"app": "web"})
+		c.m.setPolicy(objectKey(np), np)
+		c.watchAll()
+		c.commit()
+		return func() {
+			for _, round := range versions {
+				for i, p := range round {
+					c.m.setPod(podKey(p), p)
+					if i%10 == 9 {
+						c.commit()
+					}
+				}
+				c.commit()
+			}
+		}
+	})
+}

@@ -211,7 +211,17 @@ func (m *model) removePod(p *pod) {
 // updatePod changes the labels and addresses of a pod that keeps its identity and node.
 func (m *model) updatePod(p *pod, podLabels labels.Set, ips []netip.Addr) {
 	moved := !slices.Equal(p.ips, ips)
+	if moved {
+		for _, g := range p.groups {
+			g.countAddrs(p, -1) // its old addresses out of g's set, its new ones in
+		}
+	}
 	p.labels, p.ips = podLabels, ips
+	if moved {
+		for _, g := range p.groups {
+			g.countAddrs(p, 1)
+		}
+	}
 	for i := 0; i < len(p.groups); {
 		g := p.groups[i]
 		if g.matchesPod(p) {

@@ -266,3 +266,75 @@ func TestNamespaceSelectorIndexFollowsGroupsAndLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupAddressesFollowMembers checks the counts behind a group's address set: an
+// address two members share stays until both are gone, a change undone within a batch
+// patches nothing, and the set's list and the patches of a node that holds it follow
+// readdressed and relabelled members.
+func TestGroupAddressesFollowMembers(t *testing.T) {
+	m := newModel()
+	m.setNamespace("x", namespaceObj("x"))
+	set := func(name, label, ip string) {
+		p := podObj("x", name, "node-2", label)
+		if ip != "" {
+			p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		}
+		m.setPod(podKey(p), p)
+	}
+	set("a", "pod=a", "10.0.0.1")
+	for i := range countedMin { // enough addresses for the set to count them
+		set(fmt.Sprint("filler-", i), "pod=b", fmt.Sprintf("10.1.%d.%d", i/256, i%256))
+	}
+	set("b1", "pod=b", "10.0.0.9")
+	set("b2", "pod=b", "10.0.0.9")
+	set("b3", "pod=b", "10.0.0.3")
+	np := policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil)
+	m.setPolicy(objectKey(np), np)
+	m.commit()
+	s, _ := m.subscribe("node-2")
+	peers := m.groups[groupKey{scope: "x", pods: "pod=b"}].addr
+	if peers.count == nil {
+		t.Fatalf("a set of %d addresses does not count them", len(peers.list()))
+	}
+	step := func(what string, wantList []string, wantAdded, wantRemoved []string) {
+		t.Helper()
+		m.commit()
+		var list []netip.Prefix
+		for _, p := range peers.list() {
+			if netip.MustParsePrefix("10.0.0.0/24").Overlaps(p) {
+				list = append(list, p)
+			}
+		}
+		if got := fmt.Sprint(list); got != fmt.Sprint(prefixes(wantList...)) {
+			t.Errorf("%s: set %v, want %v", what, got, wantList)
+		}
+		d, _ := m.delta(s)
+		var added, removed []netip.Prefix
+		for _, p := range d.UpdatedAddressSets {
+			added, removed = p.Added, p.Removed
+		}
+		if fmt.Sprint(added, removed) != fmt.Sprint(prefixes(wantAdded...), prefixes(wantRemoved...)) {
+			t.Errorf("%s: patch +%v -%v, want +%v -%v", what, added, removed, wantAdded, wantRemoved)
+		}
+	}
+	step("at first", []string{"10.0.0.3", "10.0.0.9"}, nil, nil)
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "b1"}, nil)
+	step("one of two pods of 10.0.0.9 deleted", []string{"10.0.0.3", "10.0.0.9"}, nil, nil)
+	set("b3", "pod=b", "10.0.0.4")
+	set("b3", "pod=b", "10.0.0.3")
+	step("b3 readdressed and back in one batch", []string{"10.0.0.3", "10.0.0.9"}, nil, nil)
+	set("b2", "pod=b", "10.0.0.5")
+	step("b2 readdressed", []string{"10.0.0.3", "10.0.0.5"}, []string{"10.0.0.5"}, []string{"10.0.0.9"})
+	set("b3", "pod=c", "10.0.0.3")
+	step("b3 relabelled out", []string{"10.0.0.5"}, nil, []string{"10.0.0.3"})
+	set("b2", "pod=b", "")
+	step("b2 without an address", nil, nil, []string{"10.0.0.5"})
+}
+
+func prefixes(ips ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, ip := range ips {
+		out = append(out, policy.HostPrefix(netip.MustParseAddr(ip)))
+	}
+	return out
+}
