@@ -96,6 +96,21 @@ func (x *Index[T]) Matching(set labels.Set, f func(T)) {
 	}
 }
 
+// RequiredValues returns a label key and the values a selector requires it to have one
+// of (the requirement of a value with the fewest of them), or "" when it requires no
+// value: a label set the selector matches has key set to one of values. An index of
+// label sets by key and value can then look up the candidates of a selector.
+func RequiredValues(sel labels.Selector) (key string, values []string) {
+	pairs := filing(sel)
+	if len(pairs) == 0 {
+		return "", nil
+	}
+	for _, p := range pairs {
+		values = append(values, p.value)
+	}
+	return pairs[0].key, values
+}
+
 // filing returns the pairs a selector is filed under: the values of its requirement of a
 // value with the fewest of them (none when it requires no value).
 func filing(sel labels.Selector) []pair {

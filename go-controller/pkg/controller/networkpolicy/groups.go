@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/labelindex"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -37,9 +38,20 @@ func (m *model) newGroup(key groupKey, spec groupSpec) *group {
 		return g
 	}
 	m.clusterGroups.Add(g, g.nsSelector)
-	for _, ns := range m.namespaces {
-		if g.nsSelector.Matches(ns.labels) {
-			m.fill(g, ns)
+	label, values := labelindex.RequiredValues(g.nsSelector)
+	if label == "" {
+		for _, ns := range m.namespaces {
+			if g.nsSelector.Matches(ns.labels) {
+				m.fill(g, ns)
+			}
+		}
+		return g
+	}
+	for _, v := range values { // a namespace has one value of label: it is found once
+		for ns := range m.nsByLabel[[2]string{label, v}] {
+			if g.nsSelector.Matches(ns.labels) {
+				m.fill(g, ns)
+			}
 		}
 	}
 	return g

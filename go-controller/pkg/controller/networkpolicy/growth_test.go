@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/growth"
 )
@@ -191,6 +192,39 @@ func BenchmarkGroupAddressGrowth(b *testing.B) {
 				}
 				c.commit()
 			}
+		}
+	})
+}
+
+// BenchmarkNamespaceSelectorPolicyGrowth grows the rules with the namespaces: n
+// namespaces labelled app=<name>, of four pods each. The work creates, ten per batch, a
+// policy per namespace that admits the pods of the next namespace by a namespaceSelector:
+// each new group with a namespaceSelector fills from the namespaces it selects.
+func BenchmarkNamespaceSelectorPolicyGrowth(b *testing.B) {
+	growth.Ratio2x(b, 1000, func(n int) func() {
+		c := newGrowthCluster(n)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = c.g.name("")
+			c.m.setNamespace(names[i], namespaceObj(names[i], "app="+names[i]))
+			for j := range 4 {
+				p := c.pod(names[i], fmt.Sprint("pod-", j), map[string]string{"app": "web"})
+				c.m.setPod(podKey(p), p)
+			}
+		}
+		c.commit()
+		policies := make([]*networkingv1.NetworkPolicy, n)
+		for i, name := range names {
+			policies[i] = policyObj(name, "from-next", sel("app=web"), nil, in(from(nsPeer(sel("app="+names[(i+1)%n])))), nil)
+		}
+		return func() {
+			for i, np := range policies {
+				c.m.setPolicy(objectKey(np), np)
+				if i%10 == 9 {
+					c.commit()
+				}
+			}
+			c.commit()
 		}
 	})
 }

@@ -29,8 +29,11 @@ type model struct {
 	// namespace's labels.
 	nsGroups      map[string]map[*group]struct{}
 	clusterGroups *labelindex.Index[*group]
-	blocks        map[string]*addrSet // ipBlock sets, by key
-	nodes         map[string]*node
+	// nsByLabel indexes the namespaces by label, so that a new group with a
+	// namespaceSelector fills from the namespaces that have the labels it requires.
+	nsByLabel map[[2]string]map[*namespace]struct{}
+	blocks    map[string]*addrSet // ipBlock sets, by key
+	nodes     map[string]*node
 	// watched are the nodes that have subscribers.
 	watched map[*node]struct{}
 
@@ -69,6 +72,7 @@ func newModel() *model {
 		groups:        map[groupKey]*group{},
 		nsGroups:      map[string]map[*group]struct{}{},
 		clusterGroups: labelindex.New[*group](),
+		nsByLabel:     map[[2]string]map[*namespace]struct{}{},
 		blocks:        map[string]*addrSet{},
 		nodes:         map[string]*node{},
 		watched:       map[*node]struct{}{},
@@ -115,6 +119,7 @@ func (m *model) setNamespace(name string, obj *corev1.Namespace) {
 	} else {
 		ns.labels, ns.known = obj.Labels, true
 	}
+	m.indexLabels(ns, old)
 	m.clusterGroups.Matching(old, func(g *group) {
 		if g.nsSelector.Matches(ns.labels) {
 			return
@@ -137,6 +142,26 @@ func (m *model) setNamespace(name string, obj *corev1.Namespace) {
 		}
 	})
 	m.forgetNamespace(ns)
+}
+
+// indexLabels moves ns in nsByLabel from its old labels to its current ones.
+func (m *model) indexLabels(ns *namespace, old labels.Set) {
+	for k, v := range old {
+		if byNs := m.nsByLabel[[2]string{k, v}]; byNs != nil {
+			delete(byNs, ns)
+			if len(byNs) == 0 {
+				delete(m.nsByLabel, [2]string{k, v})
+			}
+		}
+	}
+	for k, v := range ns.labels {
+		byNs := m.nsByLabel[[2]string{k, v}]
+		if byNs == nil {
+			byNs = map[*namespace]struct{}{}
+			m.nsByLabel[[2]string{k, v}] = byNs
+		}
+		byNs[ns] = struct{}{}
+	}
 }
 
 // forgetNamespace drops a namespace the model no longer needs.

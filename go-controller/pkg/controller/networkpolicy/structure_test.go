@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
@@ -337,4 +338,42 @@ func prefixes(ips ...string) []netip.Prefix {
 		out = append(out, policy.HostPrefix(netip.MustParseAddr(ip)))
 	}
 	return out
+}
+
+// TestNewSelectorGroupFindsNamespacesByTheirCurrentLabels checks the index of namespaces
+// by label that fills a new group with a namespaceSelector: after x is relabelled, a new
+// group selecting its new label has x's pods and one selecting its old label has none,
+// and a deleted namespace's pods are in no new group that requires a label.
+func TestNewSelectorGroupFindsNamespacesByTheirCurrentLabels(t *testing.T) {
+	w := newWorld()
+	m := w.model()
+	m.commit()
+	m.setNamespace("x", namespaceObj("x", "ns=w"))
+	m.setNamespace("y", nil)
+	m.commit()
+	members := func(name string, nsSelector *metav1.LabelSelector) []string {
+		t.Helper()
+		np := policyObj("z", name, sel("pod=a"), nil, in(from(nsPeer(nsSelector))), nil)
+		m.setPolicy(objectKey(np), np)
+		m.commit()
+		nsSel, nsKey, err := m.selectors.parse(nsSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		m.groups[groupSpec{nsSelector: nsSel, nsKey: nsKey, selector: labels.Everything()}.key()].members.each(func(p *pod) {
+			names = append(names, p.key.String())
+		})
+		slices.Sort(names)
+		return names
+	}
+	if got, want := members("from-w", sel("ns=w")), []string{"x/a", "x/b", "x/c"}; !slices.Equal(got, want) {
+		t.Errorf("new group ns=w = %v, want %v", got, want)
+	}
+	if got := members("from-x", sel("ns=x")); len(got) != 0 {
+		t.Errorf("new group ns=x = %v, want none (x is ns=w now)", got)
+	}
+	if got := members("from-y", expr("ns", metav1.LabelSelectorOpIn, "y", "z")); !slices.Equal(got, []string{"z/a", "z/b", "z/c"}) {
+		t.Errorf("new group ns in (y, z) = %v, want z's pods only (y was deleted)", got)
+	}
 }
