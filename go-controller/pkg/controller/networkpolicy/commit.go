@@ -6,8 +6,9 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
-// commit ends a batch of changes: it compiles again the policies whose named ports may
-// now resolve differently, recomputes the addresses of the groups whose members changed
+// commit ends a batch of changes: it compiles again the policies whose named ports now
+// resolve differently (not those whose bases changed members but resolve the same),
+// recomputes the addresses of the groups whose members changed
 // (sending patches to the nodes that hold them), and moves to the next generation, which
 // becomes the generation of every node whose share changed. It returns the subscribers
 // of those nodes.
@@ -16,7 +17,7 @@ func (m *model) commit() []*subscriber {
 		dirty := m.batch.dirtyPolicies
 		m.batch.dirtyPolicies = map[*policyState]struct{}{}
 		for ps := range dirty {
-			if m.policies[ps.key] == ps {
+			if m.policies[ps.key] == ps && !m.resolvesAsCompiled(ps) {
 				m.setPolicy(ps.key, ps.np)
 			}
 		}

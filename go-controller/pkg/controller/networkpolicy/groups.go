@@ -152,7 +152,7 @@ func (m *model) release(ps *policyState) {
 			delete(m.blocks, b.key)
 		}
 	}
-	ps.groups, ps.blocks, ps.namedPortBases = nil, nil, nil
+	ps.groups, ps.blocks, ps.namedPortBases, ps.portUses = nil, nil, nil, nil
 }
 
 // deleteGroup forgets a group nobody references: it has no rules and isolates nothing.

@@ -135,6 +135,17 @@ type policyState struct {
 	blocks []*addrSet
 	// namedPortBases are the groups whose membership decides how named ports split.
 	namedPortBases []*group
+	// portUses are the numbers the named ports resolved to over each base when the
+	// policy was compiled: while they resolve the same, compiling it again would give
+	// the same rules.
+	portUses []portUse
+}
+
+// portUse is what named ports resolved to over a base group at compile time.
+type portUse struct {
+	base    *group
+	ports   namedPorts
+	numbers []int32 // resolvedNumbers' slice, never modified
 }
 
 // node is one node's share, kept as references into the shared state.
