@@ -6,8 +6,9 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
-// commit ends a batch of changes: it compiles again the policies whose named ports may
-// now resolve differently, recomputes the addresses of the groups whose members changed
+// commit ends a batch of changes: it compiles again the policies whose named ports now
+// resolve differently (not those whose bases changed members but resolve the same),
+// recomputes the addresses of the groups whose members changed
 // (sending patches to the nodes that hold them), and moves to the next generation, which
 // becomes the generation of every node whose share changed. It returns the subscribers
 // of those nodes.
@@ -16,7 +17,7 @@ func (m *model) commit() []*subscriber {
 		dirty := m.batch.dirtyPolicies
 		m.batch.dirtyPolicies = map[*policyState]struct{}{}
 		for ps := range dirty {
-			if m.policies[ps.key] == ps {
+			if m.policies[ps.key] == ps && !m.resolvesAsCompiled(ps) {
 				m.setPolicy(ps.key, ps.np)
 			}
 		}
@@ -41,17 +42,46 @@ func (m *model) commit() []*subscriber {
 	return notify
 }
 
-// updateAddresses recomputes a group's addresses and patches the nodes that hold them.
+// updateAddresses patches the watched nodes that hold a group's address set with the
+// addresses that appeared and disappeared in the batch. A large set counts its members'
+// addresses, and its whole list is rebuilt only when one is needed (addrSet.list); a
+// small one lists them again.
 func (m *model) updateAddresses(g *group) {
-	addrs := g.addresses()
-	added, removed := policy.DiffPrefixes(g.addr.addrs, addrs)
+	a := g.addr
+	if a.count == nil {
+		addrs := g.addresses()
+		added, removed := policy.DiffPrefixes(a.addrs, addrs)
+		a.addrs = addrs
+		m.patchHolders(a, added, removed)
+		if len(addrs) >= countedMin {
+			a.startCounting()
+		}
+		return
+	}
+	if len(a.diff) == 0 {
+		return
+	}
+	var added, removed []netip.Prefix
+	for pfx, d := range a.diff {
+		if d > 0 {
+			added = append(added, pfx)
+		} else {
+			removed = append(removed, pfx)
+		}
+	}
+	a.diff = map[netip.Prefix]int8{} // a new map: clearing one costs its largest size
+	a.stale = true
+	m.patchHolders(a, policy.SortPrefixes(added), policy.SortPrefixes(removed))
+}
+
+// patchHolders patches the watched nodes that hold a.
+func (m *model) patchHolders(a *addrSet, added, removed []netip.Prefix) {
 	if len(added)+len(removed) == 0 {
 		return
 	}
-	g.addr.addrs = addrs
-	for n := range m.watched {
-		if n.addrRefs[g.addr] > 0 {
-			m.emitPatch(n, g.addr, added, removed)
+	for n := range a.holders {
+		if len(n.subs) > 0 {
+			m.emitPatch(n, a, added, removed)
 		}
 	}
 }

@@ -29,7 +29,9 @@
 // Selectors are interned: every policy and peer with the same namespace (or
 // namespaceSelector) and podSelector shares one group, whose members are maintained
 // incrementally. A pod change evaluates only the groups of its namespace and the groups
-// with a namespaceSelector; a namespace label change only the latter. A group is an
+// whose namespaceSelector matches its namespace; a namespace label change only the groups
+// whose namespaceSelector matched it before or matches it after. Package labelindex finds
+// those by the labels a selector requires, without evaluating every namespaceSelector. A group is an
 // applied-to set and, when a rule names it as a peer, an address set. Named ports split
 // groups by the number their pods resolve a name to. The ipBlock peers of an egress rule
 // with named ports are one more group: the pods with an address in the blocks (together),

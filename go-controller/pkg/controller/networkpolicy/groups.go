@@ -1,6 +1,12 @@
 package networkpolicy
 
-import "slices"
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/labelindex"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+)
 
 // acquire returns the group of spec, creating and filling it if needed, and records a
 // reference to it held by ps.
@@ -31,10 +37,21 @@ func (m *model) newGroup(key groupKey, spec groupSpec) *group {
 		}
 		return g
 	}
-	m.clusterGroups[g] = struct{}{}
-	for _, ns := range m.namespaces {
-		if g.nsSelector.Matches(ns.labels) {
-			m.fill(g, ns)
+	m.clusterGroups.Add(g, g.nsSelector)
+	label, values := labelindex.RequiredValues(g.nsSelector)
+	if label == "" {
+		for _, ns := range m.namespaces {
+			if g.nsSelector.Matches(ns.labels) {
+				m.fill(g, ns)
+			}
+		}
+		return g
+	}
+	for _, v := range values { // a namespace has one value of label: it is found once
+		for ns := range m.nsByLabel[[2]string{label, v}] {
+			if g.nsSelector.Matches(ns.labels) {
+				m.fill(g, ns)
+			}
 		}
 	}
 	return g
@@ -57,6 +74,69 @@ func (m *model) peerSet(g *group) *addrSet {
 	return g.addr
 }
 
+// countedMin is the number of addresses from which a group's set counts its members'
+// addresses rather than listing them again at every batch that changed its members: a
+// map per set costs more memory than rebuilding a short list costs time. (A variable for
+// the tests, which take both paths.)
+var countedMin = 64
+
+// startCounting makes a's changes incremental from now on; a.addrs must be up to date.
+func (a *addrSet) startCounting() {
+	a.count = make(map[netip.Prefix]int32, len(a.addrs))
+	a.diff = map[netip.Prefix]int8{}
+	a.group.members.each(func(p *pod) { a.group.countAddrs(p, 1) })
+	a.diff = map[netip.Prefix]int8{} // a new map: clearing one costs its largest size
+}
+
+// countAddrs counts (delta 1) or uncounts (-1) the addresses of member p in g's address
+// set, if g has one that counts, recording those that appear or disappear in the batch's diff.
+func (g *group) countAddrs(p *pod, delta int32) {
+	a := g.addr
+	if a == nil || a.count == nil {
+		return
+	}
+	for _, ip := range p.ips {
+		if !g.inScope(ip) {
+			continue
+		}
+		pfx := policy.HostPrefix(ip)
+		c := a.count[pfx] + delta
+		switch {
+		case c == 0:
+			delete(a.count, pfx)
+			a.diffAdd(pfx, -1)
+		case c == 1 && delta > 0:
+			a.count[pfx] = c
+			a.diffAdd(pfx, 1)
+		default:
+			a.count[pfx] = c
+		}
+	}
+}
+
+func (a *addrSet) diffAdd(pfx netip.Prefix, d int8) {
+	if v := a.diff[pfx] + d; v == 0 {
+		delete(a.diff, pfx)
+	} else {
+		a.diff[pfx] = v
+	}
+}
+
+// list returns the set's addresses, sorted: rebuilt from the counts if they changed since
+// it was last built. Safe under the model's read lock.
+func (a *addrSet) list() []netip.Prefix {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stale {
+		addrs := make([]netip.Prefix, 0, len(a.count))
+		for pfx := range a.count {
+			addrs = append(addrs, pfx)
+		}
+		a.addrs, a.stale = policy.SortPrefixes(addrs), false
+	}
+	return a.addrs
+}
+
 // release drops the references ps holds, deleting what nobody references any more.
 func (m *model) release(ps *policyState) {
 	for _, g := range ps.namedPortBases {
@@ -72,7 +152,7 @@ func (m *model) release(ps *policyState) {
 			delete(m.blocks, b.key)
 		}
 	}
-	ps.groups, ps.blocks, ps.namedPortBases = nil, nil, nil
+	ps.groups, ps.blocks, ps.namedPortBases, ps.portUses = nil, nil, nil, nil
 }
 
 // deleteGroup forgets a group nobody references: it has no rules and isolates nothing.
@@ -86,7 +166,7 @@ func (m *model) deleteGroup(g *group) {
 			delete(m.nsGroups, g.scope)
 		}
 	} else {
-		delete(m.clusterGroups, g)
+		m.clusterGroups.Remove(g)
 	}
 	g.members = memberSet{}
 }
@@ -113,6 +193,7 @@ func (g *group) matchesPod(p *pod) bool {
 func (m *model) addMember(g *group, p *pod) {
 	p.groups = append(p.groups, g)
 	first := g.members.add(p)
+	g.countAddrs(p, 1)
 	m.groupChanged(g)
 	for d := range g.isolating {
 		if g.isolating[d] > 0 {
@@ -133,6 +214,7 @@ func (m *model) addMember(g *group, p *pod) {
 // from p.groups.
 func (m *model) removeMember(g *group, p *pod) {
 	last := g.members.remove(p)
+	g.countAddrs(p, -1)
 	m.groupChanged(g)
 	for d := range g.isolating {
 		if g.isolating[d] > 0 {
@@ -207,9 +289,14 @@ func (m *model) addrRef(n *node, a *addrSet, delta int) {
 	switch {
 	case c == 0:
 		delete(n.addrRefs, a)
+		delete(a.holders, n)
 		m.emitAddr(n, a, opRemove)
 	case c == 1 && delta > 0:
 		n.addrRefs[a] = c
+		if a.holders == nil {
+			a.holders = map[*node]struct{}{}
+		}
+		a.holders[n] = struct{}{}
 		m.emitAddr(n, a, opAdd)
 	default:
 		n.addrRefs[a] = c

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/labelindex"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -22,12 +23,17 @@ type model struct {
 
 	selectors selectors
 	groups    map[groupKey]*group
-	// nsGroups indexes the namespace-scoped groups by namespace; clusterGroups are the
-	// groups with a namespaceSelector. A pod change only evaluates these candidates.
+	// nsGroups indexes the namespace-scoped groups by namespace; clusterGroups indexes
+	// the groups with a namespaceSelector by the labels it requires. A pod change only
+	// evaluates the groups of its namespace and those clusterGroups finds for its
+	// namespace's labels.
 	nsGroups      map[string]map[*group]struct{}
-	clusterGroups map[*group]struct{}
-	blocks        map[string]*addrSet // ipBlock sets, by key
-	nodes         map[string]*node
+	clusterGroups *labelindex.Index[*group]
+	// nsByLabel indexes the namespaces by label, so that a new group with a
+	// namespaceSelector fills from the namespaces that have the labels it requires.
+	nsByLabel map[[2]string]map[*namespace]struct{}
+	blocks    map[string]*addrSet // ipBlock sets, by key
+	nodes     map[string]*node
 	// watched are the nodes that have subscribers.
 	watched map[*node]struct{}
 
@@ -65,7 +71,8 @@ func newModel() *model {
 		selectors:     newSelectors(),
 		groups:        map[groupKey]*group{},
 		nsGroups:      map[string]map[*group]struct{}{},
-		clusterGroups: map[*group]struct{}{},
+		clusterGroups: labelindex.New[*group](),
+		nsByLabel:     map[[2]string]map[*namespace]struct{}{},
 		blocks:        map[string]*addrSet{},
 		nodes:         map[string]*node{},
 		watched:       map[*node]struct{}{},
@@ -112,21 +119,49 @@ func (m *model) setNamespace(name string, obj *corev1.Namespace) {
 	} else {
 		ns.labels, ns.known = obj.Labels, true
 	}
-	for g := range m.clusterGroups {
-		was, is := g.nsSelector.Matches(old), g.nsSelector.Matches(ns.labels)
-		if was == is {
-			continue
+	m.indexLabels(ns, old)
+	m.clusterGroups.Matching(old, func(g *group) {
+		if g.nsSelector.Matches(ns.labels) {
+			return
 		}
 		for p := range ns.pods {
-			if !is && p.memberOf(g) {
+			if p.memberOf(g) {
 				m.removeMember(g, p)
 				p.leave(g)
-			} else if is && g.matchesPod(p) {
+			}
+		}
+	})
+	m.clusterGroups.Matching(ns.labels, func(g *group) {
+		if g.nsSelector.Matches(old) {
+			return
+		}
+		for p := range ns.pods {
+			if g.matchesPod(p) {
 				m.addMember(g, p)
 			}
 		}
-	}
+	})
 	m.forgetNamespace(ns)
+}
+
+// indexLabels moves ns in nsByLabel from its old labels to its current ones.
+func (m *model) indexLabels(ns *namespace, old labels.Set) {
+	for k, v := range old {
+		if byNs := m.nsByLabel[[2]string{k, v}]; byNs != nil {
+			delete(byNs, ns)
+			if len(byNs) == 0 {
+				delete(m.nsByLabel, [2]string{k, v})
+			}
+		}
+	}
+	for k, v := range ns.labels {
+		byNs := m.nsByLabel[[2]string{k, v}]
+		if byNs == nil {
+			byNs = map[*namespace]struct{}{}
+			m.nsByLabel[[2]string{k, v}] = byNs
+		}
+		byNs[ns] = struct{}{}
+	}
 }
 
 // forgetNamespace drops a namespace the model no longer needs.
@@ -201,7 +236,17 @@ func (m *model) removePod(p *pod) {
 // updatePod changes the labels and addresses of a pod that keeps its identity and node.
 func (m *model) updatePod(p *pod, podLabels labels.Set, ips []netip.Addr) {
 	moved := !slices.Equal(p.ips, ips)
+	if moved {
+		for _, g := range p.groups {
+			g.countAddrs(p, -1) // its old addresses out of g's set, its new ones in
+		}
+	}
 	p.labels, p.ips = podLabels, ips
+	if moved {
+		for _, g := range p.groups {
+			g.countAddrs(p, 1)
+		}
+	}
 	for i := 0; i < len(p.groups); {
 		g := p.groups[i]
 		if g.matchesPod(p) {
@@ -221,12 +266,11 @@ func (m *model) updatePod(p *pod, podLabels labels.Set, ips []netip.Addr) {
 	})
 }
 
-// eachCandidate calls f for every group a pod of ns could be a member of.
+// eachCandidate calls f for every group a pod of ns could be a member of: the groups of
+// ns and the groups whose namespaceSelector matches ns.
 func (m *model) eachCandidate(ns *namespace, f func(*group)) {
 	for g := range m.nsGroups[ns.name] {
 		f(g)
 	}
-	for g := range m.clusterGroups {
-		f(g)
-	}
+	m.clusterGroups.Matching(ns.labels, f)
 }

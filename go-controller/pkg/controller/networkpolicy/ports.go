@@ -80,7 +80,7 @@ func dedupePorts(ports []policy.Port) []policy.Port {
 // rule per number, applied to the pods that resolve a name to that number.
 func (m *model) splitIngress(ps *policyState, base policy.Rule, np namedPorts, sets []*addrSet) {
 	m.useNamedPortBase(ps, ps.appliedTo)
-	for _, number := range m.resolvedNumbers(ps.appliedTo, np) {
+	for _, number := range m.resolvedOver(ps, ps.appliedTo, np) {
 		g := m.acquire(ps, ps.appliedTo.groupSpec.withPorts(np.protocol, np.names, number))
 		m.addRule(ps, splitRule(base, np.protocol, number), g, sets, []policy.Port{{Protocol: np.protocol, Port: number}})
 	}
@@ -110,7 +110,7 @@ func (m *model) splitEgress(ps *policyState, base policy.Rule, np namedPorts, po
 	for i, spec := range podPeers {
 		bases[i] = m.groups[spec.key()]
 		m.useNamedPortBase(ps, bases[i])
-		numbers = append(numbers, m.resolvedNumbers(bases[i], np)...)
+		numbers = append(numbers, m.resolvedOver(ps, bases[i], np)...)
 	}
 	slices.Sort(numbers)
 	for _, number := range slices.Compact(numbers) {
@@ -139,6 +139,24 @@ func (m *model) useNamedPortBase(ps *policyState, g *group) {
 	}
 	g.namedPortUsers[ps] = struct{}{}
 	ps.namedPortBases = append(ps.namedPortBases, g)
+}
+
+// resolvedOver returns resolvedNumbers(g, np) and records that ps was compiled with them.
+func (m *model) resolvedOver(ps *policyState, g *group, np namedPorts) []int32 {
+	numbers := m.resolvedNumbers(g, np)
+	ps.portUses = append(ps.portUses, portUse{base: g, ports: np, numbers: numbers})
+	return numbers
+}
+
+// resolvesAsCompiled reports whether ps's named ports resolve as they did when it was
+// compiled, over every base.
+func (m *model) resolvesAsCompiled(ps *policyState) bool {
+	for _, u := range ps.portUses {
+		if !slices.Equal(m.resolvedNumbers(u.base, u.ports), u.numbers) {
+			return false
+		}
+	}
+	return true
 }
 
 // resolvedNumbers returns the numbers g's members give the named ports, sorted.

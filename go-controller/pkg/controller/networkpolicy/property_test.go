@@ -29,7 +29,11 @@ func TestIncrementalEqualsScratch(t *testing.T) {
 	if testing.Short() {
 		seeds = 30
 	}
+	defer func(n int) { countedMin = n }(countedMin)
 	for seed := range seeds {
+		// Odd seeds count the addresses of every address set with any (addrSet.count),
+		// even seeds list them again at each batch, as the small sets do.
+		countedMin = map[bool]int{true: 1, false: 1 << 30}[seed%2 == 1]
 		r := &randomCluster{rng: rand.New(rand.NewPCG(uint64(seed), 7)), ns: map[string]*corev1.Namespace{},
 			pods: map[types.NamespacedName]*corev1.Pod{}, policies: map[types.NamespacedName]*networkingv1.NetworkPolicy{}}
 		if !t.Run(fmt.Sprint("seed-", seed), r.run) {

@@ -105,7 +105,7 @@ func (m *model) snapshot(n *node) policy.NodeShare {
 		share.AppliedToSets[g.id] = g.appliedToOn(n)
 	}
 	for a := range n.addrRefs {
-		share.AddressSets[a.id] = policy.AddressSet{ID: a.id, Addresses: a.addrs}
+		share.AddressSets[a.id] = policy.AddressSet{ID: a.id, Addresses: a.list()}
 	}
 	share.Isolation = isolationOf(n)
 	share.Pods = podsOf(n)
@@ -263,7 +263,7 @@ func addrChanges(d *policy.Delta, pend map[string]*addrPending) {
 		}
 		switch a.op {
 		case opAdd, opReplace:
-			d.AddedAddressSets = append(d.AddedAddressSets, policy.AddressSet{ID: id, Addresses: a.set.addrs})
+			d.AddedAddressSets = append(d.AddedAddressSets, policy.AddressSet{ID: id, Addresses: a.set.list()})
 		case opPatch:
 			if len(a.added)+len(a.removed) > 0 {
 				d.UpdatedAddressSets = append(d.UpdatedAddressSets,

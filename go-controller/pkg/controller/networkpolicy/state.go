@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"net/netip"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -86,10 +87,25 @@ type addrSet struct {
 	id    string
 	key   string // an ipBlock's content key
 	group *group // nil for an ipBlock
-	// addrs is sorted and never modified in place: a change replaces the slice.
+	// addrs is sorted and never modified in place: a change replaces the slice. A group's
+	// set of countedMin addresses or more keeps it only while it is needed whole (list):
+	// its members' changes count their addresses in count and leave addrs stale, and the
+	// batch's changes are patched to the nodes from diff, so that a change of a few
+	// members never rebuilds nor sorts the whole list.
 	addrs []netip.Prefix
+	stale bool
+	// mu guards rebuilding addrs, which readers of the model (holding its read lock) may
+	// do at once.
+	mu sync.Mutex
+	// count counts, per address, the members that have it (a group's set that counts).
+	count map[netip.Prefix]int32
+	// diff are the addresses that appeared (+1) and disappeared (-1) in this batch.
+	diff map[netip.Prefix]int8
 	// refs counts the policies holding an ipBlock set.
 	refs int
+	// holders are the nodes whose share holds the set (node.addrRefs counts their
+	// references): a change of its addresses patches those, not every node.
+	holders map[*node]struct{}
 }
 
 // addrRef counts references to an address set.
@@ -119,6 +135,17 @@ type policyState struct {
 	blocks []*addrSet
 	// namedPortBases are the groups whose membership decides how named ports split.
 	namedPortBases []*group
+	// portUses are the numbers the named ports resolved to over each base when the
+	// policy was compiled: while they resolve the same, compiling it again would give
+	// the same rules.
+	portUses []portUse
+}
+
+// portUse is what named ports resolved to over a base group at compile time.
+type portUse struct {
+	base    *group
+	ports   namedPorts
+	numbers []int32 // resolvedNumbers' slice, never modified
 }
 
 // node is one node's share, kept as references into the shared state.

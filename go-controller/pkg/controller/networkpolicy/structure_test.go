@@ -2,13 +2,17 @@ package networkpolicy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
@@ -165,5 +169,211 @@ func TestPodChangeEvaluatesOnlyCandidateGroups(t *testing.T) {
 	want := []string{"n:x|p:pod=a", "n:x|p:pod=b", "s:ns=x|p:"}
 	if !slices.Equal(candidates, want) {
 		t.Errorf("candidate groups of a pod in x = %v, want %v", candidates, want)
+	}
+}
+
+// TestAddressPatchesReachTheNodesHoldingTheSet checks the index of the nodes holding an
+// address set as nodes gain and lose the set: a change of its addresses patches every
+// watched node that holds it, and only those.
+func TestAddressPatchesReachTheNodesHoldingTheSet(t *testing.T) {
+	m := newModel()
+	m.setNamespace("x", namespaceObj("x"))
+	peer := podObj("x", "b", "node-3", "pod=b")
+	readdress := func(last byte) {
+		peer = peer.DeepCopy()
+		peer.Status.PodIPs = []corev1.PodIP{{IP: fmt.Sprint("10.0.0.", last)}}
+		m.setPod(podKey(peer), peer)
+	}
+	readdress(1)
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "a1"}, podObj("x", "a1", "node-1", "pod=a"))
+	np := policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil)
+	m.setPolicy(objectKey(np), np)
+	m.commit()
+	subs := map[string]*subscriber{}
+	for _, node := range []string{"node-1", "node-2", "node-3"} {
+		subs[node], _ = m.subscribe(node)
+	}
+	patched := func(step string, want ...string) {
+		t.Helper()
+		m.commit()
+		for node, s := range subs {
+			d, _ := m.delta(s)
+			got := len(d.UpdatedAddressSets) == 1
+			if got != slices.Contains(want, node) {
+				t.Errorf("%s: %s patched the peer set: %v, want %v (delta %+v)", step, node, got, !got, d)
+			}
+		}
+	}
+	readdress(2)
+	patched("peer readdressed", "node-1")
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "a2"}, podObj("x", "a2", "node-2", "pod=a"))
+	m.commit()
+	for _, s := range subs {
+		m.delta(s)
+	}
+	readdress(3)
+	patched("peer readdressed after node-2 gained the set", "node-1", "node-2")
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "a1"}, nil)
+	m.commit()
+	for _, s := range subs {
+		m.delta(s)
+	}
+	readdress(4)
+	patched("peer readdressed after node-1 lost the set", "node-2")
+}
+
+// TestNamespaceSelectorIndexFollowsGroupsAndLabels checks the index of the groups with a
+// namespaceSelector: a relabelled namespace's pods leave and join the groups it stops and
+// starts matching, and a pod never joins a group that was deleted.
+func TestNamespaceSelectorIndexFollowsGroupsAndLabels(t *testing.T) {
+	w := newWorld()
+	fromX := policyObj("z", "from-x", sel("pod=a"), nil, in(from(nsPeer(sel("ns=x")))), nil)
+	w.policies = pols(fromX)
+	m := w.model()
+	m.commit()
+	members := func(nsKey string) []string {
+		t.Helper()
+		var names []string
+		for key, g := range m.groups {
+			if key.cluster && key.scope == nsKey {
+				g.members.each(func(p *pod) { names = append(names, p.key.String()) })
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	xPods := []string{"x/a", "x/b", "x/c"}
+	if got := members("ns=x"); !slices.Equal(got, xPods) {
+		t.Fatalf("group ns=x = %v, want %v", got, xPods)
+	}
+	m.setNamespace("x", namespaceObj("x", "ns=w"))
+	m.commit()
+	if got := members("ns=x"); len(got) != 0 {
+		t.Errorf("after x is relabelled ns=w, group ns=x = %v, want none", got)
+	}
+	m.setNamespace("x", namespaceObj("x", "ns=x"))
+	m.commit()
+	if got := members("ns=x"); !slices.Equal(got, xPods) {
+		t.Errorf("after x is labelled ns=x again, group ns=x = %v, want %v", got, xPods)
+	}
+	m.setPolicy(objectKey(fromX), nil)
+	m.commit()
+	p := podObj("x", "d", "node-1", "pod=d")
+	m.setPod(podKey(p), p)
+	m.commit()
+	for _, g := range m.pods[podKey(p)].groups {
+		if m.groups[g.key()] != g {
+			t.Errorf("new pod x/d joined the deleted group %s", g.key())
+		}
+	}
+}
+
+// TestGroupAddressesFollowMembers checks the counts behind a group's address set: an
+// address two members share stays until both are gone, a change undone within a batch
+// patches nothing, and the set's list and the patches of a node that holds it follow
+// readdressed and relabelled members.
+func TestGroupAddressesFollowMembers(t *testing.T) {
+	m := newModel()
+	m.setNamespace("x", namespaceObj("x"))
+	set := func(name, label, ip string) {
+		p := podObj("x", name, "node-2", label)
+		if ip != "" {
+			p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		}
+		m.setPod(podKey(p), p)
+	}
+	set("a", "pod=a", "10.0.0.1")
+	for i := range countedMin { // enough addresses for the set to count them
+		set(fmt.Sprint("filler-", i), "pod=b", fmt.Sprintf("10.1.%d.%d", i/256, i%256))
+	}
+	set("b1", "pod=b", "10.0.0.9")
+	set("b2", "pod=b", "10.0.0.9")
+	set("b3", "pod=b", "10.0.0.3")
+	np := policyObj("x", "np", sel("pod=a"), nil, in(from(podPeer(sel("pod=b")))), nil)
+	m.setPolicy(objectKey(np), np)
+	m.commit()
+	s, _ := m.subscribe("node-2")
+	peers := m.groups[groupKey{scope: "x", pods: "pod=b"}].addr
+	if peers.count == nil {
+		t.Fatalf("a set of %d addresses does not count them", len(peers.list()))
+	}
+	step := func(what string, wantList []string, wantAdded, wantRemoved []string) {
+		t.Helper()
+		m.commit()
+		var list []netip.Prefix
+		for _, p := range peers.list() {
+			if netip.MustParsePrefix("10.0.0.0/24").Overlaps(p) {
+				list = append(list, p)
+			}
+		}
+		if got := fmt.Sprint(list); got != fmt.Sprint(prefixes(wantList...)) {
+			t.Errorf("%s: set %v, want %v", what, got, wantList)
+		}
+		d, _ := m.delta(s)
+		var added, removed []netip.Prefix
+		for _, p := range d.UpdatedAddressSets {
+			added, removed = p.Added, p.Removed
+		}
+		if fmt.Sprint(added, removed) != fmt.Sprint(prefixes(wantAdded...), prefixes(wantRemoved...)) {
+			t.Errorf("%s: patch +%v -%v, want +%v -%v", what, added, removed, wantAdded, wantRemoved)
+		}
+	}
+	step("at first", []string{"10.0.0.3", "10.0.0.9"}, nil, nil)
+	m.setPod(types.NamespacedName{Namespace: "x", Name: "b1"}, nil)
+	step("one of two pods of 10.0.0.9 deleted", []string{"10.0.0.3", "10.0.0.9"}, nil, nil)
+	set("b3", "pod=b", "10.0.0.4")
+	set("b3", "pod=b", "10.0.0.3")
+	step("b3 readdressed and back in one batch", []string{"10.0.0.3", "10.0.0.9"}, nil, nil)
+	set("b2", "pod=b", "10.0.0.5")
+	step("b2 readdressed", []string{"10.0.0.3", "10.0.0.5"}, []string{"10.0.0.5"}, []string{"10.0.0.9"})
+	set("b3", "pod=c", "10.0.0.3")
+	step("b3 relabelled out", []string{"10.0.0.5"}, nil, []string{"10.0.0.3"})
+	set("b2", "pod=b", "")
+	step("b2 without an address", nil, nil, []string{"10.0.0.5"})
+}
+
+func prefixes(ips ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, ip := range ips {
+		out = append(out, policy.HostPrefix(netip.MustParseAddr(ip)))
+	}
+	return out
+}
+
+// TestNewSelectorGroupFindsNamespacesByTheirCurrentLabels checks the index of namespaces
+// by label that fills a new group with a namespaceSelector: after x is relabelled, a new
+// group selecting its new label has x's pods and one selecting its old label has none,
+// and a deleted namespace's pods are in no new group that requires a label.
+func TestNewSelectorGroupFindsNamespacesByTheirCurrentLabels(t *testing.T) {
+	w := newWorld()
+	m := w.model()
+	m.commit()
+	m.setNamespace("x", namespaceObj("x", "ns=w"))
+	m.setNamespace("y", nil)
+	m.commit()
+	members := func(name string, nsSelector *metav1.LabelSelector) []string {
+		t.Helper()
+		np := policyObj("z", name, sel("pod=a"), nil, in(from(nsPeer(nsSelector))), nil)
+		m.setPolicy(objectKey(np), np)
+		m.commit()
+		nsSel, nsKey, err := m.selectors.parse(nsSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		m.groups[groupSpec{nsSelector: nsSel, nsKey: nsKey, selector: labels.Everything()}.key()].members.each(func(p *pod) {
+			names = append(names, p.key.String())
+		})
+		slices.Sort(names)
+		return names
+	}
+	if got, want := members("from-w", sel("ns=w")), []string{"x/a", "x/b", "x/c"}; !slices.Equal(got, want) {
+		t.Errorf("new group ns=w = %v, want %v", got, want)
+	}
+	if got := members("from-x", sel("ns=x")); len(got) != 0 {
+		t.Errorf("new group ns=x = %v, want none (x is ns=w now)", got)
+	}
+	if got := members("from-y", expr("ns", metav1.LabelSelectorOpIn, "y", "z")); !slices.Equal(got, []string{"z/a", "z/b", "z/c"}) {
+		t.Errorf("new group ns in (y, z) = %v, want z's pods only (y was deleted)", got)
 	}
 }

@@ -51,8 +51,10 @@ type Controller struct {
 	recorder record.EventRecorder
 	policies networkinglisters.NetworkPolicyLister
 	pods     corelisters.PodLister
-	tracker  *Tracker
-	ctl      *reconcile.Controller
+	// selectors finds the policies that select a pod.
+	selectors *policySelectors
+	tracker   *Tracker
+	ctl       *reconcile.Controller
 
 	started time.Time
 
@@ -79,10 +81,13 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 	policies, pods := factory.Networking().V1().NetworkPolicies(), factory.Core().V1().Pods()
 	c := &Controller{opts: opts, client: client, recorder: recorder, policies: policies.Lister(), pods: pods.Lister(),
 		started: time.Now(), statuses: map[types.NamespacedName]Status{}, written: map[types.NamespacedName]time.Time{},
-		incomplete: map[types.NamespacedName]bool{}}
+		incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors()}
 	c.tracker = NewTracker(c.shareChanged)
 	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers, Metrics: opts.Metrics}, c,
 		policies.Informer().HasSynced, pods.Informer().HasSynced)
+	if _, err := policies.Informer().AddEventHandler(c.selectors.handler()); err != nil {
+		return nil, err
+	}
 	if _, err := policies.Informer().AddEventHandler(c.ctl.Handler()); err != nil {
 		return nil, err
 	}
@@ -273,17 +278,7 @@ func (c *Controller) enqueueSelecting(namespace string, podLabels map[string]str
 
 // selecting returns the keys of the policies of the namespace that select such pods.
 func (c *Controller) selecting(namespace string, podLabels map[string]string) []string {
-	nps, err := c.policies.NetworkPolicies(namespace).List(labels.Everything())
-	if err != nil {
-		return nil
-	}
-	var keys []string
-	for _, np := range nps {
-		if selects(np, podLabels) {
-			keys = append(keys, np.Namespace+"/"+np.Name)
-		}
-	}
-	return keys
+	return c.selectors.selecting(namespace, podLabels)
 }
 
 func asPod(obj interface{}) *corev1.Pod {

@@ -3,6 +3,7 @@ package realization
 import (
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -10,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/labelindex"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -99,8 +102,77 @@ func RuleID(namespace, name string, dir policy.Direction, index int) string {
 	return namespace + "/" + name + "/" + strings.ToLower(string(dir)) + "/" + strconv.Itoa(index)
 }
 
-// selects reports whether the policy selects pods with these labels.
-func selects(np *networkingv1.NetworkPolicy, podLabels map[string]string) bool {
+// policySelectors finds the policies that select a pod: per namespace, the policies'
+// podSelectors, parsed once per policy version and filed in a label index (package
+// labelindex), so that a pod event neither lists nor parses every policy of its
+// namespace. The NetworkPolicy informer's handler keeps it. Safe for concurrent use.
+type policySelectors struct {
+	mu          sync.Mutex
+	byNamespace map[string]*labelindex.Index[string] // of policy keys "namespace/name"
+}
+
+func newPolicySelectors() *policySelectors {
+	return &policySelectors{byNamespace: map[string]*labelindex.Index[string]{}}
+}
+
+// handler keeps the index from the NetworkPolicy informer.
+func (x *policySelectors) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { x.set(obj) },
+		UpdateFunc: func(_, obj interface{}) { x.set(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
+				x.remove(np.Namespace, np.Namespace+"/"+np.Name)
+			}
+		},
+	}
+}
+
+// set files a policy under its podSelector; an invalid one selects nothing (as for the
+// compiler).
+func (x *policySelectors) set(obj interface{}) {
+	np, ok := obj.(*networkingv1.NetworkPolicy)
+	if !ok {
+		return
+	}
+	key := np.Namespace + "/" + np.Name
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-	return err == nil && sel.Matches(labels.Set(podLabels))
+	if err != nil {
+		x.remove(np.Namespace, key)
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	idx := x.byNamespace[np.Namespace]
+	if idx == nil {
+		idx = labelindex.New[string]()
+		x.byNamespace[np.Namespace] = idx
+	}
+	idx.Add(key, sel)
+}
+
+func (x *policySelectors) remove(namespace, key string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if idx := x.byNamespace[namespace]; idx != nil {
+		idx.Remove(key)
+		if idx.Len() == 0 {
+			delete(x.byNamespace, namespace)
+		}
+	}
+}
+
+// selecting returns the keys of the policies of the namespace that select pods with
+// these labels.
+func (x *policySelectors) selecting(namespace string, podLabels map[string]string) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var keys []string
+	if idx := x.byNamespace[namespace]; idx != nil {
+		idx.Matching(labels.Set(podLabels), func(key string) { keys = append(keys, key) })
+	}
+	return keys
 }

@@ -24,6 +24,9 @@ type nodeRecord struct {
 	removedGen              map[types.NamespacedName]uint64
 	// rules are the rule IDs of each policy.
 	rules map[types.NamespacedName]map[string]struct{}
+	// peerUsers and appliedUsers are, per set ID, the rules of the share that reference
+	// it as a peer and as their applied-to set: a changed set concerns their policies.
+	peerUsers, appliedUsers map[string]map[string]struct{}
 	// waiting are the policies not realized on the node, with the generation they need
 	// (maxGeneration: not even compiled for the node yet).
 	waiting map[types.NamespacedName]uint64
@@ -38,14 +41,16 @@ func podNameOf(k policy.PodKey) podName { return podName(k.Namespace + "/" + k.N
 
 func newNodeRecord(node string) *nodeRecord {
 	return &nodeRecord{
-		share:      policy.NewNodeShare(node),
-		ruleGen:    map[string]uint64{},
-		addrGen:    map[string]uint64{},
-		toGen:      map[string]uint64{},
-		isoGen:     map[podName]uint64{},
-		removedGen: map[types.NamespacedName]uint64{},
-		rules:      map[types.NamespacedName]map[string]struct{}{},
-		waiting:    map[types.NamespacedName]uint64{},
+		share:        policy.NewNodeShare(node),
+		ruleGen:      map[string]uint64{},
+		addrGen:      map[string]uint64{},
+		toGen:        map[string]uint64{},
+		isoGen:       map[podName]uint64{},
+		removedGen:   map[types.NamespacedName]uint64{},
+		rules:        map[types.NamespacedName]map[string]struct{}{},
+		peerUsers:    map[string]map[string]struct{}{},
+		appliedUsers: map[string]map[string]struct{}{},
+		waiting:      map[types.NamespacedName]uint64{},
 	}
 }
 
@@ -67,9 +72,13 @@ type touched struct {
 func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
 	// Apply changes the share's maps in place: take what is needed of the old one first.
 	oldIsolation, oldCluster := r.share.Isolation, r.share.ClusterRules
-	removed := make([]policy.PolicyRef, len(d.RemovedRules))
+	removed := make([]policy.Rule, len(d.RemovedRules))
 	for i, id := range d.RemovedRules {
-		removed[i] = r.share.Rules[id].Policy
+		removed[i] = r.share.Rules[id]
+	}
+	updated := make([]policy.Rule, len(d.UpdatedRules))
+	for i, rule := range d.UpdatedRules {
+		updated[i] = r.share.Rules[rule.ID]
 	}
 	if err := d.Apply(&r.share); err != nil {
 		return touched{}, err
@@ -78,8 +87,11 @@ func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
 	for i, id := range d.RemovedRules {
 		c.ruleRemoved(id, removed[i])
 	}
-	for _, rule := range slices.Concat(d.AddedRules, d.UpdatedRules) {
-		c.ruleChanged(rule)
+	for _, rule := range d.AddedRules {
+		c.ruleChanged(nil, rule)
+	}
+	for i, rule := range d.UpdatedRules {
+		c.ruleChanged(&updated[i], rule)
 	}
 	for _, id := range d.RemovedAddressSets {
 		c.setChanged(r.addrGen, c.addrs, id, false)
@@ -110,12 +122,14 @@ func (r *nodeRecord) replace(share policy.NodeShare) touched {
 	c := r.change(share.Generation)
 	for id, rule := range old.Rules {
 		if _, ok := share.Rules[id]; !ok {
-			c.ruleRemoved(id, rule.Policy)
+			c.ruleRemoved(id, rule)
 		}
 	}
 	for id, rule := range share.Rules {
-		if prev, ok := old.Rules[id]; !ok || !prev.Equal(rule) {
-			c.ruleChanged(rule)
+		if prev, ok := old.Rules[id]; !ok {
+			c.ruleChanged(nil, rule)
+		} else if !prev.Equal(rule) {
+			c.ruleChanged(&prev, rule)
 		}
 	}
 	diffSets(old.AddressSets, share.AddressSets, func(a, b policy.AddressSet) bool { return slices.Equal(a.Addresses, b.Addresses) },
@@ -155,8 +169,9 @@ func (r *nodeRecord) change(gen uint64) *shareChange {
 		addrs: map[string]struct{}{}, tos: map[string]struct{}{}}
 }
 
-func (c *shareChange) ruleRemoved(id string, ref policy.PolicyRef) {
-	key := policyKey(ref)
+// ruleRemoved records that the rule old, of ID id, left the share.
+func (c *shareChange) ruleRemoved(id string, old policy.Rule) {
+	key := policyKey(old.Policy)
 	c.t.policies[key] = struct{}{}
 	c.r.removedGen[key] = c.gen
 	delete(c.r.rules[key], id)
@@ -164,9 +179,11 @@ func (c *shareChange) ruleRemoved(id string, ref policy.PolicyRef) {
 		delete(c.r.rules, key)
 	}
 	delete(c.r.ruleGen, id)
+	c.r.unindexUsers(old)
 }
 
-func (c *shareChange) ruleChanged(rule policy.Rule) {
+// ruleChanged records that rule joined the share (old nil) or replaced old.
+func (c *shareChange) ruleChanged(old *policy.Rule, rule policy.Rule) {
 	key := policyKey(rule.Policy)
 	c.t.policies[key] = struct{}{}
 	c.r.ruleGen[rule.ID] = c.gen
@@ -174,6 +191,39 @@ func (c *shareChange) ruleChanged(rule policy.Rule) {
 		c.r.rules[key] = map[string]struct{}{}
 	}
 	c.r.rules[key][rule.ID] = struct{}{}
+	if old != nil {
+		c.r.unindexUsers(*old)
+	}
+	c.r.indexUsers(rule)
+}
+
+// indexUsers records the sets rule references; unindexUsers forgets them.
+func (r *nodeRecord) indexUsers(rule policy.Rule) {
+	addUser(r.appliedUsers, rule.AppliedTo, rule.ID)
+	for _, peer := range rule.Peers {
+		addUser(r.peerUsers, peer, rule.ID)
+	}
+}
+
+func (r *nodeRecord) unindexUsers(rule policy.Rule) {
+	removeUser(r.appliedUsers, rule.AppliedTo, rule.ID)
+	for _, peer := range rule.Peers {
+		removeUser(r.peerUsers, peer, rule.ID)
+	}
+}
+
+func addUser(users map[string]map[string]struct{}, set, rule string) {
+	if users[set] == nil {
+		users[set] = map[string]struct{}{}
+	}
+	users[set][rule] = struct{}{}
+}
+
+func removeUser(users map[string]map[string]struct{}, set, rule string) {
+	delete(users[set], rule)
+	if len(users[set]) == 0 {
+		delete(users, set)
+	}
 }
 
 // setChanged records that a set appeared or changed (present) or went away.
@@ -199,17 +249,21 @@ func (c *shareChange) isolation(before policy.Isolation) {
 	}
 }
 
-// done adds the policies whose rules reference a changed set and returns what the change
-// touched.
+// done adds the policies whose rules reference a changed set (found through the index of
+// the sets' users, not by scanning the share's rules) and returns what the change touched.
 func (c *shareChange) done() touched {
-	if len(c.addrs)+len(c.tos) > 0 {
-		for _, rule := range c.r.share.Rules {
-			if _, ok := c.tos[rule.AppliedTo]; ok || slices.ContainsFunc(rule.Peers, func(p string) bool { _, ok := c.addrs[p]; return ok }) {
-				c.t.policies[policyKey(rule.Policy)] = struct{}{}
-			}
+	c.touchUsers(c.tos, c.r.appliedUsers)
+	c.touchUsers(c.addrs, c.r.peerUsers)
+	return c.t
+}
+
+// touchUsers adds the policies of the users of the sets.
+func (c *shareChange) touchUsers(sets map[string]struct{}, users map[string]map[string]struct{}) {
+	for id := range sets {
+		for ruleID := range users[id] {
+			c.t.policies[policyKey(c.r.share.Rules[ruleID].Policy)] = struct{}{}
 		}
 	}
-	return c.t
 }
 
 // isolationChanges returns the pods isolated in one direction before and not after, or

@@ -123,3 +123,52 @@ func TestRuleOfAnotherIncarnationDoesNotCount(t *testing.T) {
 		t.Error("the rule of the deleted policy x/web stands for the recreated one")
 	}
 }
+
+// TestSetChangeTellsThePoliciesUsingTheSet checks the index of the rules that use each
+// set, through rule updates (by delta and by snapshot) and removals: a changed set
+// concerns exactly the policies whose rules reference it now.
+func TestSetChangeTellsThePoliciesUsingTheSet(t *testing.T) {
+	tr, told := newTestTracker()
+	share := webShare(10, "10.0.0.1/32")
+	share.AddressSets["cache"] = policy.AddressSet{ID: "cache"}
+	if err := tr.snapshot("node1", share); err != nil {
+		t.Fatal(err)
+	}
+	gen := uint64(10)
+	patch := func(step, set string, want ...types.NamespacedName) {
+		t.Helper()
+		*told = nil
+		d := policy.Delta{Node: "node1", FromGeneration: gen, Generation: gen + 1,
+			UpdatedAddressSets: []policy.AddressSetPatch{{ID: set, Added: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(gen)}), 32)}}}}
+		gen++
+		if err := tr.delta("node1", d); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(*told, want) {
+			t.Errorf("%s: a change of set %s told %v, want %v", step, set, *told, want)
+		}
+	}
+	patch("at first", "db", webKey)
+	patch("at first", "cache")
+	rule := share.Rules["x/web/ingress/0"]
+	rule.Peers = []string{"cache"}
+	if err := tr.delta("node1", policy.Delta{Node: "node1", FromGeneration: gen, Generation: gen + 1, UpdatedRules: []policy.Rule{rule}}); err != nil {
+		t.Fatal(err)
+	}
+	gen++
+	patch("the rule's peer moved to cache by a delta", "db")
+	patch("the rule's peer moved to cache by a delta", "cache", webKey)
+	next := webShare(gen+1, "10.0.0.1/32")
+	next.AddressSets["cache"] = tr.nodes["node1"].share.AddressSets["cache"]
+	if err := tr.snapshot("node1", next); err != nil {
+		t.Fatal(err)
+	}
+	gen++
+	patch("the rule's peer back to db by a snapshot", "cache")
+	patch("the rule's peer back to db by a snapshot", "db", webKey)
+	if err := tr.delta("node1", policy.Delta{Node: "node1", FromGeneration: gen, Generation: gen + 1, RemovedRules: []string{"x/web/ingress/0"}}); err != nil {
+		t.Fatal(err)
+	}
+	gen++
+	patch("the rule removed", "db")
+}
