@@ -67,6 +67,10 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"list", "endpointslices.discovery.k8s.io", "", true}, {"watch", "endpointslices.discovery.k8s.io", "", true},
 			{"watch", "daemonsets.apps/kovs-agent", "kube-system", true}, {"list", "daemonsets.apps/kovs-agent", "kube-system", true},
 			{"create", "events", "default", true},
+			// the audit log's annotations (docs/audit.md)
+			{"list", "namespaces", "", true}, {"watch", "namespaces", "", true},
+			{"list", "clusternetworkpolicies.policy.networking.k8s.io", "", true},
+			{"watch", "clusternetworkpolicies.policy.networking.k8s.io", "", true},
 			// and nothing more
 			{"watch", "daemonsets.apps", "kube-system", false}, {"list", "daemonsets.apps", "kube-system", false},
 			{"watch", "daemonsets.apps/kube-proxy", "kube-system", false},
@@ -77,7 +81,9 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"patch", "nodes", "", false}, {"patch", "pods", "default", false}, {"delete", "pods", "default", false},
 			{"get", "configmaps/kovs-config", "kube-system", false}, {"get", "secrets/kovs-controller-tls", "kube-system", false},
 			{"create", "tokenreviews.authentication.k8s.io", "", false}, {"list", "networkpolicies.networking.k8s.io", "", false},
-			{"list", "clusternetworkpolicies.policy.networking.k8s.io", "", false},
+			{"update", "clusternetworkpolicies.policy.networking.k8s.io", "", false},
+			{"update", "clusternetworkpolicies.policy.networking.k8s.io:status", "", false},
+			{"update", "namespaces", "", false},
 		},
 	}
 	t.Run("admission", func(t *testing.T) { checkAdmission(t, s) })
