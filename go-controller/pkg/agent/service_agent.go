@@ -33,6 +33,7 @@ func (a *Agent) startServiceProxy(ctx context.Context) error {
 		a.syncer.OnSynced(proxy.health.synced)
 		serveProxyURLs(ctx, a.cfg.ProxyHealthListen, "health URLs /healthz and /livez", proxyHealthHandler(proxy.health, a.ownNode))
 	}
+	proxy.checks = newHealthCheckServer(ctx, proxy.serviceRulesInSync)
 	if a.cfg.ProxyModeListen != "" {
 		serveProxyURLs(ctx, a.cfg.ProxyModeListen, "/proxyMode", proxyModeHandler())
 	}
