@@ -192,6 +192,17 @@ func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]
 			s.add(ServiceLB, prioServiceNodePort, m, Drop{})
 		}
 	}
+	// A pod's new connection to an external IP: every usable endpoint of the cluster
+	// (kube-proxy short-circuits a pod's traffic to its cluster chain). The host routes
+	// no external IP into br-int.
+	for _, ip := range p.ExternalIPs {
+		if len(p.Cluster.Endpoints) == 0 {
+			break // no endpoint: on to the host, which rejects it
+		}
+		m := MatchProtocol(proto).CTState(CTNew|CTTracked, 0).IPDst(host(ip)).TpDst(p.Port, 0xffff)
+		s.add(ServiceLB, prioServiceLB, m, b.balance(p, p.Cluster)...)
+		used = append(used, p.Cluster)
+	}
 	for _, g := range used {
 		if _, done := groups[g.ID]; !done {
 			groups[g.ID] = b.serviceGroup(s, p, g)
