@@ -118,7 +118,7 @@ func servicePort(svc *corev1.Service, sp corev1.ServicePort, vip netip.Addr, pro
 		}
 	}
 	p.ExternalIPs = externalIPs(svc, vip.Is6())
-	if len(p.ExternalIPs) > 0 {
+	if len(p.ExternalIPs) > 0 || p.ExternalLocal {
 		switch {
 		case !internalLocal:
 			p.Cluster = p.Internal

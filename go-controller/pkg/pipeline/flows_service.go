@@ -9,6 +9,7 @@ import (
 
 // Priorities of the Service tables.
 const (
+	prioServiceNodePortPods  = 211 // externalTrafficPolicy Local NodePort traffic from the cluster's pods or the node
 	prioServiceNodePort      = 210 // NodePort traffic from the gateway
 	prioServiceLB            = 200 // new connections to a ClusterIP:port
 	prioEndpointDNAT         = 200 // the chosen endpoint
@@ -183,6 +184,18 @@ func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]
 	}
 	if p.NodePort != 0 {
 		m := newConn.Reg(PortClassGateway.Mark()).TpDst(p.NodePort, 0xffff)
+		if p.ExternalLocal && len(p.Cluster.Endpoints) > 0 {
+			// kube-proxy's short-circuit: externalTrafficPolicy Local keeps only other
+			// hosts' clients on the node's own endpoints; a pod's connection, and the
+			// node's own (which the host masquerades to the gateway address, inside the
+			// cluster CIDR), go to every endpoint of the cluster.
+			for _, cidr := range b.node.ClusterCIDRs {
+				if cidr.Addr().Is6() == p.ClusterIP.Is6() {
+					s.add(ServiceLB, prioServiceNodePortPods, m.IPSrc(cidr), b.balance(p, p.Cluster)...)
+					used = append(used, p.Cluster)
+				}
+			}
+		}
 		if len(p.External.Endpoints) > 0 {
 			s.add(ServiceLB, prioServiceNodePort, m, b.balance(p, p.External)...)
 			used = append(used, p.External)

@@ -569,3 +569,28 @@ func TestServiceExternalIPs(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceNodePortLocalShortCircuit: with externalTrafficPolicy Local, NodePort
+// traffic of another host's client goes only to the node's own endpoints (none here:
+// dropped), while a connection from the cluster's pods or from the node itself (which the
+// host masquerades to the gateway address) goes to every endpoint of the cluster, as
+// kube-proxy short-circuits it.
+func TestServiceNodePortLocalShortCircuit(t *testing.T) {
+	sc := threeNodesDualStack(1)
+	vip := ip("10.96.0.70")
+	remote := ServiceGroup{ID: ServiceGroupBase | 1, Endpoints: []netip.AddrPort{ep("10.244.2.10:8080"), ep("10.244.3.10:8080")}}
+	flows, groups := withServices(t, sc, []ServicePort{{Name: "x/local:http/TCP", ClusterIP: vip, IPProto: IPProtoTCP, Port: 80,
+		NodePort: 30070, Internal: remote, External: ServiceGroup{ID: ServiceGroupBase | 2}, ExternalLocal: true, Cluster: remote}})
+	nodePort := func(src netip.Addr) Packet {
+		p := transportPacket(gatewayPort, src, vip, IPProtoTCP, 30070)
+		p.EthSrc, p.SrcPort = gwMAC(1), 40000
+		return p
+	}
+	wantDropped(t, trace(t, NewTracer(flows).WithGroups(groups), nodePort(ip("172.31.0.9")), CTNew), ServiceLB)
+	for _, src := range []netip.Addr{ip("10.244.1.1"), ip("10.244.1.11"), ip("10.244.3.20")} { // the gateway (the node), pods
+		seen := backendsReached(t, NewTracer(flows).WithGroups(groups), nodePort(src), 40)
+		if len(seen) != 2 || seen["10.244.2.10:8080"] == 0 || seen["10.244.3.10:8080"] == 0 {
+			t.Errorf("from %s: NodePort connections reached %v, want every endpoint of the cluster", src, seen)
+		}
+	}
+}

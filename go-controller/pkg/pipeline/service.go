@@ -54,7 +54,9 @@ type ServicePort struct {
 	// stateless ports.
 	ExternalIPs []netip.Addr
 	// Cluster is every usable endpoint of the cluster (the same group as Internal or
-	// External when one of them holds them all); only with ExternalIPs.
+	// External when one of them holds them all): for ExternalIPs, and with ExternalLocal
+	// for NodePort traffic from the cluster's pods and the node itself (kube-proxy's
+	// short-circuit). Unset (ID 0) otherwise.
 	Cluster ServiceGroup
 	// AffinityTimeout is sessionAffinity ClientIP's timeout in seconds; 0: no affinity.
 	AffinityTimeout uint16
@@ -165,7 +167,7 @@ func (p ServicePort) Validate() error {
 		return errors.New("external IPs of a stateless port")
 	}
 	groups := []ServiceGroup{p.Internal, p.External}
-	if len(p.ExternalIPs) > 0 {
+	if len(p.ExternalIPs) > 0 || p.Cluster.ID != 0 || len(p.Cluster.Endpoints) > 0 {
 		groups = append(groups, p.Cluster)
 	}
 	for _, g := range groups {
