@@ -117,11 +117,6 @@ func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 				nfproto(fam), l4, p.NodePort, fam, loopback(fam), fam, vip, p.NodePort))
 			if !p.ExternalLocal {
 				masq = append(masq, fmt.Sprintf("%s daddr %s %s dport %d ct status dnat masquerade", fam, p.ClusterIP, l4, p.NodePort))
-			} else {
-				// The node's own connection (kube-proxy's short-circuit, br-int sends it
-				// to every endpoint): masqueraded, so the answer of an endpoint on
-				// another node comes back through br-int, which undoes the translation.
-				masq = append(masq, fmt.Sprintf("%s daddr %s %s dport %d ct status dnat fib saddr type local masquerade", fam, p.ClusterIP, l4, p.NodePort))
 			}
 		}
 		how := "reject with tcp reset"

@@ -48,10 +48,7 @@ func TestServiceHostRules(t *testing.T) {
 	if strings.Contains(script, "ip6 daddr fd00:10:96::a tcp dport 30080 ct status dnat masquerade") {
 		t.Errorf("externalTrafficPolicy Local is masqueraded:\n%s", script)
 	}
-	// ... but for the node's own connections, which br-int sends to every endpoint.
-	if want := `oifname "kovs-gw0" ip6 daddr fd00:10:96::a tcp dport 30080 ct status dnat fib saddr type local masquerade`; !strings.Contains(script, want) {
-		t.Errorf("rules lack %q:\n%s", want, script)
-	}
+
 	// nft -c checks the script against the kernel without applying it (root only).
 	if _, err := exec.LookPath("nft"); err != nil || os.Geteuid() != 0 {
 		t.Skip("nft check skipped: needs nft and root")

@@ -186,12 +186,19 @@ func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]
 		m := newConn.Reg(PortClassGateway.Mark()).TpDst(p.NodePort, 0xffff)
 		if p.ExternalLocal && len(p.Cluster.Endpoints) > 0 {
 			// kube-proxy's short-circuit: externalTrafficPolicy Local keeps only other
-			// hosts' clients on the node's own endpoints; a pod's connection, and the
-			// node's own (which the host masquerades to the gateway address, inside the
-			// cluster CIDR), go to every endpoint of the cluster.
-			for _, cidr := range b.node.ClusterCIDRs {
-				if cidr.Addr().Is6() == p.ClusterIP.Is6() {
-					s.add(ServiceLB, prioServiceNodePortPods, m.IPSrc(cidr), b.balance(p, p.Cluster)...)
+			// hosts' clients on the node's own endpoints; a pod's connection (from the
+			// cluster CIDR) and the node's own (from one of its addresses, kept: an
+			// endpoint elsewhere answers through the tunnel, PeerFlows) go to every
+			// endpoint of the cluster.
+			sources := slices.Clone(b.node.ClusterCIDRs)
+			for _, ip := range b.node.UnderlayIPs {
+				if _, inCluster := containing(b.node.ClusterCIDRs, ip); !inCluster && b.node.hasFamily(ip.Is6()) {
+					sources = append(sources, host(ip))
+				}
+			}
+			for _, src := range sources {
+				if src.Addr().Is6() == p.ClusterIP.Is6() {
+					s.add(ServiceLB, prioServiceNodePortPods, m.IPSrc(src), b.balance(p, p.Cluster)...)
 					used = append(used, p.Cluster)
 				}
 			}

@@ -572,9 +572,9 @@ func TestServiceExternalIPs(t *testing.T) {
 
 // TestServiceNodePortLocalShortCircuit: with externalTrafficPolicy Local, NodePort
 // traffic of another host's client goes only to the node's own endpoints (none here:
-// dropped), while a connection from the cluster's pods or from the node itself (which the
-// host masquerades to the gateway address) goes to every endpoint of the cluster, as
-// kube-proxy short-circuits it.
+// dropped), while a connection from the cluster's pods or from the node itself (from its
+// own address, kept) goes to every endpoint of the cluster, as kube-proxy short-circuits
+// it.
 func TestServiceNodePortLocalShortCircuit(t *testing.T) {
 	sc := threeNodesDualStack(1)
 	vip := ip("10.96.0.70")
@@ -587,10 +587,28 @@ func TestServiceNodePortLocalShortCircuit(t *testing.T) {
 		return p
 	}
 	wantDropped(t, trace(t, NewTracer(flows).WithGroups(groups), nodePort(ip("172.31.0.9")), CTNew), ServiceLB)
-	for _, src := range []netip.Addr{ip("10.244.1.1"), ip("10.244.1.11"), ip("10.244.3.20")} { // the gateway (the node), pods
+	for _, src := range []netip.Addr{ip("172.31.0.1"), ip("10.244.1.11"), ip("10.244.3.20")} { // the node itself, pods
 		seen := backendsReached(t, NewTracer(flows).WithGroups(groups), nodePort(src), 40)
 		if len(seen) != 2 || seen["10.244.2.10:8080"] == 0 || seen["10.244.3.10:8080"] == 0 {
 			t.Errorf("from %s: NodePort connections reached %v, want every endpoint of the cluster", src, seen)
 		}
 	}
+}
+
+// TestRepliesToAPeersHostGoBackThroughTheTunnel: a local pod's reply to another node's
+// address returns through the tunnel to that node (whose br-int may have translated the
+// connection: its node's own connection to an externalTrafficPolicy Local NodePort), while
+// a new connection of the pod to that address leaves through the gateway as before.
+func TestRepliesToAPeersHostGoBackThroughTheTunnel(t *testing.T) {
+	sc := threeNodesDualStack(1)
+	flows, groups := withServices(t, sc, nil)
+	web := sc.pods[0]
+	p := transportPacket(web.OFPort, ip("10.244.1.10"), ip("172.31.0.2"), IPProtoTCP, 40000)
+	p.SrcPort, p.EthSrc, p.EthDst = 8080, web.MAC, gwMAC(1)
+	r := trace(t, NewTracer(flows).WithGroups(groups), p, CTEstablished|CTReply)
+	out := wantDelivered(t, r, tunnelPort)
+	if out.TunDst != ip("172.31.0.2") {
+		t.Errorf("reply to node-2's address tunnelled to %s, want node-2 (172.31.0.2):\n%s", out.TunDst, r)
+	}
+	wantDelivered(t, trace(t, NewTracer(flows).WithGroups(groups), p, CTNew), gatewayPort)
 }
