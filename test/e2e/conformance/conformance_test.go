@@ -68,9 +68,9 @@ const sigNetworkSkip = `\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:|
 // take a Service away from the node proxy, endpoints that are node addresses (and a
 // fragmented UDP datagram through the ClusterIP, its last step), kube-proxy's URLs,
 // packets in an invalid conntrack state, stale UDP conntrack entries (a NodePort flow
-// that must follow its Service's endpoints), health check node ports (200 with a ready
-// local endpoint, 503 with a terminating one only), and a pod's connection to a Service's
-// externalIPs.
+// that must follow its Service's endpoints), health check node ports (and the node's own
+// connection to an externalTrafficPolicy Local NodePort, short-circuited with its address
+// kept), and a pod's connection to a Service's externalIPs.
 var sigNetworkSubset = []string{
 	"Services should implement service.kubernetes.io/headless",
 	"Services should implement service.kubernetes.io/service-proxy-name",
@@ -78,7 +78,7 @@ var sigNetworkSubset = []string{
 	"Networking should check kube-proxy urls",
 	"Conntrack proxy implementation should not be vulnerable to the invalid conntrack state bug",
 	"Conntrack should be able to preserve UDP traffic when server pod cycles for a NodePort service",
-	"Services should fail health check node port if there are only terminating endpoints",
+	"Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes",
 	"Services should be possible to connect to a service via ExternalIP when the external IP is not assigned to a node",
 }
 
