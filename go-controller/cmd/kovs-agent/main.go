@@ -43,6 +43,8 @@ func main() {
 	flag.StringVar(&cfg.PodName, "pod-name", "", "the agent's own Pod name (with --pod-namespace: clean the node up when its DaemonSet is deleted)")
 	flag.StringVar(&cfg.ServiceProxy, "service-proxy", "kovs", "kovs: load-balance Services in br-int; none: leave them to kube-proxy (docs/services.md)")
 	flag.StringVar(&cfg.ProxyHealthListen, "proxy-healthz-listen", ":10256", "where kube-proxy's health URLs /healthz and /livez are served with --service-proxy=kovs (kube-proxy's --healthz-bind-address); empty: not served")
+	flag.DurationVar(&cfg.ConntrackTCPEstablished, "conntrack-tcp-timeout-established", agent.DefaultConntrackTCPEstablished, "the node's conntrack timeout of established TCP connections, set with --service-proxy=kovs as kube-proxy sets it; 0: left as it is")
+	flag.DurationVar(&cfg.ConntrackTCPCloseWait, "conntrack-tcp-timeout-close-wait", agent.DefaultConntrackTCPCloseWait, "the node's conntrack timeout of TCP connections in CLOSE_WAIT, set with --service-proxy=kovs as kube-proxy sets it; 0: left as it is")
 	flag.StringVar(&cfg.ProxyModeListen, "proxy-mode-listen", "127.0.0.1:10249", "where kube-proxy's /proxyMode is served with --service-proxy=kovs (kube-proxy's --metrics-bind-address); empty: not served")
 	flag.DurationVar(&cfg.ProxyHealthTimeout, "proxy-healthz-timeout", agent.DefaultProxyHealthTimeout, "how long a Service or EndpointSlice change may wait to be installed before the proxy health URLs answer 503")
 	flag.DurationVar(&cfg.ResyncPeriod, "resync-period", 10*time.Second, "flow resync period: the switch's count of kovs's flows is checked against the agent's (a difference, e.g. after a del-flows, is repaired by a full resync at once)")

@@ -69,6 +69,11 @@ type Config struct {
 	// before they say unhealthy (0: DefaultProxyHealthTimeout).
 	ProxyHealthListen  string
 	ProxyHealthTimeout time.Duration
+	// ConntrackTCPEstablished and ConntrackTCPCloseWait are the node's TCP conntrack
+	// timeouts the agent sets with --service-proxy=kovs, as kube-proxy does (0: left as
+	// they are).
+	ConntrackTCPEstablished time.Duration
+	ConntrackTCPCloseWait   time.Duration
 	// ProxyModeListen is where kube-proxy's /proxyMode is served with --service-proxy=kovs
 	// (kube-proxy's --metrics-bind-address, 127.0.0.1:10249; empty: not served).
 	ProxyModeListen string
@@ -193,6 +198,8 @@ func (c *Config) Validate() error {
 	case c.FullResyncPeriod < c.ResyncPeriod:
 		return fmt.Errorf("--full-resync-period %s: use at least --resync-period (%s); %s is the default, --resync-period's value makes every resync a full one",
 			c.FullResyncPeriod, c.ResyncPeriod, DefaultFullResyncPeriod)
+	case c.ConntrackTCPEstablished < 0 || c.ConntrackTCPCloseWait < 0:
+		return fmt.Errorf("--conntrack-tcp-timeout-established %s, --conntrack-tcp-timeout-close-wait %s: use 0 (leave the node's) or more", c.ConntrackTCPEstablished, c.ConntrackTCPCloseWait)
 	case c.ProxyHealthTimeout < time.Second:
 		return fmt.Errorf("--proxy-healthz-timeout %s: use at least 1s (%s is the default, as kube-proxy's)", c.ProxyHealthTimeout, DefaultProxyHealthTimeout)
 	case c.LearnedFlowLimit < 16:

@@ -21,6 +21,9 @@ func (a *Agent) startServiceProxy(ctx context.Context) error {
 		removeServiceHost(a.cfg.GatewayName, a.tables)
 		return nil
 	}
+	if err := writeSysctls("/proc/sys", conntrackTimeoutSysctls(a.cfg.ConntrackTCPEstablished, a.cfg.ConntrackTCPCloseWait)); err != nil {
+		log.WithError(err).Warn("conntrack timeouts (kube-proxy's) not set")
+	}
 	factory := newServiceInformers(a.client)
 	proxy, err := NewServiceProxy(a.cfg.NodeName, a.state, factory)
 	if err != nil {
@@ -33,6 +36,7 @@ func (a *Agent) startServiceProxy(ctx context.Context) error {
 		a.syncer.OnSynced(proxy.health.synced)
 		serveProxyURLs(ctx, a.cfg.ProxyHealthListen, "health URLs /healthz and /livez", proxyHealthHandler(proxy.health, a.ownNode))
 	}
+	proxy.checks = newHealthCheckServer(ctx, proxy.serviceRulesInSync)
 	if a.cfg.ProxyModeListen != "" {
 		serveProxyURLs(ctx, a.cfg.ProxyModeListen, "/proxyMode", proxyModeHandler())
 	}

@@ -97,6 +97,9 @@ func staleUDPFlows(entries []ovs.ConntrackEntry, services map[string][]pipeline.
 				continue
 			}
 			serving[netip.AddrPortFrom(p.ClusterIP, p.Port)] = p.Serving
+			for _, ip := range p.ExternalIPs {
+				serving[netip.AddrPortFrom(ip, p.Port)] = p.Serving
+			}
 			if p.NodePort != 0 {
 				serving[netip.AddrPortFrom(p.ClusterIP, p.NodePort)] = p.Serving
 			}

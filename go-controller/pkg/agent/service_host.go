@@ -119,12 +119,19 @@ func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 				masq = append(masq, fmt.Sprintf("%s daddr %s %s dport %d ct status dnat masquerade", fam, p.ClusterIP, l4, p.NodePort))
 			}
 		}
+		how := "reject with tcp reset"
+		if p.IPProto != pipeline.IPProtoTCP {
+			how = "reject"
+		}
 		if len(p.Internal.Endpoints) == 0 && !p.DropWithoutEndpoints {
-			how := "reject with tcp reset"
-			if p.IPProto != pipeline.IPProtoTCP {
-				how = "reject"
-			}
 			reject = append(reject, fmt.Sprintf("%s daddr %s %s dport %d %s", fam, p.ClusterIP, l4, p.Port, how))
+		}
+		if len(p.Cluster.Endpoints) == 0 {
+			// A pod's connection to an external IP without endpoints, as kube-proxy
+			// rejects it (br-int hands it to the host untranslated).
+			for _, ip := range p.ExternalIPs {
+				reject = append(reject, fmt.Sprintf("%s daddr %s %s dport %d %s", fam, ip, l4, p.Port, how))
+			}
 		}
 	}
 	var b strings.Builder

@@ -19,7 +19,8 @@ func hostTestPorts() []pipeline.ServicePort {
 			Internal: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 2, Endpoints: []netip.AddrPort{ep("[fd00:10:244:1::a]:8080")}},
 			External: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 3}, ExternalLocal: true},
 		{Name: "x/empty:dns/UDP", ClusterIP: netip.MustParseAddr("10.96.0.20"), IPProto: pipeline.IPProtoUDP, Port: 53,
-			Internal: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 4}, External: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 4}},
+			Internal: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 4}, External: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 4},
+			ExternalIPs: []netip.Addr{netip.MustParseAddr("203.0.113.250")}, Cluster: pipeline.ServiceGroup{ID: pipeline.ServiceGroupBase | 4}},
 	}
 }
 
@@ -31,6 +32,7 @@ func TestServiceHostRules(t *testing.T) {
 		"dnat ip6 to [fd00:10:96::a]:30080",
 		`oifname "kovs-gw0" ip daddr 10.96.0.10 tcp dport 30080 ct status dnat masquerade`,
 		"ip daddr 10.96.0.20 udp dport 53 reject",
+		"ip daddr 203.0.113.250 udp dport 53 reject", // its external IP, as kube-proxy rejects it
 		// A ClusterIP on a port that is no Service port: rejected, not looped.
 		"ct status dnat accept",
 		"ip daddr { 10.96.0.10, 10.96.0.20 } ip daddr . meta l4proto . th dport != { 10.96.0.10 . tcp . 80, 10.96.0.20 . udp . 53 } meta l4proto tcp reject with tcp reset",
@@ -46,6 +48,7 @@ func TestServiceHostRules(t *testing.T) {
 	if strings.Contains(script, "ip6 daddr fd00:10:96::a tcp dport 30080 ct status dnat masquerade") {
 		t.Errorf("externalTrafficPolicy Local is masqueraded:\n%s", script)
 	}
+
 	// nft -c checks the script against the kernel without applying it (root only).
 	if _, err := exec.LookPath("nft"); err != nil || os.Geteuid() != 0 {
 		t.Skip("nft check skipped: needs nft and root")

@@ -58,6 +58,7 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 				// Translated without conntrack (see pipeline/flows_sctp_service.go). The
 				// host's own (kernel) conntrack still DNATs its NodePort to the ClusterIP.
 				p.Stateless, p.Listed = true, listed(eps)
+				p.ExternalIPs, p.Cluster = nil, pipeline.ServiceGroup{} // not translated without conntrack
 			}
 			if proto == pipeline.IPProtoUDP {
 				p.Serving = servingEndpoints(eps)
@@ -116,6 +117,17 @@ func servicePort(svc *corev1.Service, sp corev1.ServicePort, vip netip.Addr, pro
 			p.External = pipeline.ServiceGroup{ID: ids.groupID(name + "/" + family + "/external"), Endpoints: usable(eps, false)}
 		}
 	}
+	p.ExternalIPs = externalIPs(svc, vip.Is6())
+	if len(p.ExternalIPs) > 0 || p.ExternalLocal {
+		switch {
+		case !internalLocal:
+			p.Cluster = p.Internal
+		case p.NodePort != 0 && !p.ExternalLocal:
+			p.Cluster = p.External
+		default:
+			p.Cluster = pipeline.ServiceGroup{ID: ids.groupID(name + "/" + family + "/cluster"), Endpoints: usable(eps, false)}
+		}
+	}
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 		timeout := int32(defaultAffinityTimeout)
 		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
@@ -124,6 +136,24 @@ func servicePort(svc *corev1.Service, sp corev1.ServicePort, vip netip.Addr, pro
 		p.AffinityTimeout = uint16(min(max(timeout, 1), maxAffinityTimeout))
 	}
 	return p
+}
+
+// externalIPs are the Service's spec.externalIPs of one family, sorted, once each
+// (anything that does not parse is left out: the API server validates them).
+func externalIPs(svc *corev1.Service, ipv6 bool) []netip.Addr {
+	var out []netip.Addr
+	for _, text := range svc.Spec.ExternalIPs {
+		ip, err := netip.ParseAddr(text)
+		if err != nil || ip.Zone() != "" {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is6() == ipv6 {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 func hasNodePort(svc *corev1.Service) bool {

@@ -49,6 +49,10 @@ type ServiceProxy struct {
 	// health, if set, follows every change from its event to the switch (the proxy
 	// health URLs).
 	health *proxyHealth
+	// checks, if set, serves the health check node ports of the Services in checks'
+	// keys (externalTrafficPolicy Local LoadBalancers), after each change.
+	checks      *healthCheckServer
+	healthCheck map[string]healthCheck
 
 	mu      sync.Mutex
 	changed map[string]bool // Service keys (namespace/name) to recompute
@@ -69,7 +73,8 @@ func NewServiceProxy(node string, state *NodeState, factory informers.SharedInfo
 	sliceInformer := factory.Discovery().V1().EndpointSlices()
 	p := &ServiceProxy{node: node, state: state, services: svcInformer.Lister(), slices: sliceInformer.Lister(),
 		synced:  []cache.InformerSynced{svcInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced},
-		changed: map[string]bool{}, ids: newGroupAllocator(), current: map[string][]pipeline.ServicePort{}}
+		changed: map[string]bool{}, ids: newGroupAllocator(), current: map[string][]pipeline.ServicePort{},
+		healthCheck: map[string]healthCheck{}}
 	// Changes are handed over as soon as they come (coalesced while a run is busy); the
 	// host networking is rewritten every hostResync whether or not anything changed.
 	p.runner = runner.MustNewBoundedFrequencyRunner("service proxy", p.sync, runner.Bounds{MaxInterval: hostResync, Burst: 1})
@@ -175,6 +180,7 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 	}
 	gen := p.state.SetServices(p.current)
 	p.notify(true)
+	p.syncHealthChecks()
 	p.handedTo(since, gen)
 	p.hostSynced = time.Now()
 	log.WithField("node", p.node).WithField("services", len(p.current)).Info("service proxy synced")
@@ -205,7 +211,16 @@ func (p *ServiceProxy) sync() {
 		p.hostSynced = time.Now()
 	}
 	p.notify(full)
+	p.syncHealthChecks()
 	p.handedTo(since, p.state.Generation())
+}
+
+// syncHealthChecks serves the health check node ports of the Services as they are now
+// (and retries one that could not be opened before).
+func (p *ServiceProxy) syncHealthChecks() {
+	if p.checks != nil {
+		p.checks.sync(p.healthCheck)
+	}
 }
 
 // takeQueued is when the oldest of the changes being taken came (zero without health);
@@ -231,8 +246,10 @@ func (p *ServiceProxy) notify(full bool) {
 	}
 }
 
-// compute reads one Service and its EndpointSlices from the listers.
+// compute reads one Service and its EndpointSlices from the listers, and notes its
+// health check node port (if it has one).
 func (p *ServiceProxy) compute(key string) []pipeline.ServicePort {
+	delete(p.healthCheck, key)
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
@@ -245,6 +262,9 @@ func (p *ServiceProxy) compute(key string) []pipeline.ServicePort {
 	list, err := p.slices.EndpointSlices(ns).List(sel)
 	if err != nil {
 		return nil
+	}
+	if hc, ok := healthCheckOf(svc, list, p.node); ok {
+		p.healthCheck[key] = hc
 	}
 	ports := servicePorts(svc, list, p.node, p.ids.forService(key), p.sctp)
 	// One Service the datapath cannot take must not keep the node's other flows out.
@@ -308,4 +328,14 @@ func (a *groupAllocator) release(svc string) {
 		delete(a.byKey, key)
 	}
 	delete(a.owner, svc)
+}
+
+// serviceRulesInSync is what the health check node ports say of the proxy: no change has
+// waited too long to be installed (always, without the proxy health URLs).
+func (p *ServiceProxy) serviceRulesInSync() bool {
+	if p.health == nil {
+		return true
+	}
+	ok, _, _ := p.health.healthy()
+	return ok
 }

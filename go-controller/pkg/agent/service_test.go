@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"reflect"
@@ -328,5 +329,50 @@ func TestEvictionsOfEndpointsThatLeftTheSlices(t *testing.T) {
 	gen = s.SetService("x/s", nil) // the Service is deleted
 	if got := s.TakeEvictions(gen); len(got) != 1 || got[0] != pipeline.SCTPTranslationFilter(port(a)[0], a) {
 		t.Errorf("deleted Service: %v", got)
+	}
+}
+
+// TestServiceExternalIPsGetTheClusterGroup: each family's port carries the Service's
+// externalIPs of its family and a group of every usable endpoint of the cluster: the
+// ClusterIP's group without internalTrafficPolicy Local, a group of its own with it; a
+// stateless SCTP port has none.
+func TestServiceExternalIPsGetTheClusterGroup(t *testing.T) {
+	ids := newGroupAllocator().forService("x/web")
+	ready := func(ip, node string) sliceEP { return sliceEP{ip, node, true, true, false} }
+	all := []*discoveryv1.EndpointSlice{
+		testSlice("web", "a", discoveryv1.AddressTypeIPv4, 8080, ready("10.244.1.10", "node-1"), ready("10.244.2.10", "node-2")),
+		testSlice("web", "b", discoveryv1.AddressTypeIPv6, 8080, ready("fd00::1", "node-1")),
+	}
+	svc := testService("web", func(s *corev1.Service) {
+		s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:10:96::a"}
+		s.Spec.ExternalIPs = []string{"203.0.113.250", "2001:db8::cb00:71fa", "203.0.113.250", "198.51.100.7"}
+	})
+	ports := servicePorts(svc, all, "node-1", ids, false)
+	if len(ports) != 2 {
+		t.Fatalf("ports: %+v", ports)
+	}
+	if got := fmt.Sprint(ports[0].ExternalIPs, ports[1].ExternalIPs); got != "[198.51.100.7 203.0.113.250] [2001:db8::cb00:71fa]" {
+		t.Errorf("external IPs by family: %s", got)
+	}
+	if ports[0].Cluster.ID != ports[0].Internal.ID {
+		t.Errorf("internalTrafficPolicy Cluster: want the ClusterIP's group for external IPs, got %+v", ports[0])
+	}
+	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP})
+	ports = servicePorts(svc, all, "node-1", ids, false)
+	p := ports[0]
+	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.1.10:8080"}) {
+		t.Errorf("internalTrafficPolicy Local: ClusterIP group %v", got)
+	}
+	if p.Cluster.ID == p.Internal.ID || len(p.Cluster.Endpoints) != 2 {
+		t.Errorf("internalTrafficPolicy Local: external IPs want their own group of both endpoints, got %+v", p.Cluster)
+	}
+	for _, sp := range ports {
+		if err := sp.Validate(); err != nil {
+			t.Errorf("%s: %v", sp.Name, err)
+		}
+		if sp.Stateless && (sp.ExternalIPs != nil || len(sp.Cluster.Endpoints) != 0) {
+			t.Errorf("stateless SCTP port with external IPs: %+v", sp)
+		}
 	}
 }

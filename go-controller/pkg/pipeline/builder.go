@@ -50,6 +50,7 @@ const (
 	prioL3GatewayReply = 250 // replies of connections the host forwarded: back to it
 	prioL3Local        = 200 // local pods, the gateway, node addresses
 	prioL3NoTransit    = 190 // tunnel traffic not for a local endpoint
+	prioL3PeerReply    = 160 // replies to a remote node's host network: back through the tunnel
 	prioL3Remote       = 150 // remote nodes' pod subnets
 	prioL3Cluster      = 100 // unknown addresses inside the cluster CIDRs
 	prioL3OffCluster   = 50  // everything else a pod sends: the node's network stack

@@ -42,6 +42,15 @@ func (b *Builder) PeerFlows(peer TunnelPeer) ([]Flow, error) {
 		route := MatchProtocol(ipProto(subnet.Addr())).IPDst(subnet)
 		s.add(L3Forwarding, prioL3Remote, route, b.toPeer(peer)...)
 	}
+	// A reply to the peer's host network (its node addresses) goes back through the
+	// tunnel, the way the connection came: the peer's br-int may have translated it (its
+	// node's own connection to a NodePort, sent to an endpoint here) and must undo that,
+	// which the peer's host, reached over the underlay, cannot.
+	for _, ip := range append([]netip.Addr{peer.UnderlayIP}, peer.NodeIPs...) {
+		if b.node.hasFamily(ip.Is6()) {
+			s.add(L3Forwarding, prioL3PeerReply, MatchProtocol(ipProto(ip)).CTState(CTReply|CTTracked, 0).IPDst(host(ip)), b.toPeer(peer)...)
+		}
+	}
 	return s.flows, nil
 }
 

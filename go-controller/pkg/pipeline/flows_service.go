@@ -9,6 +9,7 @@ import (
 
 // Priorities of the Service tables.
 const (
+	prioServiceNodePortPods  = 211 // externalTrafficPolicy Local NodePort traffic from the cluster's pods or the node
 	prioServiceNodePort      = 210 // NodePort traffic from the gateway
 	prioServiceLB            = 200 // new connections to a ClusterIP:port
 	prioEndpointDNAT         = 200 // the chosen endpoint
@@ -183,6 +184,25 @@ func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]
 	}
 	if p.NodePort != 0 {
 		m := newConn.Reg(PortClassGateway.Mark()).TpDst(p.NodePort, 0xffff)
+		if p.ExternalLocal && len(p.Cluster.Endpoints) > 0 {
+			// kube-proxy's short-circuit: externalTrafficPolicy Local keeps only other
+			// hosts' clients on the node's own endpoints; a pod's connection (from the
+			// cluster CIDR) and the node's own (from one of its addresses, kept: an
+			// endpoint elsewhere answers through the tunnel, PeerFlows) go to every
+			// endpoint of the cluster.
+			sources := slices.Clone(b.node.ClusterCIDRs)
+			for _, ip := range b.node.UnderlayIPs {
+				if _, inCluster := containing(b.node.ClusterCIDRs, ip); !inCluster && b.node.hasFamily(ip.Is6()) {
+					sources = append(sources, host(ip))
+				}
+			}
+			for _, src := range sources {
+				if src.Addr().Is6() == p.ClusterIP.Is6() {
+					s.add(ServiceLB, prioServiceNodePortPods, m.IPSrc(src), b.balance(p, p.Cluster)...)
+					used = append(used, p.Cluster)
+				}
+			}
+		}
 		if len(p.External.Endpoints) > 0 {
 			s.add(ServiceLB, prioServiceNodePort, m, b.balance(p, p.External)...)
 			used = append(used, p.External)
@@ -191,6 +211,17 @@ func (b *Builder) servicePortFlows(s *flowSet, p ServicePort, groups map[uint32]
 			// kube-proxy does (load balancers' health checks steer clients away).
 			s.add(ServiceLB, prioServiceNodePort, m, Drop{})
 		}
+	}
+	// A pod's new connection to an external IP: every usable endpoint of the cluster
+	// (kube-proxy short-circuits a pod's traffic to its cluster chain). The host routes
+	// no external IP into br-int.
+	for _, ip := range p.ExternalIPs {
+		if len(p.Cluster.Endpoints) == 0 {
+			break // no endpoint: on to the host, which rejects it
+		}
+		m := MatchProtocol(proto).CTState(CTNew|CTTracked, 0).IPDst(host(ip)).TpDst(p.Port, 0xffff)
+		s.add(ServiceLB, prioServiceLB, m, b.balance(p, p.Cluster)...)
+		used = append(used, p.Cluster)
 	}
 	for _, g := range used {
 		if _, done := groups[g.ID]; !done {

@@ -513,3 +513,102 @@ func TestHostHairpinThroughService(t *testing.T) {
 		t.Errorf("answer %s>%s, want %s:80>10.244.1.1:45000:\n%s", got, netip.AddrPortFrom(back.IPDst, back.DstPort), vip, r)
 	}
 }
+
+// TestServiceExternalIPs: a pod's new connection to one of a Service's externalIPs on the
+// Service's port is balanced over every endpoint of the cluster (Cluster), even with
+// internalTrafficPolicy Local, as kube-proxy sends a pod's traffic to an external IP; the
+// reply comes from the external IP. Without endpoints it goes to the host untranslated
+// (which rejects it), and another port of the external IP is no Service's.
+func TestServiceExternalIPs(t *testing.T) {
+	sc := threeNodesDualStack(1)
+	vip, ext := ip("10.96.0.60"), ip("203.0.113.250")
+	local := ServiceGroup{ID: ServiceGroupBase | 1, Endpoints: []netip.AddrPort{ep("10.244.1.10:9376")}}
+	cluster := ServiceGroup{ID: ServiceGroupBase | 2, Endpoints: []netip.AddrPort{ep("10.244.1.10:9376"), ep("10.244.2.10:9376")}}
+	none := ServiceGroup{ID: ServiceGroupBase | 3}
+	flows, groups := withServices(t, sc, []ServicePort{
+		{Name: "x/ext:http/TCP", ClusterIP: vip, IPProto: IPProtoTCP, Port: 80, Internal: local, External: local,
+			ExternalIPs: []netip.Addr{ext}, Cluster: cluster},
+		{Name: "x/none:http/TCP", ClusterIP: ip("10.96.0.61"), IPProto: IPProtoTCP, Port: 81, Internal: none, External: none,
+			ExternalIPs: []netip.Addr{ext}, Cluster: none},
+	})
+	client := sc.pods[1]
+	tr := NewTracer(flows).WithGroups(groups)
+	seen := backendsReached(t, tr, servicePacket(t, client, ext, IPProtoTCP, 40000, 80), 60)
+	if len(seen) != 2 || seen["10.244.1.10:9376"] == 0 || seen["10.244.2.10:9376"] == 0 {
+		t.Errorf("connections to %s:80 reached %v, want both endpoints of the cluster", ext, seen)
+	}
+	seen = backendsReached(t, NewTracer(flows).WithGroups(groups), servicePacket(t, client, vip, IPProtoTCP, 40000, 80), 20)
+	if len(seen) != 1 || seen["10.244.1.10:9376"] == 0 {
+		t.Errorf("connections to the ClusterIP reached %v, want only the local endpoint (internalTrafficPolicy Local)", seen)
+	}
+
+	// The reply, from the local endpoint, is un-NATed to the external IP.
+	var syn Packet
+	for sport := uint16(40000); sport < 40100 && syn.SrcPort == 0; sport++ {
+		p := servicePacket(t, client, ext, IPProtoTCP, sport, 80)
+		if r := trace(t, NewTracer(flows).WithGroups(groups), p, CTNew); len(r.Outputs) == 1 && r.Outputs[0].Port == sc.pods[0].OFPort {
+			syn = p
+		}
+	}
+	if syn.SrcPort == 0 {
+		t.Fatal("no connection to the external IP went to the local endpoint")
+	}
+	trace(t, tr, syn, CTNew)
+	reply := transportPacket(sc.pods[0].OFPort, ip("10.244.1.10"), podIP(t, client, false), IPProtoTCP, syn.SrcPort)
+	reply.SrcPort, reply.EthSrc, reply.EthDst = 9376, sc.pods[0].MAC, gwMAC(1)
+	back := wantDelivered(t, trace(t, tr, reply, CTEstablished|CTReply), client.OFPort)
+	if got := netip.AddrPortFrom(back.IPSrc, back.SrcPort); got != netip.AddrPortFrom(ext, 80) {
+		t.Errorf("reply source = %s, want the external IP %s:80", got, ext)
+	}
+
+	for _, port := range []uint16{81, 82} { // no endpoints; no Service port
+		r := trace(t, NewTracer(flows).WithGroups(groups), servicePacket(t, client, ext, IPProtoTCP, 40000, port), CTNew)
+		out := wantDelivered(t, r, gatewayPort)
+		if len(r.NAT) != 0 || out.IPDst != ext {
+			t.Errorf("%s:%d: translated %v to %s, want to the host untranslated", ext, port, r.NAT, out.IPDst)
+		}
+	}
+}
+
+// TestServiceNodePortLocalShortCircuit: with externalTrafficPolicy Local, NodePort
+// traffic of another host's client goes only to the node's own endpoints (none here:
+// dropped), while a connection from the cluster's pods or from the node itself (from its
+// own address, kept) goes to every endpoint of the cluster, as kube-proxy short-circuits
+// it.
+func TestServiceNodePortLocalShortCircuit(t *testing.T) {
+	sc := threeNodesDualStack(1)
+	vip := ip("10.96.0.70")
+	remote := ServiceGroup{ID: ServiceGroupBase | 1, Endpoints: []netip.AddrPort{ep("10.244.2.10:8080"), ep("10.244.3.10:8080")}}
+	flows, groups := withServices(t, sc, []ServicePort{{Name: "x/local:http/TCP", ClusterIP: vip, IPProto: IPProtoTCP, Port: 80,
+		NodePort: 30070, Internal: remote, External: ServiceGroup{ID: ServiceGroupBase | 2}, ExternalLocal: true, Cluster: remote}})
+	nodePort := func(src netip.Addr) Packet {
+		p := transportPacket(gatewayPort, src, vip, IPProtoTCP, 30070)
+		p.EthSrc, p.SrcPort = gwMAC(1), 40000
+		return p
+	}
+	wantDropped(t, trace(t, NewTracer(flows).WithGroups(groups), nodePort(ip("172.31.0.9")), CTNew), ServiceLB)
+	for _, src := range []netip.Addr{ip("172.31.0.1"), ip("10.244.1.11"), ip("10.244.3.20")} { // the node itself, pods
+		seen := backendsReached(t, NewTracer(flows).WithGroups(groups), nodePort(src), 40)
+		if len(seen) != 2 || seen["10.244.2.10:8080"] == 0 || seen["10.244.3.10:8080"] == 0 {
+			t.Errorf("from %s: NodePort connections reached %v, want every endpoint of the cluster", src, seen)
+		}
+	}
+}
+
+// TestRepliesToAPeersHostGoBackThroughTheTunnel: a local pod's reply to another node's
+// address returns through the tunnel to that node (whose br-int may have translated the
+// connection: its node's own connection to an externalTrafficPolicy Local NodePort), while
+// a new connection of the pod to that address leaves through the gateway as before.
+func TestRepliesToAPeersHostGoBackThroughTheTunnel(t *testing.T) {
+	sc := threeNodesDualStack(1)
+	flows, groups := withServices(t, sc, nil)
+	web := sc.pods[0]
+	p := transportPacket(web.OFPort, ip("10.244.1.10"), ip("172.31.0.2"), IPProtoTCP, 40000)
+	p.SrcPort, p.EthSrc, p.EthDst = 8080, web.MAC, gwMAC(1)
+	r := trace(t, NewTracer(flows).WithGroups(groups), p, CTEstablished|CTReply)
+	out := wantDelivered(t, r, tunnelPort)
+	if out.TunDst != ip("172.31.0.2") {
+		t.Errorf("reply to node-2's address tunnelled to %s, want node-2 (172.31.0.2):\n%s", out.TunDst, r)
+	}
+	wantDelivered(t, trace(t, NewTracer(flows).WithGroups(groups), p, CTNew), gatewayPort)
+}

@@ -48,6 +48,16 @@ type ServicePort struct {
 	// endpoints with externalTrafficPolicy Local). They may be the same group.
 	Internal ServiceGroup
 	External ServiceGroup
+	// ExternalIPs are spec.externalIPs of the ClusterIP's family: a pod's new connection
+	// to one of them on Port is balanced over Cluster, as kube-proxy sends a pod's
+	// traffic to an external IP to every endpoint whatever the traffic policies. Not for
+	// stateless ports.
+	ExternalIPs []netip.Addr
+	// Cluster is every usable endpoint of the cluster (the same group as Internal or
+	// External when one of them holds them all): for ExternalIPs, and with ExternalLocal
+	// for NodePort traffic from the cluster's pods and the node itself (kube-proxy's
+	// short-circuit). Unset (ID 0) otherwise.
+	Cluster ServiceGroup
 	// AffinityTimeout is sessionAffinity ClientIP's timeout in seconds; 0: no affinity.
 	AffinityTimeout uint16
 	// DropWithoutEndpoints drops new connections to the ClusterIP while Internal has no
@@ -148,7 +158,19 @@ func (p ServicePort) Validate() error {
 	if p.Stateless && p.IPProto != IPProtoSCTP {
 		return errors.New("stateless translation is for SCTP ports only")
 	}
-	for _, g := range []ServiceGroup{p.Internal, p.External} {
+	for _, ip := range p.ExternalIPs {
+		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() || ip.Is6() != p.ClusterIP.Is6() {
+			return fmt.Errorf("external IP %q is not a plain address of the cluster IP's family", ip)
+		}
+	}
+	if len(p.ExternalIPs) > 0 && p.Stateless {
+		return errors.New("external IPs of a stateless port")
+	}
+	groups := []ServiceGroup{p.Internal, p.External}
+	if len(p.ExternalIPs) > 0 || p.Cluster.ID != 0 || len(p.Cluster.Endpoints) > 0 {
+		groups = append(groups, p.Cluster)
+	}
+	for _, g := range groups {
 		if !IsServiceGroup(g.ID) {
 			return fmt.Errorf("group %#x is not a Service group", g.ID)
 		}
