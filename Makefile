@@ -52,7 +52,8 @@ test: tools build images lint unit e2e bench-once
 ## the NetworkPolicy truth-table cases and 400 generated ones checked offline against the
 ## independent model and kube-network-policies' evaluator (TestCases*)
 unit:
-	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/... ./test/e2e/conformance/policyapi/...
+	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/...
+	$(GO) -C test/e2e/conformance/netpolapi test -count=1 ./strip/
 	$(TESTRUN) -count=1 -run '^TestCases' ./test/e2e/netpol/
 
 # netpol comes first: go test starts packages in the order named, two at a time, and
@@ -82,7 +83,8 @@ upgrade-test: tools build images old-release
 	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_OLD_RELEASE_DIR=$(OLD_RELEASE) \
 		$(TESTRUN) -count=1 -timeout 30m -run '^TestRealNodes$$/^upgrade_from_the_previous_release$$' ./test/e2e/realnode/
 
-## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests and the rest of sig-network (Services, Networking)
+## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests, the rest of sig-network (Services, Networking)
+## and the network-policy-api ClusterNetworkPolicy suite (its own Go module, test/e2e/conformance/netpolapi)
 ## on three real nodes, written to docs/conformance.md (about 45 minutes; make test runs subsets of the first and third;
 ## KOVS_CONFORMANCE_ONLY=<part of a suite name> runs one suite alone)
 conformance: tools build images
@@ -141,6 +143,7 @@ fuzz:
 lint:
 	@out=$$(gofmt -l go-controller test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C test/e2e/conformance/netpolapi vet ./strip/ ./genbase/
 
 clean:
 	rm -rf _output

@@ -22,6 +22,8 @@ type suite struct {
 	Name string
 	// Focus and Skip are ginkgo regular expressions over the tests' full names.
 	Focus, Skip string
+	// About says what the suite is in the report when it is not e2e.test's (no Focus).
+	About string
 	// NotRunnable matches the tests of Focus that cannot run on these machines, with the
 	// reason (they are passed to the suite's skip).
 	NotRunnable []notRunnable
