@@ -184,7 +184,7 @@ func offlinePods() []corev1.Pod {
 		pods = append(pods, corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: p.ns, Name: p.name, Labels: map[string]string{"pod": p.name}},
 			Spec:       corev1.PodSpec{NodeName: p.node},
-			Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.244.0.%d", i+2)}, {IP: fmt.Sprintf("fd00:10:244::%d", i+2)}}},
+			Status:     corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.244.0.%d", i+2)}, {IP: fmt.Sprintf("fd00:10:244::%d", i+2)}}},
 		})
 	}
 	return pods
