@@ -50,11 +50,13 @@ test: tools build images lint unit e2e bench-once
 
 ## unit: the tests that need no sandbox (as root, the OVS and namespace ones run too), and
 ## the NetworkPolicy truth-table cases and 400 generated ones checked offline against the
-## independent model and kube-network-policies' evaluator (TestCases*)
+## independent model and kube-network-policies' evaluator (TestCases*), and the tier truth
+## table's against the tier model (TestTierCases*)
 unit:
 	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/...
 	$(GO) -C test/e2e/conformance/netpolapi test -count=1 ./strip/
 	$(TESTRUN) -count=1 -run '^TestCases' ./test/e2e/netpol/
+	$(TESTRUN) -count=1 -run '^TestTierCases' ./test/e2e/clusterpolicy/
 
 # netpol comes first: go test starts packages in the order named, two at a time, and
 # netpol's truth tables (about 22 minutes) are the longest; in alphabetical order they

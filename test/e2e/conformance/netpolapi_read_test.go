@@ -74,7 +74,7 @@ func TestReadTestJSON(t *testing.T) {
 				t.Errorf("Passing took %s, want 2.5s", r.Duration)
 			}
 		case "SCTPOnly":
-			if !strings.Contains(r.Message, reason) || !strings.Contains(r.Message, "(1)") {
+			if !strings.Contains(r.Message, reason) || !strings.Contains(r.Message, "(1)") || !strings.Contains(r.Message, "0 of its 1 subtests passed") {
 				t.Errorf("SCTPOnly's reason: %q", r.Message)
 			}
 		case "TCPToo":

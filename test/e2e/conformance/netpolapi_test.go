@@ -121,10 +121,10 @@ var (
 // error.
 func readTestJSON(r io.Reader, parent, sctpReason string) ([]result, error) {
 	type state struct {
-		res     result
-		output  []string
-		done    bool
-		started bool
+		res             result
+		output          []string
+		done            bool
+		subPass, subAll int // its subtests: passed, and all that ended
 	}
 	tests := map[string]*state{}
 	var parentOut []string
@@ -153,10 +153,16 @@ func readTestJSON(r io.Reader, parent, sctpReason string) ([]result, error) {
 			st = &state{res: result{Name: name}}
 			tests[name] = st
 		}
-		st.started = true
 		st.output = append(st.output, e.Output)
 		if e.Test != parent+"/"+name {
-			continue // a subtest's events: its output counts for the test
+			// A subtest's events: its output counts for the test.
+			if strings.Count(e.Test, "/") == 2 && (e.Action == "pass" || e.Action == "fail") {
+				st.subAll++
+				if e.Action == "pass" {
+					st.subPass++
+				}
+			}
+			continue
 		}
 		switch e.Action {
 		case "pass", "fail", "skip":
@@ -186,7 +192,8 @@ func readTestJSON(r io.Reader, parent, sctpReason string) ([]result, error) {
 			protos := failedProtocols(st.output)
 			if sctpReason != "" && len(protos) > 0 && onlySCTP(protos) {
 				res.Status = "not runnable"
-				res.Message = fmt.Sprintf("every failed assertion (%d) is a probe over SCTP; %s", len(protos), sctpReason)
+				res.Message = fmt.Sprintf("every failed assertion (%d) is a probe over SCTP, and %d of its %d subtests passed "+
+					"(in the others, what comes after the first SCTP probe did not run); %s", len(protos), st.subPass, st.subAll, sctpReason)
 			} else {
 				res.Message = fmt.Sprintf("failed probes over %s: %s", strings.Join(protos, ", "), failureLines(st.output))
 			}
