@@ -403,7 +403,9 @@ func probeTier(t *testing.T, s *framework.Sandbox, from, to *corev1.Pod, fromNod
 	if err != nil {
 		return err
 	}
-	r := s.Probe(from, addr, port, time.Second)
+	// Short: a connection that the switch let through answers in far less, and even one
+	// that answered later would not count on the drop flows below.
+	r := s.Probe(from, addr, port, 500*time.Millisecond)
 	if !r.TimedOut {
 		return fmt.Errorf("not dropped: %s", framework.Describe(r))
 	}
