@@ -137,3 +137,37 @@ func TestReportKeepsOtherSuites(t *testing.T) {
 		t.Errorf("the suites are out of order:\n%s", s)
 	}
 }
+
+// TestProfileNotes reads the suite's own report: a profile whose failed tests are all
+// not runnable says so; one with another failure counts it.
+func TestProfileNotes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report.yaml")
+	rep := `apiVersion: policy.networking.k8s.io/v1alpha1
+kind: ConformanceReport
+profiles:
+- name: ClusterNetworkPolicy
+  experimental:
+    failedTests: [CNPNodePeers]
+    result: failure
+    statistics: {Failed: 1, Passed: 4, Skipped: 0}
+  standard:
+    failedTests: [CNPSCTP, CNPTCP]
+    result: failure
+    statistics: {Failed: 2, Passed: 14, Skipped: 0}
+`
+	if err := os.WriteFile(path, []byte(rep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := profileNotes(path, []result{{Name: "CNPNodePeers", Status: "not runnable"}, {Name: "CNPSCTP", Status: "not runnable"}, {Name: "CNPTCP", Status: "failed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"profile ClusterNetworkPolicy, standard features: failure, 14 passed, 2 failed, 0 skipped (1 of the tests it counts as failed are not SCTP's)",
+		"profile ClusterNetworkPolicy, experimental features: failure, 4 passed, 1 failed, 0 skipped (every test it counts as failed is named below as not runnable)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the notes lack %q:\n%s", want, got)
+		}
+	}
+}

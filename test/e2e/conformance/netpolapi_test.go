@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -96,7 +98,70 @@ func runNetpolAPISuite(sb *framework.Sandbox, dir string, timeout time.Duration)
 		return r, fmt.Errorf("%s: go test (%v): %w (output %s, log %s)", s.Name, runErr, err, jsonPath, logPath)
 	}
 	r.Results = results
+	notes, err := profileNotes(filepath.Join(dir, "report.yaml"), results)
+	if err != nil {
+		return r, fmt.Errorf("%s: the suite's conformance report: %w", s.Name, err)
+	}
+	r.Notes = notes
 	return r, nil
+}
+
+// profileReport is what kovs reads of the suite's own conformance report
+// (conformance/apis/v1alpha1 ConformanceReport).
+type profileReport struct {
+	Profiles []struct {
+		Name                   string
+		Standard, Experimental struct {
+			Result      string
+			Statistics  struct{ Passed, Failed, Skipped int }
+			FailedTests []string `json:"failedTests"`
+		}
+	}
+}
+
+// profileNotes says what the suite's own report concluded for each profile and feature
+// set, and whether every test it counts as failed is one of the not-runnable ones.
+func profileNotes(path string, results []result) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var rep profileReport
+	if err := yaml.Unmarshal(b, &rep); err != nil {
+		return "", err
+	}
+	status := map[string]string{}
+	for _, r := range results {
+		status[r.Name] = r.Status
+	}
+	var parts []string
+	for _, p := range rep.Profiles {
+		for _, set := range []struct {
+			name string
+			s    struct {
+				Result      string
+				Statistics  struct{ Passed, Failed, Skipped int }
+				FailedTests []string `json:"failedTests"`
+			}
+		}{{"standard", p.Standard}, {"experimental", p.Experimental}} {
+			others := 0
+			for _, f := range set.s.FailedTests {
+				if status[f] != "not runnable" {
+					others++
+				}
+			}
+			why := "every test it counts as failed is named below as not runnable"
+			if others > 0 {
+				why = fmt.Sprintf("%d of the tests it counts as failed are not SCTP's", others)
+			}
+			parts = append(parts, fmt.Sprintf("profile %s, %s features: %s, %d passed, %d failed, %d skipped (%s)",
+				p.Name, set.name, set.s.Result, set.s.Statistics.Passed, set.s.Statistics.Failed, set.s.Statistics.Skipped, why))
+		}
+	}
+	if len(parts) == 0 {
+		return "", fmt.Errorf("%s names no profile", path)
+	}
+	return "The suite's own conformance report (`--report-output`): " + strings.Join(parts, "; ") + ".", nil
 }
 
 // testEvent is one line of go test -json (cmd/test2json).

@@ -70,6 +70,9 @@ row and section; each section says when it last ran.
 		if r.Suite.About != "" {
 			about = r.Suite.About + "."
 		}
+		if r.Notes != "" {
+			about += "\n\n" + r.Notes
+		}
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\n%s\n\n| test | result | time | why |\n|---|---|---|---|\n", name, finished, about)
 		for _, res := range r.Results {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", escape(res.Name), res.Status, res.Duration.Round(100*time.Millisecond),

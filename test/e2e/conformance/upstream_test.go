@@ -46,8 +46,10 @@ type result struct {
 type run struct {
 	Suite   suite
 	Results []result
-	Wall    time.Duration
-	Log     string
+	// Notes is what the report says of the run besides its results (or nothing).
+	Notes string
+	Wall  time.Duration
+	Log   string
 }
 
 // skipExpr is the suite's skip plus its not-runnable tests.
