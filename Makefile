@@ -87,7 +87,7 @@ upgrade-test: tools build images old-release
 
 ## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests, the rest of sig-network (Services, Networking)
 ## and the network-policy-api ClusterNetworkPolicy suite (its own Go module, test/e2e/conformance/netpolapi)
-## on three real nodes, written to docs/conformance.md (about 45 minutes; make test runs subsets of the first and third;
+## on three real nodes, written to docs/conformance.md (about 70 minutes, the last about 20; make test runs subsets of the first and third;
 ## KOVS_CONFORMANCE_ONLY=<part of a suite name> runs one suite alone)
 conformance: tools build images
 	KOVS_E2E=1 KOVS_CONFORMANCE=1 KOVS_CONFORMANCE_REPORT=$(CURDIR)/docs/conformance.md \
