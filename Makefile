@@ -50,10 +50,13 @@ test: tools build images lint unit e2e bench-once
 
 ## unit: the tests that need no sandbox (as root, the OVS and namespace ones run too), and
 ## the NetworkPolicy truth-table cases and 400 generated ones checked offline against the
-## independent model and kube-network-policies' evaluator (TestCases*)
+## independent model and kube-network-policies' evaluator (TestCases*), and the tier truth
+## table's against the tier model (TestTierCases*)
 unit:
-	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/... ./test/e2e/conformance/policyapi/...
+	$(TESTRUN) -count=1 ./go-controller/... ./hack/... ./test/e2e/netpol/policymodel/... ./test/e2e/netpol/refmodel/... ./test/e2e/scale/harness/...
+	$(GO) -C test/e2e/conformance/netpolapi test -count=1 ./strip/
 	$(TESTRUN) -count=1 -run '^TestCases' ./test/e2e/netpol/
+	$(TESTRUN) -count=1 -run '^TestTierCases' ./test/e2e/clusterpolicy/
 
 # netpol comes first: go test starts packages in the order named, two at a time, and
 # netpol's truth tables (about 22 minutes) are the longest; in alphabetical order they
@@ -90,8 +93,9 @@ truth-tables: tools build
 	KOVS_E2E=1 KOVS_TRUTH_TABLES=all KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \
 		$(TESTRUN) -count=1 -timeout 90m -run '^Test(NetworkPolicyTruthTable|TruthTableViaService)$$' ./test/e2e/netpol/
 
-## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests and the rest of sig-network (Services, Networking)
-## on three real nodes, written to docs/conformance.md (about 45 minutes; make test runs subsets of the first and third;
+## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests, the rest of sig-network (Services, Networking)
+## and the network-policy-api ClusterNetworkPolicy suite (its own Go module, test/e2e/conformance/netpolapi)
+## on three real nodes, written to docs/conformance.md (about 70 minutes, the last about 20; make test runs subsets of the first and third;
 ## KOVS_CONFORMANCE_ONLY=<part of a suite name> runs one suite alone)
 conformance: tools build images
 	KOVS_E2E=1 KOVS_CONFORMANCE=1 KOVS_CONFORMANCE_REPORT=$(CURDIR)/docs/conformance.md \
@@ -149,6 +153,7 @@ fuzz:
 lint:
 	@out=$$(gofmt -l go-controller test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C test/e2e/conformance/netpolapi vet ./strip/ ./genbase/
 
 clean:
 	rm -rf _output

@@ -1,8 +1,8 @@
 // Package conformance_test runs the upstream Kubernetes end-to-end suites against kovs on
 // real nodes (kubelet, containerd, kovs installed from dist/): a focused NetworkPolicy
 // subset in `make test`, and with KOVS_CONFORMANCE=1 (`make conformance`) the whole
-// NetworkPolicy suite and the sig-network [Conformance] tests, written to
-// docs/conformance.md.
+// NetworkPolicy suite, the sig-network [Conformance] tests, the rest of sig-network and
+// the network-policy-api suite (ClusterNetworkPolicy), written to docs/conformance.md.
 package conformance_test
 
 import (
@@ -158,9 +158,9 @@ func TestUpstreamSigNetworkSubset(t *testing.T) {
 	}
 }
 
-// TestConformance runs the whole NetworkPolicy suite, the sig-network conformance tests
-// and the rest of sig-network's selection (`make conformance`, about 45 minutes on this
-// machine) and writes the report to KOVS_CONFORMANCE_REPORT (docs/conformance.md).
+// TestConformance runs the whole NetworkPolicy suite, the sig-network conformance tests,
+// the rest of sig-network's selection and the network-policy-api suite (`make
+// conformance`) and writes the report to KOVS_CONFORMANCE_REPORT (docs/conformance.md).
 // KOVS_CONFORMANCE_ONLY=<part of a suite's name> runs only the suites it names.
 func TestConformance(t *testing.T) {
 	if os.Getenv("KOVS_CONFORMANCE") != "1" {
@@ -169,7 +169,7 @@ func TestConformance(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "3")
 	var runs []run
-	for _, su := range []suite{netpolSuite(nil), sigNetworkConformance(), sigNetworkSelection(nil)} {
+	for _, su := range []suite{netpolSuite(nil), sigNetworkConformance(), sigNetworkSelection(nil), netpolAPISuite()} {
 		if only := os.Getenv("KOVS_CONFORMANCE_ONLY"); only != "" && !strings.Contains(su.Name, only) {
 			continue // one suite alone, to run it again after a fix
 		}
@@ -177,7 +177,13 @@ func TestConformance(t *testing.T) {
 		dir := filepath.Join(os.TempDir(), "kovs-conformance", strings.Join(strings.FieldsFunc(su.Name, func(r rune) bool {
 			return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '-'
 		}), "-"))
-		r, err := runSuite(s, su, dir, 4*time.Hour)
+		var r run
+		var err error
+		if su.Name == netpolAPISuite().Name {
+			r, err = runNetpolAPISuite(s, dir, time.Hour)
+		} else {
+			r, err = runSuite(s, su, dir, 4*time.Hour)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,8 @@ type suite struct {
 	Name string
 	// Focus and Skip are ginkgo regular expressions over the tests' full names.
 	Focus, Skip string
+	// About says what the suite is in the report when it is not e2e.test's (no Focus).
+	About string
 	// NotRunnable matches the tests of Focus that cannot run on these machines, with the
 	// reason (they are passed to the suite's skip).
 	NotRunnable []notRunnable
@@ -44,8 +46,10 @@ type result struct {
 type run struct {
 	Suite   suite
 	Results []result
-	Wall    time.Duration
-	Log     string
+	// Notes is what the report says of the run besides its results (or nothing).
+	Notes string
+	Wall  time.Duration
+	Log   string
 }
 
 // skipExpr is the suite's skip plus its not-runnable tests.

@@ -1,4 +1,9 @@
-package policyapi
+// Package strip makes the network-policy-api conformance suite's base manifests runnable
+// on a kernel without SCTP sockets. Every pod of the suite's base manifests runs `agnhost
+// porter` on SCTP ports in two of its containers, and porter exits when it cannot listen
+// on SCTP, so on such a kernel every test would fail at setup; without those containers
+// the pods start and only the tests' SCTP probes cannot succeed (docs/conformance.md).
+package strip
 
 import (
 	"bytes"
