@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
+	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
 
 // Flow is one flow of a node's br-int as ovs-ofctl dumps it.
@@ -138,7 +139,7 @@ func ofctl(args ...string) ([]string, error) {
 	return strings.Split(string(out), "\n"), nil
 }
 
-// DumpMeters reads the meters of node's br-int, by ID.
+// DumpMeters reads the pods' bandwidth meters of node's br-int, by ID (ListMeters).
 func (s *Sandbox) DumpMeters(t testing.TB, node string) []ovs.Meter {
 	t.Helper()
 	meters, err := s.ListMeters(node)
@@ -148,16 +149,19 @@ func (s *Sandbox) DumpMeters(t testing.TB, node string) []ovs.Meter {
 	return meters
 }
 
-// ListMeters reads the meters of node's br-int, by ID.
+// ListMeters reads the pods' bandwidth meters of node's br-int, by ID: every meter but
+// the audit log's packet-in meter, which the agent keeps whether or not a pod is limited
+// (docs/audit.md).
 func (s *Sandbox) ListMeters(node string) ([]ovs.Meter, error) {
 	lines, err := ofctl("dump-meters", s.BrIntTarget(node))
 	if err != nil {
 		return nil, err
 	}
-	meters, err := ovs.ParseMeterDump(strings.Join(lines, "\n"))
+	all, err := ovs.ParseMeterDump(strings.Join(lines, "\n"))
 	if err != nil {
 		return nil, err
 	}
+	meters := slices.DeleteFunc(all, func(m ovs.Meter) bool { return m.ID == pipeline.AuditMeterID })
 	slices.SortFunc(meters, func(a, b ovs.Meter) int { return cmp.Compare(a.ID, b.ID) })
 	return meters, nil
 }
