@@ -118,17 +118,13 @@ func (l Layout) Restart(name string) (int, error) {
 	return l.start(p)
 }
 
-// RestartAs restarts the named process as Restart does, running the binary at path from
-// now on (its arguments unchanged): another release's kovs-agent on one node, say, for a
-// version skew test. The spec is rewritten, so Start and Restart keep that binary.
-func (l Layout) RestartAs(name, path string) (int, error) {
-	specFile := filepath.Join(l.PidDir(), name+".json")
-	b, err := os.ReadFile(specFile)
+// RestartAs restarts the named process as Restart does, running the binary at path with
+// args (nil: its arguments unchanged) from now on: another release's kovs-agent on one
+// node, say, for a version skew test, with only the flags that release knows. The spec is
+// rewritten, so Start and Restart keep that binary and those arguments.
+func (l Layout) RestartAs(name, path string, args []string) (int, error) {
+	p, err := l.ProcessSpec(name)
 	if err != nil {
-		return 0, fmt.Errorf("sandbox %q has no process %q (see `kovs-sandbox status`): %w", l.Name, name, err)
-	}
-	var p Process
-	if err := json.Unmarshal(b, &p); err != nil {
 		return 0, err
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -138,7 +134,23 @@ func (l Layout) RestartAs(name, path string) (int, error) {
 		return 0, err
 	}
 	p.Path = path
+	if args != nil {
+		p.Args = args
+	}
 	return l.start(p)
+}
+
+// ProcessSpec is how the named process is started: its binary, arguments and namespace.
+func (l Layout) ProcessSpec(name string) (Process, error) {
+	b, err := os.ReadFile(filepath.Join(l.PidDir(), name+".json"))
+	if err != nil {
+		return Process{}, fmt.Errorf("sandbox %q has no process %q (see `kovs-sandbox status`): %w", l.Name, name, err)
+	}
+	var p Process
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Process{}, err
+	}
+	return p, nil
 }
 
 // Kill ends the named process at once (SIGKILL), as a crash or a lost node would, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,11 +38,22 @@ func (c *cluster) checkOlderAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	const proc = "node2-kovs-agent"
-	if _, err := c.s.Layout.RestartAs(proc, old); err != nil {
+	spec, err := c.s.Layout.ProcessSpec(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old release's agent gets the flags it knows, as its own DaemonSet gave it: flags
+	// added since (the audit log's, say) are left out, and named in the log.
+	args, dropped, err := argsKnownTo(old, spec.Args)
+	if err != nil {
+		t.Fatalf("%s=%s: %v", oldReleaseEnv, oldDir, err)
+	}
+	t.Logf("node2's agent of the previous release runs without the flags it does not know: %v", dropped)
+	if _, err := c.s.Layout.RestartAs(proc, old, args); err != nil {
 		t.Fatalf("%s=%s: %v", oldReleaseEnv, oldDir, err)
 	}
 	t.Cleanup(func() {
-		if _, err := c.s.Layout.RestartAs(proc, filepath.Join(st.KovsBinDir, "kovs-agent")); err != nil {
+		if _, err := c.s.Layout.RestartAs(proc, filepath.Join(st.KovsBinDir, "kovs-agent"), spec.Args); err != nil {
 			t.Errorf("restore node2's agent: %v", err)
 		}
 	})
@@ -87,4 +99,35 @@ func (c *cluster) checkOlderAgent(t *testing.T) {
 	})
 	t.Logf("node2's agent of the previous release (%s) with this controller: %s, %s after the changes",
 		filepath.Base(oldDir), report, time.Since(start).Round(time.Millisecond))
+}
+
+// argsKnownTo keeps of args (as "--flag value" pairs, or "--flag=value", or a lone bool
+// "--flag") those the binary's Go flag usage (`-h`) lists; it returns the dropped flags.
+func argsKnownTo(binary string, args []string) (kept, dropped []string, err error) {
+	out, _ := exec.Command(binary, "-h").CombinedOutput()
+	known := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(line, "  -") {
+			known[strings.TrimPrefix(f[0], "-")] = true
+		}
+	}
+	if len(known) == 0 {
+		return nil, nil, fmt.Errorf("%s -h listed no flags: %s", binary, out)
+	}
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		takesNext := !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-")
+		if known[name] {
+			kept = append(kept, args[i])
+			if takesNext {
+				kept = append(kept, args[i+1])
+			}
+		} else {
+			dropped = append(dropped, args[i])
+		}
+		if takesNext {
+			i++
+		}
+	}
+	return kept, dropped, nil
 }
