@@ -390,7 +390,9 @@ func badSubnets(t *testing.T, good string) string {
 func (c *cluster) checkForgedGeneveFromHost(t *testing.T) {
 	a, cc := c.pods["a"], c.pods["c"]
 	src, target := framework.PodIPs(a)[0], framework.PodIPs(cc)[0]
-	const attackPort, mutatedPort, forgedCount = 86, 87, 5
+	// Ports no other subtest of the sandbox sends to: a conntrack entry another left on
+	// node2 (spoof6's control, a→c on 86) would read as a leak.
+	const attackPort, mutatedPort, forgedCount = 93, 94, 5
 	send := func(dport uint16) {
 		t.Helper()
 		// A datagram netfilter drops on the output path fails its write with EPERM: the
@@ -419,7 +421,10 @@ func (c *cluster) checkForgedGeneveFromHost(t *testing.T) {
 		return nil
 	})
 	if leaked != "" {
-		t.Errorf("node2 accepted Geneve that a process on node1 sent from a UDP socket, posing as %s:\n%s", src, leaked)
+		guard, _ := exec.Command("ip", "netns", "exec", c.s.Layout.NodeNetNS("node1"), "nft", "list", "table", "inet", "kovs-tunnel").CombinedOutput()
+		now, err := c.tunnelGuardDropped("node1")
+		t.Errorf("node2 accepted Geneve that a process on node1 sent from a UDP socket, posing as %s:\n%s\nnode1's guard had dropped %d (%v) since the first send; its table:\n%s",
+			src, leaked, now-before, errors.Join(guardErr, err), guard)
 	}
 
 	// Mutation check: the guard off, the forged datagram gets through.
