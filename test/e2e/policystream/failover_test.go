@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -230,9 +229,9 @@ func (c *cluster) agentsMatchScratch(nodes []string, standIns map[string]*sink) 
 			want = policy.NewNodeShare(n)
 		}
 		got, have := standIns[n].get()
-		if !have || !bytes.Equal(shareJSON(got), shareJSON(want)) {
+		if !have || !bytes.Equal(framework.ShareJSON(got), framework.ShareJSON(want)) {
 			return "", fmt.Errorf("%s's share (from the leader's stream) differs from a from-scratch compile:\n  stream  %s\n  scratch %s",
-				n, clip(shareJSON(got)), clip(shareJSON(want)))
+				n, framework.Clip(framework.ShareJSON(got)), framework.Clip(framework.ShareJSON(want)))
 		}
 		p, err := c.s.AgentPolicyStatus(n)
 		if err != nil {
@@ -290,23 +289,6 @@ func (c *cluster) churnRunning() (int, error) {
 		}
 	}
 	return running, nil
-}
-
-// shareJSON encodes a share without its generation (maps encode in key order).
-func shareJSON(s policy.NodeShare) []byte {
-	s.Generation = 0
-	b, err := json.Marshal(s)
-	if err != nil {
-		return []byte(err.Error())
-	}
-	return b
-}
-
-func clip(b []byte) string {
-	if len(b) > 1500 {
-		return string(b[:1500]) + "..."
-	}
-	return string(b)
 }
 
 // get returns the share the sink holds.

@@ -3,7 +3,6 @@ package harness
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
+	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
 // clusterObjects are what a from-scratch compile takes.
@@ -55,33 +55,16 @@ func (h *Harness) compare(objs clusterObjects) Divergence {
 			want = policy.NewNodeShare(a.node)
 		}
 		got, have := a.Share()
-		gotJSON, wantJSON := shareJSON(got), shareJSON(want)
+		gotJSON, wantJSON := framework.ShareJSON(got), framework.ShareJSON(want)
 		if have && bytes.Equal(gotJSON, wantJSON) {
 			continue
 		}
 		d.Diverged++
 		if d.Example == "" {
-			d.Example = fmt.Sprintf("\nfirst: %s (snapshot received: %v)\n  agent   %s\n  scratch %s", a.node, have, clip(gotJSON), clip(wantJSON))
+			d.Example = fmt.Sprintf("\nfirst: %s (snapshot received: %v)\n  agent   %s\n  scratch %s", a.node, have, framework.Clip(gotJSON), framework.Clip(wantJSON))
 		}
 	}
 	return d
-}
-
-// shareJSON encodes a share without its generation; maps encode in key order.
-func shareJSON(s policy.NodeShare) []byte {
-	s.Generation = 0
-	b, err := json.Marshal(s)
-	if err != nil {
-		return []byte(err.Error())
-	}
-	return b
-}
-
-func clip(b []byte) string {
-	if len(b) > 1500 {
-		return string(b[:1500]) + "..."
-	}
-	return string(b)
 }
 
 // hasPodNetwork reports whether the pod runs with its addresses (status.podIPs).
