@@ -26,6 +26,16 @@ func (k FlowKey) String() string {
 	return s
 }
 
+// Selection renders the key as a non-strict dump-flows selects flows: "table=10,ip" (the
+// priority only strict commands take is left out).
+func (k FlowKey) Selection() string {
+	s := "table=" + strconv.Itoa(int(k.Table))
+	if k.Match != "" {
+		s += "," + k.Match
+	}
+	return s
+}
+
 // Flow is one flow as kovs installs it and `dump-flows --no-stats --no-names` prints it:
 // its key, its cookie and its actions, all in ovs-ofctl's own canonical syntax, so a
 // desired flow and a dumped one are equal exactly when the switch has what was wanted.

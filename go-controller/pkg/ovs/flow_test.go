@@ -137,3 +137,17 @@ func TestLearnRendersAsDumpFlows(t *testing.T) {
 		}
 	}
 }
+
+func TestFlowKeySelection(t *testing.T) {
+	for _, c := range []struct {
+		key  FlowKey
+		want string
+	}{
+		{FlowKey{Table: 70, Priority: 50, Match: "reg1=0x3"}, "table=70,reg1=0x3"},
+		{FlowKey{Table: 0, Priority: 10}, "table=0"},
+	} {
+		if got := c.key.Selection(); got != c.want {
+			t.Errorf("%+v.Selection() = %q, want %q", c.key, got, c.want)
+		}
+	}
+}

@@ -53,7 +53,7 @@ func PodDenyPacketsAt(at func() (brInt, db string, err error), node, namespace, 
 			}
 			// The deny flow's key as the pipeline builds it: table, priority and match.
 			deny := pipeline.PodIngressDeny(uint32(ofport))
-			lines, err := ofctl("dump-flows", brInt, fmt.Sprintf("table=%d,%s", deny.Table.ID, deny.Match))
+			lines, err := ofctl("dump-flows", brInt, deny.Key().Selection())
 			if err != nil {
 				return DenyCount{}, err
 			}
