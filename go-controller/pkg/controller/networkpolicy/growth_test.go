@@ -55,6 +55,18 @@ func (c *growthCluster) watchAll() {
 
 // commit ends a batch and builds the delta of every subscriber it concerns, as the
 // policy stream does.
+// inBatches makes n changes with set, committing a batch after every tenth and after the
+// last.
+func (c *growthCluster) inBatches(n int, set func(i int)) {
+	for i := range n {
+		set(i)
+		if i%10 == 9 {
+			c.commit()
+		}
+	}
+	c.commit()
+}
+
 func (c *growthCluster) commit() {
 	for _, s := range c.m.commit() {
 		c.m.delta(s)
@@ -184,13 +196,7 @@ func BenchmarkGroupAddressGrowth(b *testing.B) {
 		c.commit()
 		return func() {
 			for _, round := range versions {
-				for i, p := range round {
-					c.m.setPod(podKey(p), p)
-					if i%10 == 9 {
-						c.commit()
-					}
-				}
-				c.commit()
+				c.inBatches(len(round), func(i int) { c.m.setPod(podKey(round[i]), round[i]) })
 			}
 		}
 	})
@@ -218,13 +224,7 @@ func BenchmarkNamespaceSelectorPolicyGrowth(b *testing.B) {
 			policies[i] = policyObj(name, "from-next", sel("app=web"), nil, in(from(nsPeer(sel("app="+names[(i+1)%n])))), nil)
 		}
 		return func() {
-			for i, np := range policies {
-				c.m.setPolicy(objectKey(np), np)
-				if i%10 == 9 {
-					c.commit()
-				}
-			}
-			c.commit()
+			c.inBatches(len(policies), func(i int) { c.m.setPolicy(objectKey(policies[i]), policies[i]) })
 		}
 	})
 }
@@ -255,13 +255,7 @@ func BenchmarkNamedPortGrowth(b *testing.B) {
 		c.commit()
 		return func() {
 			for _, round := range versions {
-				for i, p := range round {
-					c.m.setPod(podKey(p), p)
-					if i%10 == 9 {
-						c.commit()
-					}
-				}
-				c.commit()
+				c.inBatches(len(round), func(i int) { c.m.setPod(podKey(round[i]), round[i]) })
 			}
 		}
 	})
