@@ -149,9 +149,13 @@ func (s *Sandbox) DumpMeters(t testing.TB, node string) []ovs.Meter {
 	return meters
 }
 
-// ListMeters reads the pods' bandwidth meters of node's br-int, by ID: every meter but
-// the audit log's packet-in meter, which the agent keeps whether or not a pod is limited
-// (docs/audit.md).
+// PodMeters are the pods' bandwidth meters of a br-int's meters: all but the audit log's
+// packet-in meter, which the agent keeps whether or not a pod is limited (docs/audit.md).
+func PodMeters(meters []ovs.Meter) []ovs.Meter {
+	return slices.DeleteFunc(meters, func(m ovs.Meter) bool { return m.ID == pipeline.AuditMeterID })
+}
+
+// ListMeters reads the pods' bandwidth meters of node's br-int (PodMeters), by ID.
 func (s *Sandbox) ListMeters(node string) ([]ovs.Meter, error) {
 	lines, err := ofctl("dump-meters", s.BrIntTarget(node))
 	if err != nil {
@@ -161,7 +165,7 @@ func (s *Sandbox) ListMeters(node string) ([]ovs.Meter, error) {
 	if err != nil {
 		return nil, err
 	}
-	meters := slices.DeleteFunc(all, func(m ovs.Meter) bool { return m.ID == pipeline.AuditMeterID })
+	meters := PodMeters(all)
 	slices.SortFunc(meters, func(a, b ovs.Meter) int { return cmp.Compare(a.ID, b.ID) })
 	return meters, nil
 }

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
-	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -37,18 +36,11 @@ func checkBandwidth(t *testing.T, s *framework.Sandbox, web map[string]corev1.Po
 			if err != nil {
 				return err
 			}
-			// The audit log's packet-in meter is always there (docs/audit.md); the pods'
-			// are the others.
-			var pods []ovs.Meter
+			meters = framework.PodMeters(meters)
 			rates := map[uint32]bool{}
 			for _, m := range meters {
-				if m.ID == pipeline.AuditMeterID {
-					continue
-				}
-				pods = append(pods, m)
 				rates[m.RateKbps] = true
 			}
-			meters = pods
 			if len(meters) != len(want) || len(rates) != len(want) {
 				return fmt.Errorf("meters %v", meters)
 			}
