@@ -19,7 +19,8 @@ const CollapseWindow = time.Second
 type FileConfig struct {
 	Path string
 	// MaxSizeMB is the size at which the file is rotated; MaxBackups how many rotated
-	// files are kept. The log takes at most (MaxBackups+1)*MaxSizeMB.
+	// files are kept. The log takes at most (MaxBackups+1)*MaxSizeMB once lumberjack
+	// has pruned the old backups, which it does in the background right after a rotation.
 	MaxSizeMB  int
 	MaxBackups int
 }
