@@ -25,7 +25,9 @@ const (
 	// is for a loaded machine to carry the retransmitted packet through. Allowed cells get
 	// the same budget, and no second try: an allowed path that lost a packet answers
 	// within it (and counts as slow), a wrongly allowed cell that lost one connects
-	// within it and is caught.
+	// within it and is caught. Once connected, the probe waits for the server's line up
+	// to responder.LineGrace, past the budget if need be (the line names who answered;
+	// the connection already says the path is open); such a cell counts as slow.
 	cellBudget = 2 * time.Second
 	// firstRetransmit is the kernel's initial TCP retransmission timeout (TCP_TIMEOUT_INIT):
 	// an allowed cell that answers later needed a second try of some packet, or waited as

@@ -20,6 +20,14 @@ const (
 	retransmitInterval = 250 * time.Millisecond
 	// maxLineLen bounds the reply read from a TCP server.
 	maxLineLen = 4096
+	// LineGrace is how long a TCP probe that connected keeps waiting for the server's
+	// line, past its own deadline if need be. When a handshake packet had to be sent
+	// again, the server has no round-trip sample and Linux sets its retransmission
+	// timeout to 3 s (RFC 6298 section 5.7, TCP_TIMEOUT_FALLBACK), so a line lost once
+	// comes again only 3 s later. The wait cannot turn a drop into an answer: the
+	// connection is already the answer (the path let the handshake through both ways);
+	// the line only says who answered. The probe's Duration shows how long it took.
+	LineGrace = 4 * time.Second
 )
 
 // probeDatagram is what a UDP probe sends; the responder answers any datagram.
@@ -183,7 +191,7 @@ func probeTCP(ctx context.Context, t Target, src uint16, deadline time.Time) Res
 	}
 	defer conn.Close()
 	res := Result{Connected: true, Local: addrPort(conn.LocalAddr())}
-	conn.SetDeadline(deadline)
+	conn.SetDeadline(latest(deadline, time.Now().Add(LineGrace)))
 	stop := interruptOnDone(ctx, conn)
 	defer stop()
 	line, err := bufio.NewReader(io.LimitReader(conn, maxLineLen)).ReadString('\n')
@@ -281,6 +289,13 @@ func withLocal(r Result, local netip.AddrPort) Result {
 // earliest returns the earlier of two times.
 func earliest(a, b time.Time) time.Time {
 	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
 		return a
 	}
 	return b

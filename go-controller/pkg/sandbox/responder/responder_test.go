@@ -2,6 +2,7 @@ package responder_test
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -236,5 +237,48 @@ func TestIPv4OnlyNamespace(t *testing.T) {
 	serve(t, link.Server, "v4only", servedPorts...)
 	for proto, port := range protocols {
 		expectConnected(t, probe(t, link.Client, hostPort(serverV4, port)+"/"+proto, timeout), "v4only", clientV4)
+	}
+}
+
+// TestLateLineIsStillAnAnswer: a server that accepts at once but whose line comes after
+// the probe's deadline (as a line lost once comes after a 3 s retransmission timeout)
+// is connected and named, with the time it took; one that never sends a line is still
+// an error, after LineGrace.
+func TestLateLineIsStillAnAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tgt, err := responder.ParseTarget(ln.Addr().String() + "/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lineAfter = 500 * time.Millisecond
+	silent := make(chan struct{})
+	t.Cleanup(func() { close(silent) })
+	go func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if n == 0 {
+				time.Sleep(lineAfter) // the server's line is late, not lost
+				c.Write(responder.Line{Identity: "ns1/late", Port: tgt.Port, Peer: netip.MustParseAddrPort(c.RemoteAddr().String())}.Marshal())
+				c.Close()
+				continue
+			}
+			go func() { <-silent; c.Close() }() // the second connection never gets a line
+		}
+	}()
+	const budget = 100 * time.Millisecond
+	res := responder.Probe(context.Background(), tgt, budget)
+	if !res.Connected || res.Reply == nil || res.Reply.Identity != "ns1/late" || res.Duration < lineAfter {
+		t.Errorf("a line %s late after a %s budget: want connected, named ns1/late, after %s; got %+v", lineAfter, budget, lineAfter, res)
+	}
+	res = responder.Probe(context.Background(), tgt, budget)
+	if !res.Connected || res.Reply != nil || !strings.Contains(res.Error, "read no line") || res.Duration < responder.LineGrace {
+		t.Errorf("no line at all: want connected without a line after LineGrace (%s), got %+v", responder.LineGrace, res)
 	}
 }
