@@ -43,6 +43,7 @@ func main() {
 	apiBurst := flag.Int("kube-api-burst", 600, "burst of --kube-api-qps")
 	policyListen := flag.String("policy-listen", fmt.Sprintf(":%d", stream.DefaultPort), "where agents stream their NetworkPolicy from (HTTPS); empty: no stream")
 	policyMinSync := flag.Duration("policy-min-sync-interval", 0, "least time between two NetworkPolicy compile batches")
+	clusterMinSync := flag.Duration("cluster-policy-min-sync-interval", -1, "least time between two ClusterNetworkPolicy compile batches (a new pod opens only after the next one); negative: --policy-min-sync-interval")
 	transitionTimeout := flag.Duration("policy-transition-timeout", transition.DefaultTimeout, "how long NetworkPolicy relaxations wait for every node to realize the restrictions before them; a node that takes longer is held (no relaxation until it reports) and the others go on")
 	agentSA := flag.String("agent-service-account", "kube-system/kovs-agent", "namespace/name of the agents' ServiceAccount: only its node-bound tokens may stream")
 	tlsSANs := flag.String("policy-tls-sans", "", "extra DNS names and IP addresses for the stream's serving certificate (comma-separated)")
@@ -55,6 +56,9 @@ func main() {
 	retryPeriod := flag.Duration("leader-elect-retry-period", controller.DefaultRetryPeriod, "wait between two attempts to take or renew the Lease")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
+	if *clusterMinSync < 0 {
+		*clusterMinSync = *policyMinSync
+	}
 
 	level, err := log.ParseLevel(*logLevel)
 	if err != nil {
@@ -116,7 +120,7 @@ func main() {
 		LeaderElect: *leaderElect, LeaseNamespace: *leaseNS, LeaseName: "kovs-controller", Workers: *workers,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
-		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync,
+		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync, ClusterMinSyncInterval: *clusterMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
 			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight,
 			TransitionTimeout: *transitionTimeout},

@@ -247,7 +247,7 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 		"egress": func(ctx context.Context) error { return runEgress(ctx, cfg, client) },
 		"cluster network policy": func(ctx context.Context) error {
 			return runClusterPolicies(ctx, cfg.PolicyAPI, recorder, obs, factory, policies.compiler, policies.realization.Tracker(),
-				cfg.Policy.MinSyncInterval)
+				cfg.Policy.ClusterMinSyncInterval)
 		},
 	})
 }

@@ -28,6 +28,10 @@ type PolicyConfig struct {
 	Listen string
 	// MinSyncInterval is the compiler's least time between two batches.
 	MinSyncInterval time.Duration
+	// ClusterMinSyncInterval is the ClusterNetworkPolicy feed's least time between two
+	// batches (each compiles every policy against every pod). A new pod's node lists it,
+	// and its agent opens it, only after the feed's next batch.
+	ClusterMinSyncInterval time.Duration
 	// AgentNamespace and AgentServiceAccount name the agents' ServiceAccount: only its
 	// node-bound tokens are let in (defaults kube-system, kovs-agent).
 	AgentNamespace, AgentServiceAccount string

@@ -104,6 +104,8 @@ func TestStatusConditions(t *testing.T) {
 	}
 	t.Run("Enforcement", func(t *testing.T) { testEnforcement(t, env, s, client) })
 	t.Run("AuditLog", func(t *testing.T) { testAuditLog(t, env, s, client) })
+	// Last: it restarts kovs-controller with a slow cluster feed.
+	t.Run("NewPodClosedUntilClusterRules", func(t *testing.T) { testNewPodClosedUntilClusterRules(t, s, client) })
 }
 
 // programmed waits until the policy's Programmed condition is True with a message that

@@ -25,9 +25,11 @@ import (
 )
 
 // Sink takes every node's cluster rules (the NetworkPolicy compiler, which carries them
-// in the nodes' shares).
+// in the nodes' shares) and where each pod was when they were compiled: the node of every
+// pod the batch evaluated ("" if not scheduled), so that a node's share lists a new pod
+// only with the cluster rules that select it.
 type Sink interface {
-	SetClusterRules(byNode map[string][]policy.ClusterRule)
+	SetClusterRules(byNode map[string][]policy.ClusterRule, evaluated map[policy.PodKey]string)
 }
 
 // Feed compiles the ClusterNetworkPolicies against the cluster (Compile) into every
@@ -115,10 +117,10 @@ func (f *Feed) sync() {
 		log.WithError(err).Error("list ClusterNetworkPolicies")
 		return
 	}
-	c, nodeOf := f.cluster()
+	c, evaluated := f.cluster()
 	rules := Compile(cnps, c)
-	byNode := rules.NodeRules(nodeOf)
-	f.sink.SetClusterRules(byNode)
+	byNode := rules.NodeRules(func(k policy.PodKey) string { return evaluated[k] })
+	f.sink.SetClusterRules(byNode, evaluated)
 	compiled := make(map[string]int64, len(cnps))
 	names := make([]string, 0, len(cnps))
 	for _, p := range cnps {
@@ -135,8 +137,9 @@ func (f *Feed) sync() {
 		WithField("took", time.Since(start)).Debug("cluster network policy rules compiled")
 }
 
-// cluster reads the cluster from the listers, and where each pod runs.
-func (f *Feed) cluster() (*Cluster, func(policy.PodKey) string) {
+// cluster reads the cluster from the listers, and where each of its pods runs ("" for a
+// pod not scheduled).
+func (f *Feed) cluster() (*Cluster, map[policy.PodKey]string) {
 	c := &Cluster{Namespaces: map[string]map[string]string{}}
 	namespaces, _ := f.namespaces.List(labels.Everything())
 	for _, ns := range namespaces {
@@ -154,7 +157,7 @@ func (f *Feed) cluster() (*Cluster, func(policy.PodKey) string) {
 	for _, n := range nodes {
 		c.Nodes = append(c.Nodes, NodeOf(n))
 	}
-	return c, func(k policy.PodKey) string { return where[k] }
+	return c, where
 }
 
 // relevantUpdate reports whether an update changes what Compile reads: a policy's spec,

@@ -25,11 +25,12 @@ type changes struct {
 	// since is when the first change not yet taken was recorded (zero: none).
 	since time.Time
 	now   func() time.Time
-	// cluster is the latest SetClusterRules not yet taken (clusterSet: there is one);
-	// clusterExpected, when set, is closed by the first one.
-	cluster         map[string][]policy.ClusterRule
-	clusterSet      bool
-	clusterExpected chan struct{}
+	// cluster and clusterEvaluated are the latest SetClusterRules not yet taken
+	// (clusterSet: there is one); clusterExpected, when set, is closed by the first one.
+	cluster          map[string][]policy.ClusterRule
+	clusterEvaluated map[policy.PodKey]string
+	clusterSet       bool
+	clusterExpected  chan struct{}
 	// signal asks the worker for a batch (the compiler's runner coalesces the asks).
 	signal func()
 }

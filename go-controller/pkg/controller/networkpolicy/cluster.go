@@ -11,6 +11,12 @@ import (
 // and hands each node's list over with SetClusterRules. They travel with the
 // NetworkPolicy of the node, in the same snapshots and deltas, at the same generations,
 // through the same transition gate.
+//
+// A node's share lists a pod (the agent keeps a new pod closed until it does) only once
+// both this compiler and the cluster feed have evaluated it: the pod is then in the
+// share's NetworkPolicy and in its cluster rules, in the same version. SetClusterRules
+// says where the feed evaluated each pod; a pod the feed has not seen on its node yet
+// (created, or scheduled, since the feed's last batch) waits for the feed's next one.
 
 // ExpectClusterRules makes the compiler's first batch wait for the first SetClusterRules
 // (the cluster rules compiled from everything their informers listed), so that no share
@@ -22,12 +28,14 @@ func (c *Compiler) ExpectClusterRules() {
 }
 
 // SetClusterRules replaces every node's cluster rules (by node name, in precedence
-// order; a node not listed has none). The compiler sends the nodes whose rules changed a
-// delta in its next batch. The lists are the compiler's from then on: the caller must not
-// change them.
-func (c *Compiler) SetClusterRules(byNode map[string][]policy.ClusterRule) {
+// order; a node not listed has none), compiled from a view of the cluster in which
+// evaluated names the node of every pod ("" for a pod not scheduled then). The compiler
+// sends the nodes whose rules changed a delta in its next batch, and lists in the shares
+// the pods it has evaluated itself on that node too. The maps are the compiler's from
+// then on: the caller must not change them.
+func (c *Compiler) SetClusterRules(byNode map[string][]policy.ClusterRule, evaluated map[policy.PodKey]string) {
 	c.changes.mu.Lock()
-	c.changes.cluster, c.changes.clusterSet = byNode, true
+	c.changes.cluster, c.changes.clusterEvaluated, c.changes.clusterSet = byNode, evaluated, true
 	if c.changes.since.IsZero() {
 		c.changes.since = c.changes.now()
 	}
@@ -52,19 +60,46 @@ func (c *changes) clusterRulesArrived() <-chan struct{} {
 	return c.clusterExpected
 }
 
-// takeCluster returns the cluster rules set since the last take, if any.
-func (c *changes) takeCluster() (map[string][]policy.ClusterRule, bool) {
+// takeCluster returns the cluster rules and evaluated pods set since the last take, if
+// any.
+func (c *changes) takeCluster() (map[string][]policy.ClusterRule, map[policy.PodKey]string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	byNode, set := c.cluster, c.clusterSet
-	c.cluster, c.clusterSet = nil, false
-	return byNode, set
+	byNode, evaluated, set := c.cluster, c.clusterEvaluated, c.clusterSet
+	c.cluster, c.clusterEvaluated, c.clusterSet = nil, nil, false
+	return byNode, evaluated, set
+}
+
+// listable reports whether p's node's share may list p: the cluster feed, once it has
+// sent a batch, evaluated p on p's node.
+func (m *model) listable(p *pod) bool {
+	if m.clusterEvaluated == nil {
+		return true
+	}
+	where, ok := m.clusterEvaluated[p.apiKey()]
+	return ok && where == p.node.name
+}
+
+// list lists a pod on its node, if it may be listed and is not yet.
+func (m *model) list(p *pod) {
+	if p.listed || p.node == nil || !m.listable(p) {
+		return
+	}
+	p.listed = true
+	m.emitPod(p.node, p.apiKey(), opAdd)
 }
 
 // setClusterRules gives every node its new cluster rules, touching those whose rules
-// changed.
-func (m *model) setClusterRules(byNode map[string][]policy.ClusterRule) {
+// changed, and lists the pods the feed has now evaluated on their nodes.
+func (m *model) setClusterRules(byNode map[string][]policy.ClusterRule, evaluated map[policy.PodKey]string) {
 	m.batch.changed = true
+	if evaluated == nil {
+		evaluated = map[policy.PodKey]string{} // a feed has sent a batch: listing waits for it from now on
+	}
+	m.clusterEvaluated = evaluated
+	for _, p := range m.pods {
+		m.list(p)
+	}
 	for name, n := range m.nodes {
 		if _, ok := byNode[name]; !ok && len(n.cluster) > 0 {
 			n.cluster = nil

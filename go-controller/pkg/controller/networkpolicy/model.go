@@ -43,6 +43,10 @@ type model struct {
 	// follows the model).
 	gone      []gonePod
 	trackGone bool
+	// clusterEvaluated is where the ClusterNetworkPolicy feed's last batch evaluated each
+	// pod (the node it gave the pod's rules to); nil while no feed has sent a batch, when
+	// the shares list pods without waiting for one (see listable).
+	clusterEvaluated map[policy.PodKey]string
 }
 
 // gonePod is a pod removed from the model: deleted, terminated, or replaced by one of
@@ -206,7 +210,7 @@ func (m *model) addPod(key types.NamespacedName, obj *corev1.Pod, n *node, ips [
 	p.ns.pods[p] = struct{}{}
 	if n != nil {
 		n.pods[p] = struct{}{}
-		m.emitPod(n, p.apiKey(), opAdd)
+		m.list(p)
 	}
 	m.eachCandidate(p.ns, func(g *group) {
 		if g.matchesPod(p) {
@@ -228,7 +232,9 @@ func (m *model) removePod(p *pod) {
 	m.forgetNamespace(p.ns)
 	if p.node != nil {
 		delete(p.node.pods, p)
-		m.emitPod(p.node, p.apiKey(), opRemove)
+		if p.listed {
+			m.emitPod(p.node, p.apiKey(), opRemove)
+		}
 		m.forgetNode(p.node)
 	}
 }

@@ -164,14 +164,19 @@ func (g *group) rulesByID() map[string]policy.Rule {
 	return g.ruleMap
 }
 
-// podsOf returns the node's evaluated pods, sorted.
+// podsOf returns the node's listed pods, sorted.
 func podsOf(n *node) []policy.PodKey {
 	if len(n.pods) == 0 {
 		return nil
 	}
 	keys := make([]policy.PodKey, 0, len(n.pods))
 	for p := range n.pods {
-		keys = append(keys, p.apiKey())
+		if p.listed {
+			keys = append(keys, p.apiKey())
+		}
+	}
+	if len(keys) == 0 {
+		return nil
 	}
 	slices.SortFunc(keys, policy.PodKey.Compare)
 	return keys

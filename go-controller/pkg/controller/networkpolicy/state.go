@@ -36,6 +36,10 @@ type pod struct {
 	groups []*group
 	// isolating counts, per direction, the member groups that isolate their pods.
 	isolating [2]int32
+	// listed: its node's share lists it (it has been evaluated, by the ClusterNetworkPolicy
+	// feed too when there is one, so the agent may open it). Once listed it stays listed
+	// until it is removed.
+	listed bool
 }
 
 // namedPort is a named container port of a pod.

@@ -40,7 +40,8 @@ func TestGateCarriesClusterRules(t *testing.T) {
 			Action: action, Subjects: []policy.PodKey{a}, AnyPeer: true}
 	}
 	deny := []policy.ClusterRule{rule(policy.ClusterDeny)}
-	compiler.SetClusterRules(map[string][]policy.ClusterRule{"node-1": deny})
+	evaluated := map[policy.PodKey]string{a: "node-1"}
+	compiler.SetClusterRules(map[string][]policy.ClusterRule{"node-1": deny}, evaluated)
 	share, deltas, stop, err := gate.Watch(ctx, "node-1")
 	if err != nil {
 		t.Fatal(err)
@@ -55,12 +56,12 @@ func TestGateCarriesClusterRules(t *testing.T) {
 	}
 
 	accept := []policy.ClusterRule{rule(policy.ClusterAccept)}
-	compiler.SetClusterRules(map[string][]policy.ClusterRule{"node-1": accept})
+	compiler.SetClusterRules(map[string][]policy.ClusterRule{"node-1": accept}, evaluated)
 	d := receive(t, deltas, "the Accept")
 	if d.ClusterRules == nil || !policy.EqualClusterRules(*d.ClusterRules, accept) {
 		t.Fatalf("node-1's delta after the Deny became an Accept has cluster rules %+v, want %+v", d.ClusterRules, accept)
 	}
-	compiler.SetClusterRules(map[string][]policy.ClusterRule{})
+	compiler.SetClusterRules(map[string][]policy.ClusterRule{}, evaluated)
 	d = receive(t, deltas, "the rule's removal")
 	if d.ClusterRules == nil || len(*d.ClusterRules) != 0 {
 		t.Fatalf("node-1's delta after its rules went does not empty them: %+v", d.ClusterRules)
