@@ -85,9 +85,8 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 		return nil, err
 	}
 	c := &Controller{opts: opts, client: client, recorder: recorder, policies: policies.Lister(), pods: pods.Lister(),
-		podIndex: pods.Informer().GetIndexer(),
-		started:  time.Now(), statuses: map[types.NamespacedName]Status{}, written: map[types.NamespacedName]time.Time{},
-		incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors()}
+		podIndex: pods.Informer().GetIndexer(), started: time.Now(), statuses: map[types.NamespacedName]Status{},
+		written: map[types.NamespacedName]time.Time{}, incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors()}
 	c.tracker = NewTracker(c.shareChanged)
 	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers, Metrics: opts.Metrics}, c,
 		policies.Informer().HasSynced, pods.Informer().HasSynced)
