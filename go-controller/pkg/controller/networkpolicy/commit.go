@@ -17,7 +17,7 @@ func (m *model) commit() []*subscriber {
 		dirty := m.batch.dirtyPolicies
 		m.batch.dirtyPolicies = map[*policyState]struct{}{}
 		for ps := range dirty {
-			if m.policies[ps.key] == ps && !m.resolvesAsCompiled(ps) {
+			if m.policies[ps.key] == ps && !ps.resolvesAsCompiled() {
 				m.setPolicy(ps.key, ps.np)
 			}
 		}

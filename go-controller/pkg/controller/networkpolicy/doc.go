@@ -33,7 +33,9 @@
 // whose namespaceSelector matched it before or matches it after. Package labelindex finds
 // those by the labels a selector requires, without evaluating every namespaceSelector. A group is an
 // applied-to set and, when a rule names it as a peer, an address set. Named ports split
-// groups by the number their pods resolve a name to. The ipBlock peers of an egress rule
+// groups by the number their pods resolve a name to; a group counts, per named ports
+// resolved over it, how many members give each number, so that a member's change
+// compiles again the policies concerned only when a number appears or disappears. The ipBlock peers of an egress rule
 // with named ports are one more group: the pods with an address in the blocks (together),
 // whose address set holds only those addresses, split the same way.
 //

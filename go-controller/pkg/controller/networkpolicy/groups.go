@@ -139,8 +139,8 @@ func (a *addrSet) list() []netip.Prefix {
 
 // release drops the references ps holds, deleting what nobody references any more.
 func (m *model) release(ps *policyState) {
-	for _, g := range ps.namedPortBases {
-		delete(g.namedPortUsers, ps)
+	for _, u := range ps.portUses {
+		u.count.release(ps)
 	}
 	for _, g := range ps.groups {
 		if g.refs--; g.refs == 0 {
@@ -152,7 +152,7 @@ func (m *model) release(ps *policyState) {
 			delete(m.blocks, b.key)
 		}
 	}
-	ps.groups, ps.blocks, ps.namedPortBases, ps.portUses = nil, nil, nil, nil
+	ps.groups, ps.blocks, ps.portUses = nil, nil, nil
 }
 
 // deleteGroup forgets a group nobody references: it has no rules and isolates nothing.
@@ -194,6 +194,7 @@ func (m *model) addMember(g *group, p *pod) {
 	p.groups = append(p.groups, g)
 	first := g.members.add(p)
 	g.countAddrs(p, 1)
+	m.countPorts(g, p, 1)
 	m.groupChanged(g)
 	for d := range g.isolating {
 		if g.isolating[d] > 0 {
@@ -215,6 +216,7 @@ func (m *model) addMember(g *group, p *pod) {
 func (m *model) removeMember(g *group, p *pod) {
 	last := g.members.remove(p)
 	g.countAddrs(p, -1)
+	m.countPorts(g, p, -1)
 	m.groupChanged(g)
 	for d := range g.isolating {
 		if g.isolating[d] > 0 {
@@ -240,15 +242,12 @@ func (m *model) memberChanged(g *group, p *pod) {
 }
 
 // groupChanged marks g's membership changed in this batch: its addresses are recomputed
-// at commit and the policies that split named ports over it are compiled again.
+// at commit. (The policies that split named ports over it are compiled again only if the
+// numbers change: countPorts.)
 func (m *model) groupChanged(g *group) {
 	if !g.changed {
 		g.changed = true
 		m.batch.changedGroups = append(m.batch.changedGroups, g)
-	}
-	g.resolved = nil
-	for ps := range g.namedPortUsers {
-		m.batch.dirtyPolicies[ps] = struct{}{}
 	}
 }
 

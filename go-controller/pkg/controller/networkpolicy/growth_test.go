@@ -235,28 +235,31 @@ func BenchmarkNamespaceSelectorPolicyGrowth(b *testing.B) {
 // per batch, five times over: each batch changes the members of the group the policies
 // resolve "http" over, and never what it resolves to.
 func BenchmarkNamedPortGrowth(b *testing.B) {
-	growth.Ratio2x(b, 1000, func(n int) func() {
-		c := newGrowthCluster(n / 2)
-		versions := make([][]*corev1.Pod, churnRounds) // per round
-		for i := range n {
-			p := c.pod("web", fmt.Sprint("pod-", i), map[string]string{"app": "web"})
-			p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}
-			c.m.setPod(podKey(p), p)
-			for r := range churnRounds {
-				p = c.readdress(p)
-				versions[r] = append(versions[r], p)
-			}
+	growth.Ratio2x(b, 1000, namedPortChurn)
+}
+
+// namedPortChurn builds BenchmarkNamedPortGrowth's cluster of n pods and returns its churn.
+func namedPortChurn(n int) func() {
+	c := newGrowthCluster(n / 2)
+	versions := make([][]*corev1.Pod, churnRounds) // per round
+	for i := range n {
+		p := c.pod("web", fmt.Sprint("pod-", i), map[string]string{"app": "web"})
+		p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}
+		c.m.setPod(podKey(p), p)
+		for r := range churnRounds {
+			p = c.readdress(p)
+			versions[r] = append(versions[r], p)
 		}
-		for i := range n / 10 {
-			np := policyObj("web", fmt.Sprint("np-", i), sel("app=web"), nil,
-				in(networkingv1.NetworkPolicyIngressRule{Ports: ports("http")}), nil)
-			c.m.setPolicy(objectKey(np), np)
+	}
+	for i := range n / 10 {
+		np := policyObj("web", fmt.Sprint("np-", i), sel("app=web"), nil,
+			in(networkingv1.NetworkPolicyIngressRule{Ports: ports("http")}), nil)
+		c.m.setPolicy(objectKey(np), np)
+	}
+	c.commit()
+	return func() {
+		for _, round := range versions {
+			c.inBatches(len(round), func(i int) { c.m.setPod(podKey(round[i]), round[i]) })
 		}
-		c.commit()
-		return func() {
-			for _, round := range versions {
-				c.inBatches(len(round), func(i int) { c.m.setPod(podKey(round[i]), round[i]) })
-			}
-		}
-	})
+	}
 }

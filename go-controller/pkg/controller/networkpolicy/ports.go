@@ -79,8 +79,7 @@ func dedupePorts(ports []policy.Port) []policy.Port {
 // applied-to pods, and a name can mean a different number on each: the rule becomes one
 // rule per number, applied to the pods that resolve a name to that number.
 func (m *model) splitIngress(ps *policyState, base policy.Rule, np namedPorts, sets []*addrSet) {
-	m.useNamedPortBase(ps, ps.appliedTo)
-	for _, number := range m.resolvedOver(ps, ps.appliedTo, np) {
+	for _, number := range resolvedOver(ps, ps.appliedTo, np) {
 		g := m.acquire(ps, ps.appliedTo.groupSpec.withPorts(np.protocol, np.names, number))
 		m.addRule(ps, splitRule(base, np.protocol, number), g, sets, []policy.Port{{Protocol: np.protocol, Port: number}})
 	}
@@ -105,18 +104,17 @@ func (m *model) splitEgress(ps *policyState, base policy.Rule, np namedPorts, po
 		podPeers = append(slices.Clip(podPeers), spec)
 		m.acquire(ps, spec)
 	}
-	bases := make([]*group, len(podPeers))
+	resolved := make([][]int32, len(podPeers)) // per peer
 	var numbers []int32
 	for i, spec := range podPeers {
-		bases[i] = m.groups[spec.key()]
-		m.useNamedPortBase(ps, bases[i])
-		numbers = append(numbers, m.resolvedOver(ps, bases[i], np)...)
+		resolved[i] = resolvedOver(ps, m.groups[spec.key()], np)
+		numbers = append(numbers, resolved[i]...)
 	}
 	slices.Sort(numbers)
 	for _, number := range slices.Compact(numbers) {
 		var sets []*addrSet
 		for i, spec := range podPeers {
-			if slices.Contains(m.resolvedNumbers(bases[i], np), number) {
+			if slices.Contains(resolved[i], number) {
 				sets = append(sets, m.peerSet(m.acquire(ps, spec.withPorts(np.protocol, np.names, number))))
 			}
 		}
@@ -131,47 +129,95 @@ func splitRule(base policy.Rule, protocol policy.Protocol, number int32) policy.
 	return base
 }
 
-// useNamedPortBase records that ps splits named ports over g, so that ps is compiled
-// again when g's members change.
-func (m *model) useNamedPortBase(ps *policyState, g *group) {
-	if g.namedPortUsers == nil {
-		g.namedPortUsers = map[*policyState]struct{}{}
-	}
-	g.namedPortUsers[ps] = struct{}{}
-	ps.namedPortBases = append(ps.namedPortBases, g)
-}
-
-// resolvedOver returns resolvedNumbers(g, np) and records that ps was compiled with them.
-func (m *model) resolvedOver(ps *policyState, g *group, np namedPorts) []int32 {
-	numbers := m.resolvedNumbers(g, np)
-	ps.portUses = append(ps.portUses, portUse{base: g, ports: np, numbers: numbers})
+// resolvedOver returns the numbers g's members give the named ports, sorted, and records
+// that ps was compiled with them: ps is compiled again at the end of a batch in which a
+// number appeared or disappeared (portCount).
+func resolvedOver(ps *policyState, g *group, np namedPorts) []int32 {
+	pc := g.portCount(np)
+	pc.users[ps] = struct{}{}
+	numbers := pc.sorted()
+	ps.portUses = append(ps.portUses, portUse{count: pc, numbers: numbers})
 	return numbers
 }
 
 // resolvesAsCompiled reports whether ps's named ports resolve as they did when it was
 // compiled, over every base.
-func (m *model) resolvesAsCompiled(ps *policyState) bool {
+func (ps *policyState) resolvesAsCompiled() bool {
 	for _, u := range ps.portUses {
-		if !slices.Equal(m.resolvedNumbers(u.base, u.ports), u.numbers) {
+		if !slices.Equal(u.count.sorted(), u.numbers) {
 			return false
 		}
 	}
 	return true
 }
 
-// resolvedNumbers returns the numbers g's members give the named ports, sorted.
-func (m *model) resolvedNumbers(g *group, np namedPorts) []int32 {
+// portCount returns g's count of the numbers its members give the named ports, counting
+// them over the members the first time they are asked for.
+func (g *group) portCount(np namedPorts) *portCount {
 	key := string(np.protocol) + ":" + strings.Join(np.names, ",")
-	if numbers, ok := g.resolved[key]; ok {
-		return numbers
+	if pc := g.portCounts[key]; pc != nil {
+		return pc
 	}
-	var numbers []int32
-	g.members.each(func(p *pod) { numbers = p.appendResolved(numbers, np.protocol, np.names) })
-	slices.Sort(numbers)
-	numbers = slices.Compact(numbers)
-	if g.resolved == nil {
-		g.resolved = map[string][]int32{}
+	pc := &portCount{base: g, key: key, ports: np, count: map[int32]int32{}, users: map[*policyState]struct{}{}}
+	g.members.each(func(p *pod) { pc.add(p, 1) })
+	if g.portCounts == nil {
+		g.portCounts = map[string]*portCount{}
 	}
-	g.resolved[key] = numbers
-	return numbers
+	g.portCounts[key] = pc
+	return pc
+}
+
+// countPorts counts (delta 1) or uncounts (-1) the numbers member p gives the named ports
+// counted over g, and marks the policies compiled with those numbers to be compiled
+// again when a number appears or disappears.
+func (m *model) countPorts(g *group, p *pod, delta int32) {
+	for _, pc := range g.portCounts {
+		if pc.add(p, delta) {
+			for ps := range pc.users {
+				m.batch.dirtyPolicies[ps] = struct{}{}
+			}
+		}
+	}
+}
+
+// add counts (delta 1) or uncounts (-1) the numbers p gives the named ports and reports
+// whether one appeared or disappeared.
+func (pc *portCount) add(p *pod, delta int32) (changed bool) {
+	for _, port := range p.ports {
+		if port.protocol != pc.ports.protocol || !slices.Contains(pc.ports.names, port.name) {
+			continue
+		}
+		c := pc.count[port.number] + delta
+		if c == 0 {
+			delete(pc.count, port.number)
+		} else {
+			pc.count[port.number] = c
+		}
+		changed = changed || c == 0 || (c == 1 && delta > 0)
+	}
+	pc.stale = pc.stale || changed
+	return changed
+}
+
+// sorted returns the numbers counted, sorted: a new slice when they changed since the
+// last call, never modified afterwards.
+func (pc *portCount) sorted() []int32 {
+	if pc.stale || pc.numbers == nil {
+		numbers := make([]int32, 0, len(pc.count))
+		for number := range pc.count {
+			numbers = append(numbers, number)
+		}
+		slices.Sort(numbers)
+		pc.numbers, pc.stale = numbers, false
+	}
+	return pc.numbers
+}
+
+// release forgets that ps was compiled with the count, and the count itself once no
+// policy is.
+func (pc *portCount) release(ps *policyState) {
+	delete(pc.users, ps)
+	if len(pc.users) == 0 && pc.base.portCounts[pc.key] == pc {
+		delete(pc.base.portCounts, pc.key)
+	}
 }

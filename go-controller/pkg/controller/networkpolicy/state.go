@@ -71,10 +71,9 @@ type group struct {
 	isolating [2]int32
 	// addr is the group's address set, created the first time the group is a peer.
 	addr *addrSet
-	// namedPortUsers are the policies whose named ports are resolved over this group.
-	namedPortUsers map[*policyState]struct{}
-	// resolved caches, per portFilter base key, the numbers the members resolve to.
-	resolved map[string][]int32
+	// portCounts count, per named ports that policies resolve over the group (by
+	// protocol and names), the numbers its members give them.
+	portCounts map[string]*portCount
 	// changed is set when the membership changed in the current batch.
 	changed bool
 }
@@ -84,6 +83,27 @@ type portFilter struct {
 	protocol policy.Protocol
 	names    []string
 	number   int32
+}
+
+// portCount counts the numbers a group's members give some named ports (a name can mean
+// a different number on each pod), and lists the policies compiled with those numbers: a
+// member's change that makes a number appear or disappear marks them to be compiled
+// again at the end of the batch, and one that does not (most: a pod readdressed, a pod
+// that serves the port as the others do) costs the count alone, however many members
+// and policies the group has. A pod's container ports never change while it keeps its
+// UID, so a member's numbers change only as it joins or leaves.
+type portCount struct {
+	base  *group
+	key   string // in base.portCounts
+	ports namedPorts
+	// count counts, per number, the members' ports that give it (a pod can give one
+	// number under two names).
+	count map[int32]int32
+	// numbers are count's numbers, sorted, unless stale: rebuilt by sorted as a new
+	// slice, since policies keep the ones they were compiled with.
+	numbers []int32
+	stale   bool
+	users   map[*policyState]struct{}
 }
 
 // addrSet is an address set: the addresses of a group's pods, or an ipBlock's CIDRs.
@@ -137,9 +157,7 @@ type policyState struct {
 	// groups and blocks are the references the policy holds, one per acquisition.
 	groups []*group
 	blocks []*addrSet
-	// namedPortBases are the groups whose membership decides how named ports split.
-	namedPortBases []*group
-	// portUses are the numbers the named ports resolved to over each base when the
+	// portUses are the numbers the named ports resolved to over each base group when the
 	// policy was compiled: while they resolve the same, compiling it again would give
 	// the same rules.
 	portUses []portUse
@@ -147,9 +165,8 @@ type policyState struct {
 
 // portUse is what named ports resolved to over a base group at compile time.
 type portUse struct {
-	base    *group
-	ports   namedPorts
-	numbers []int32 // resolvedNumbers' slice, never modified
+	count   *portCount
+	numbers []int32 // count.sorted()'s slice, never modified
 }
 
 // node is one node's share, kept as references into the shared state.

@@ -3,9 +3,11 @@ package networkpolicy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -375,5 +377,138 @@ func TestNewSelectorGroupFindsNamespacesByTheirCurrentLabels(t *testing.T) {
 	}
 	if got := members("from-y", expr("ns", metav1.LabelSelectorOpIn, "y", "z")); !slices.Equal(got, []string{"z/a", "z/b", "z/c"}) {
 		t.Errorf("new group ns in (y, z) = %v, want z's pods only (y was deleted)", got)
+	}
+}
+
+// TestNamedPortCountsFollowMembers checks the counts of the numbers a group's members
+// give named ports (portCount), over an applied-to group, a namespaceSelector peer and
+// an ipBlock peer: the splits follow members that join, leave, are relabelled,
+// readdressed out of the block or whose namespace is relabelled, and policies that stop
+// naming ports; a member readdressed
+// within its groups marks no policy to be compiled again; and after every batch each
+// count equals a count over the group's members and lists exactly the policies compiled
+// with it.
+func TestNamedPortCountsFollowMembers(t *testing.T) {
+	m := newModel()
+	m.setNamespace("x", namespaceObj("x", "ns=x"))
+	m.setNamespace("y", namespaceObj("y", "ns=y"))
+	pods := map[string]*corev1.Pod{}
+	set := func(name, node, label, ip string, number int32) {
+		p := podObj("x", name, node, label)
+		if old := pods[name]; old != nil {
+			p.Spec.Containers = old.Spec.Containers // a pod's ports stay while it keeps its UID
+		} else {
+			p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: number}}}}
+		}
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		pods[name] = p
+		m.setPod(podKey(p), p)
+	}
+	del := func(name string) {
+		m.setPod(podKey(pods[name]), nil)
+		delete(pods, name)
+	}
+	set("a1", "node-1", "app=web", "10.0.0.1", 8080)
+	set("a2", "node-2", "app=web", "10.0.0.2", 8080)
+	for _, np := range []*networkingv1.NetworkPolicy{
+		policyObj("x", "in", sel("app=web"), nil, in(networkingv1.NetworkPolicyIngressRule{Ports: ports("http")}), nil),
+		policyObj("y", "out", sel(), egressOnly(), nil,
+			out(networkingv1.NetworkPolicyEgressRule{Ports: ports("http"), To: []networkingv1.NetworkPolicyPeer{nsPeer(sel("ns=x"))}})),
+		policyObj("y", "blk", sel(), egressOnly(), nil,
+			out(networkingv1.NetworkPolicyEgressRule{Ports: ports("http"), To: []networkingv1.NetworkPolicyPeer{blockPeer("10.0.0.0/24")}})),
+	} {
+		m.setPolicy(objectKey(np), np)
+	}
+	m.setPod(types.NamespacedName{Namespace: "y", Name: "client"}, podObj("y", "client", "node-3", "app=client"))
+	step := func(what string, want ...string) {
+		t.Helper()
+		m.commit()
+		got := map[string]bool{}
+		for _, n := range m.nodes {
+			for id := range m.snapshot(n).Rules {
+				if strings.Contains(id, "/tcp-") {
+					got[id] = true
+				}
+			}
+		}
+		if ids := slices.Sorted(maps.Keys(got)); !slices.Equal(ids, want) {
+			t.Errorf("%s: named-port splits %v, want %v", what, ids, want)
+		}
+		checkPortCounts(t, what, m)
+	}
+	step("at first", "x/in/ingress/0/tcp-8080", "y/blk/egress/0/tcp-8080", "y/out/egress/0/tcp-8080")
+	set("a1", "node-1", "app=web", "10.0.0.11", 0)
+	if len(m.batch.dirtyPolicies) != 0 {
+		t.Errorf("a member readdressed within its groups marked %d policies to be compiled again", len(m.batch.dirtyPolicies))
+	}
+	step("a1 readdressed", "x/in/ingress/0/tcp-8080", "y/blk/egress/0/tcp-8080", "y/out/egress/0/tcp-8080")
+	set("a3", "node-1", "app=web", "10.0.0.3", 9090)
+	step("a3 serving http on 9090 created", "x/in/ingress/0/tcp-8080", "x/in/ingress/0/tcp-9090",
+		"y/blk/egress/0/tcp-8080", "y/blk/egress/0/tcp-9090", "y/out/egress/0/tcp-8080", "y/out/egress/0/tcp-9090")
+	set("a3", "node-1", "app=db", "10.0.0.3", 0)
+	step("a3 relabelled out of app=web", "x/in/ingress/0/tcp-8080",
+		"y/blk/egress/0/tcp-8080", "y/blk/egress/0/tcp-9090", "y/out/egress/0/tcp-8080", "y/out/egress/0/tcp-9090")
+	set("a3", "node-1", "app=db", "10.9.0.3", 0)
+	step("a3 readdressed out of the block", "x/in/ingress/0/tcp-8080",
+		"y/blk/egress/0/tcp-8080", "y/out/egress/0/tcp-8080", "y/out/egress/0/tcp-9090")
+	del("a1")
+	step("a1 deleted, a2 still serves 8080", "x/in/ingress/0/tcp-8080",
+		"y/blk/egress/0/tcp-8080", "y/out/egress/0/tcp-8080", "y/out/egress/0/tcp-9090")
+	del("a2")
+	step("a2 deleted", "y/out/egress/0/tcp-9090")
+	m.setNamespace("x", namespaceObj("x", "ns=w"))
+	step("x relabelled ns=w")
+	m.setNamespace("x", namespaceObj("x", "ns=x"))
+	set("a4", "node-2", "app=web", "10.0.0.4", 8080)
+	step("x labelled ns=x again and a4 serving 8080 created", "x/in/ingress/0/tcp-8080",
+		"y/blk/egress/0/tcp-8080", "y/out/egress/0/tcp-8080", "y/out/egress/0/tcp-9090")
+	m.setPolicy(types.NamespacedName{Namespace: "y", Name: "out"}, nil)
+	step("y/out deleted", "x/in/ingress/0/tcp-8080", "y/blk/egress/0/tcp-8080")
+	numeric := policyObj("x", "in", sel("app=web"), nil, in(networkingv1.NetworkPolicyIngressRule{Ports: ports("tcp/80")}), nil)
+	m.setPolicy(objectKey(numeric), numeric) // its applied-to group stays, its named ports go
+	step("x/in on port 80 only", "y/blk/egress/0/tcp-8080")
+}
+
+// checkPortCounts checks every group's counts of named-port numbers against a count over
+// its members, and their users against the policies compiled with them.
+func checkPortCounts(t *testing.T, what string, m *model) {
+	t.Helper()
+	users := map[*portCount]map[*policyState]struct{}{}
+	for _, ps := range m.policies {
+		for _, u := range ps.portUses {
+			if u.count.base.portCounts[u.count.key] != u.count {
+				t.Errorf("%s: policy %s was compiled with a count its group %s no longer has", what, ps.key, u.count.base.key())
+			}
+			if users[u.count] == nil {
+				users[u.count] = map[*policyState]struct{}{}
+			}
+			users[u.count][ps] = struct{}{}
+		}
+	}
+	for key, g := range m.groups {
+		for _, pc := range g.portCounts {
+			want := map[int32]int32{}
+			g.members.each(func(p *pod) {
+				for _, n := range p.appendResolved(nil, pc.ports.protocol, pc.ports.names) {
+					want[n]++
+				}
+			})
+			if !maps.Equal(pc.count, want) {
+				t.Errorf("%s: group %s counts %s as %v, its members give %v", what, key, pc.key, pc.count, want)
+			}
+			if got := pc.sorted(); !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
+				t.Errorf("%s: group %s lists the numbers of %s as %v, its members give %v", what, key, pc.key, got, want)
+			}
+			if len(pc.users) == 0 {
+				t.Errorf("%s: group %s keeps a count of %s that no policy uses", what, key, pc.key)
+			}
+			if !maps.Equal(pc.users, users[pc]) {
+				t.Errorf("%s: group %s's count of %s has %d users, %d policies were compiled with it", what, key, pc.key, len(pc.users), len(users[pc]))
+			}
+			delete(users, pc)
+		}
+	}
+	for pc := range users {
+		t.Errorf("%s: a count of %s is used by policies but held by no group", what, pc.key)
 	}
 }

@@ -51,6 +51,8 @@ type Controller struct {
 	recorder record.EventRecorder
 	policies networkinglisters.NetworkPolicyLister
 	pods     corelisters.PodLister
+	// podIndex is the Pod informer's indexer, with podLabelsIndex.
+	podIndex cache.Indexer
 	// selectors finds the policies that select a pod.
 	selectors *policySelectors
 	tracker   *Tracker
@@ -79,9 +81,12 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 		opts.StartupGrace = 15 * time.Second
 	}
 	policies, pods := factory.Networking().V1().NetworkPolicies(), factory.Core().V1().Pods()
+	if err := pods.Informer().AddIndexers(cache.Indexers{podLabelsIndex: podLabelPairs}); err != nil {
+		return nil, err
+	}
 	c := &Controller{opts: opts, client: client, recorder: recorder, policies: policies.Lister(), pods: pods.Lister(),
-		started: time.Now(), statuses: map[types.NamespacedName]Status{}, written: map[types.NamespacedName]time.Time{},
-		incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors()}
+		podIndex: pods.Informer().GetIndexer(), started: time.Now(), statuses: map[types.NamespacedName]Status{},
+		written: map[types.NamespacedName]time.Time{}, incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors()}
 	c.tracker = NewTracker(c.shareChanged)
 	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers, Metrics: opts.Metrics}, c,
 		policies.Informer().HasSynced, pods.Informer().HasSynced)
@@ -209,7 +214,7 @@ func (c *Controller) Reconcile(ctx context.Context, k string) error {
 
 // status asks the tracker about every node the policy concerns.
 func (c *Controller) status(np *networkingv1.NetworkPolicy) (Status, error) {
-	exp, err := expectations(np, c.pods)
+	exp, err := expectations(np, c.podIndex)
 	if err != nil {
 		return Status{}, err
 	}

@@ -188,7 +188,7 @@ func TestPolicyIsNotRealizedBeforeItsRulesArrive(t *testing.T) {
 	np := policyObj("web", "app=web", allowFrom("app=db", 80))
 	np.UID = types.UID("uid-web")
 	// The verdict before the compiler ran: the pods are isolated, the rule is missing.
-	exp, err := expectations(np, f.ctl.pods)
+	exp, err := expectations(np, f.ctl.podIndex)
 	if err != nil || len(exp) != 2 {
 		t.Fatalf("expectations: %v, %v", exp, err)
 	}

@@ -9,7 +9,11 @@
 // share changed for the policy, and that share reflects the policy at all: every selected
 // pod of the node is isolated in each direction the policy isolates, and every rule of the
 // policy whose ports are all numbers is there (named-port rules are split per resolved
-// number and exist only where the name resolves, so they are not required).
+// number and exist only where the name resolves, so they are not required). The pods a
+// policy selects are found in an index of the Pod informer by namespace and label
+// (podLabelsIndex) when its podSelector requires a label value, so that a status costs
+// the policy's own pods, not its namespace's; a podSelector that requires no value lists
+// the namespace.
 //
 // What changed when, per node, is derived from the shares themselves: the Tracker
 // subscribes to every node's share (as an agent does, through the same source, so its

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -19,40 +20,55 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
-// BenchmarkPodEventPolicyGrowth grows the policies of a namespace with its pods: one
-// namespace of n pods on 10 nodes and n policies, one per pod (as in Antrea's perf test's
-// shape of a policy per pod), over the controller's informers. The work relabels every
-// pod 40 times through the controller's pod handler, which enqueues the policies that
-// select the pod before and after: one each. (The ratios are of package growth: see
-// docs/scale.md.)
+// policyPerPod is a cluster of one namespace of n pods on 10 nodes and n policies, one
+// per pod (as in Antrea's perf test's shape of a policy per pod), over the controller's
+// informers, which have delivered their initial lists to its handlers.
+type policyPerPod struct {
+	c        *Controller
+	pods     []*corev1.Pod
+	policies []*networkingv1.NetworkPolicy
+	stop     func()
+}
+
+func newPolicyPerPod(b *testing.B, n int) *policyPerPod {
+	objs := []runtime.Object{namespace("x")}
+	x := &policyPerPod{}
+	for i := range n {
+		p := pod(fmt.Sprint("pod-", i), fmt.Sprint("node", i%10), fmt.Sprint("pod=p", i))
+		np := policyObj(fmt.Sprint("np-", i), fmt.Sprint("pod=p", i))
+		x.pods, x.policies = append(x.pods, p), append(x.policies, np)
+		objs = append(objs, p, np)
+	}
+	client := fake.NewClientset(objs...)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
+	c, err := New(factory, client, record.NewFakeRecorder(1), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	policies, podInformer := factory.Networking().V1().NetworkPolicies().Informer(), factory.Core().V1().Pods().Informer()
+	if !cache.WaitForCacheSync(ctx.Done(), policies.HasSynced, podInformer.HasSynced) {
+		b.Fatal("informers did not sync")
+	}
+	// Let the handlers take the initial list before the work.
+	for policies.LastSyncResourceVersion() == "" || c.ctl.Len() < n {
+		time.Sleep(time.Millisecond)
+	}
+	x.c, x.stop = c, func() { cancel(); factory.Shutdown() }
+	return x
+}
+
+// BenchmarkPodEventPolicyGrowth grows the policies of a namespace with its pods
+// (policyPerPod). The work relabels every pod 40 times through the controller's pod
+// handler, which enqueues the policies that select the pod before and after: one each.
+// (The ratios are of package growth: see docs/scale.md.)
 func BenchmarkPodEventPolicyGrowth(b *testing.B) {
 	const rounds = 40
 	growth.Ratio2x(b, 250, func(n int) func() {
-		objs := []runtime.Object{namespace("x")}
-		var pods []*corev1.Pod
-		for i := range n {
-			p := pod(fmt.Sprint("pod-", i), fmt.Sprint("node", i%10), fmt.Sprint("pod=p", i))
-			pods = append(pods, p)
-			objs = append(objs, p, policyObj(fmt.Sprint("np-", i), fmt.Sprint("pod=p", i)))
-		}
-		client := fake.NewClientset(objs...)
-		factory := cachetrim.NewSharedInformerFactory(client, 0)
-		c, err := New(factory, client, record.NewFakeRecorder(1), Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		factory.Start(ctx.Done())
-		policies, podInformer := factory.Networking().V1().NetworkPolicies().Informer(), factory.Core().V1().Pods().Informer()
-		if !cache.WaitForCacheSync(ctx.Done(), policies.HasSynced, podInformer.HasSynced) {
-			b.Fatal("informers did not sync")
-		}
-		// Let the handlers take the initial list before the work.
-		for policies.LastSyncResourceVersion() == "" || c.ctl.Len() < n {
-			time.Sleep(time.Millisecond)
-		}
-		versions := make([][]*corev1.Pod, len(pods))
-		for i, p := range pods {
+		x := newPolicyPerPod(b, n)
+		versions := make([][]*corev1.Pod, len(x.pods))
+		for i, p := range x.pods {
 			for r := range rounds {
 				p = p.DeepCopy()
 				p.Labels["rev"] = fmt.Sprint(r)
@@ -60,14 +76,34 @@ func BenchmarkPodEventPolicyGrowth(b *testing.B) {
 			}
 		}
 		return func() {
-			defer func() { cancel(); factory.Shutdown() }()
+			defer x.stop()
 			for r := range rounds {
 				for i, vs := range versions {
-					old := pods[i]
+					old := x.pods[i]
 					if r > 0 {
 						old = vs[r-1]
 					}
-					c.podChanged(old, vs[r])
+					x.c.podChanged(old, vs[r])
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkPolicyStatusGrowth grows the policies of a namespace with its pods
+// (policyPerPod). The work computes the realization status of every policy 20 times, as
+// a reconcile of each does: each policy selects one pod.
+func BenchmarkPolicyStatusGrowth(b *testing.B) {
+	const rounds = 20
+	growth.Ratio2x(b, 250, func(n int) func() {
+		x := newPolicyPerPod(b, n)
+		return func() {
+			defer x.stop()
+			for range rounds {
+				for _, np := range x.policies {
+					if st, err := x.c.status(np); err != nil || st.Concerned != 1 {
+						b.Fatalf("status of %s: %s, %v; want 1 concerned node", np.Name, st, err)
+					}
 				}
 			}
 		}

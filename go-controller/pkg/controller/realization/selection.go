@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/labelindex"
@@ -24,13 +23,14 @@ func selectable(p *corev1.Pod) bool {
 		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// expectations returns what the policy expects on each node it concerns.
-func expectations(np *networkingv1.NetworkPolicy, pods corelisters.PodLister) (map[string]*onNode, error) {
+// expectations returns what the policy expects on each node it concerns, from the Pod
+// informer's indexer (with the podLabelsIndex).
+func expectations(np *networkingv1.NetworkPolicy, pods cache.Indexer) (map[string]*onNode, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil {
 		return nil, nil // an invalid selector selects nothing, for the compiler too
 	}
-	list, err := pods.Pods(np.Namespace).List(sel)
+	list, err := selectedPods(pods, np.Namespace, sel)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +47,55 @@ func expectations(np *networkingv1.NetworkPolicy, pods corelisters.PodLister) (m
 			out[p.Spec.NodeName] = n
 		}
 		n.pods = append(n.pods, policy.PodKey{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)})
+	}
+	return out, nil
+}
+
+// podLabelsIndex indexes the Pods by namespace and label (podLabelPairs), so that the
+// pods a policy selects are found without listing its namespace.
+const podLabelsIndex = "realization-pod-labels"
+
+// podLabelPairs returns a pod's index values: "namespace/key=value" for each of its
+// labels. (A namespace has no "/" and a label key no "=": the value is unambiguous.)
+func podLabelPairs(obj interface{}) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, 0, len(p.Labels))
+	for k, v := range p.Labels {
+		out = append(out, labelPair(p.Namespace, k, v))
+	}
+	return out, nil
+}
+
+func labelPair(namespace, key, value string) string { return namespace + "/" + key + "=" + value }
+
+// selectedPods returns the pods of the namespace that sel selects. A selector that
+// requires a label value (matchLabels, "in") looks up the pods with those values in
+// podLabelsIndex, so that a policy per pod costs its own pods, not the namespace's; one
+// that requires none (everything, "exists", "notin", "doesnotexist") lists the namespace.
+func selectedPods(pods cache.Indexer, namespace string, sel labels.Selector) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	key, values := labelindex.RequiredValues(sel)
+	if key == "" {
+		err := cache.ListAllByNamespace(pods, namespace, sel, func(obj interface{}) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				out = append(out, p)
+			}
+		})
+		return out, err
+	}
+	for _, v := range values { // a pod has one value of key: it is found once
+		objs, err := pods.ByIndex(podLabelsIndex, labelPair(namespace, key, v))
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			if p, ok := obj.(*corev1.Pod); ok && sel.Matches(labels.Set(p.Labels)) {
+				out = append(out, p)
+			}
+		}
 	}
 	return out, nil
 }
