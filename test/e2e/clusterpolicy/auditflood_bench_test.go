@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,8 +32,22 @@ const (
 	floodMeterRate = 500             // the audit meter's rate during the benchmark (a second)
 	floodBulkPort  = 5201            // the server's bulk sink, allowed by its NetworkPolicy
 	floodBulkTime  = 1 * time.Second // each bulk transfer
-	floodRounds    = 2               // rounds of each mode, interleaved: on, off, off, on
+	// floodRoundsEnv sets the rounds of each mode (default 2, as make bench-once runs
+	// them), interleaved: on, off, off, on, on, off, ...
+	floodRoundsEnv = "KOVS_BENCH_AUDIT_ROUNDS"
 )
+
+func floodRounds(b *testing.B) int {
+	v := os.Getenv(floodRoundsEnv)
+	if v == "" {
+		return 2
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive number of rounds of each mode", floodRoundsEnv, v)
+	}
+	return n
+}
 
 // BenchmarkAuditFlood measures the audit log under a flood, on a one-node sandbox (real
 // ovs-vswitchd, userspace datapath), with and without logging in the same run. aud-fx's
@@ -44,17 +60,19 @@ const (
 // close). The audit meter is set to 500 a second on the switch (what --audit-rate sets).
 // A round with logging has aud-fx annotated allow,deny; one without has no annotation
 // (no flow of IngressPolicy carries the copy: waited for in br-int); the modes
-// alternate, 2 rounds each (on, off, off, on).
+// alternate, 2 rounds each (on, off, off, on; KOVS_BENCH_AUDIT_ROUNDS=n for n each).
 //
 // Reported: the flood's new flows a second ("flood-flows/s", per mode); the log's lines
 // from the flood a second with logging ("lines/s", counts summed, over the flood's
-// duration, once every copy the meter passed is in the log) against the meter's rate
+// duration, once every copy the agent received is in the log) against the meter's rate
 // ("lines/meter": above 1 by the burst, the meter's bucket being full when a round
 // starts; "lines/meter-past-burst" takes one burst per round off, 1 when the log keeps
-// to the meter's rate); the
-// meter's drops; the bulk rates in Mbit/s of each pod with and without logging and their
-// ratios ("flood-pod-log/nolog", "other-pod-log/nolog", 1 when logging costs the
-// datapath nothing), sums over the rounds of each mode. Run it with -benchtime 1x.
+// to the meter's rate); the meter's drops; the copies the meter passed that the agent
+// never received ("passed-not-received") beside ovs-vswitchd's count of messages dropped
+// on a full OpenFlow connection ("rconn-overflow"); the bulk rates in Mbit/s of each pod
+// with and without logging and their ratios ("flood-pod-log/nolog",
+// "other-pod-log/nolog", 1 when logging costs the datapath nothing), means over the
+// rounds of each mode. Run it with -benchtime 1x.
 func BenchmarkAuditFlood(b *testing.B) {
 	env := framework.Require(b)
 	s := framework.Up(b, env, "--nodes", "1")
@@ -143,6 +161,27 @@ func BenchmarkAuditFlood(b *testing.B) {
 			return nil
 		})
 	}
+	agentMetric := func(name string) float64 {
+		v, err := s.AgentMetric("node1", name, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	// overflow is ovs-vswitchd's count of OpenFlow messages it dropped because their
+	// connection's queue was full.
+	overflow := func() int {
+		out, err := exec.Command("ovs-appctl", "-t", filepath.Join(s.Layout.OVSDir("node1"), "ovs-vswitchd.ctl"),
+			"coverage/read-counter", "rconn_overflow").CombinedOutput()
+		if err != nil {
+			b.Fatalf("ovs-appctl coverage/read-counter rconn_overflow: %v\n%s", err, out)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			b.Fatalf("rconn_overflow: %q", out)
+		}
+		return n
+	}
 	fromFlood := func() int {
 		n := 0
 		for _, r := range readLog(b, logPath) {
@@ -166,6 +205,7 @@ func BenchmarkAuditFlood(b *testing.B) {
 		floodMbps, othMbps float64
 		lines              int
 		dropped            float64
+		lost, overflow     int
 	}
 	var on, off totals
 	round := func(logging bool) {
@@ -174,6 +214,7 @@ func BenchmarkAuditFlood(b *testing.B) {
 			t = &on
 		}
 		linesBefore, floodBefore, inBefore, dropBefore := allCounts(), fromFlood(), meterIn(), dropped()
+		recvBefore, unresBefore, overBefore := agentMetric("kovs_agent_audit_packet_ins_total"), agentMetric("kovs_agent_audit_unresolved_total"), overflow()
 		stop := make(chan struct{})
 		var sent atomic.Int64
 		var wg sync.WaitGroup
@@ -194,17 +235,23 @@ func BenchmarkAuditFlood(b *testing.B) {
 				b.Fatalf("round (logging %v): %v", logging, err)
 			}
 		}
-		// Every copy the meter let through is in the log once the held denies are written
-		// (the lines since the round began, the bulk connections' allows included).
-		var lines, flooded int
+		// Every copy the agent received is in the log once the held denies are written
+		// (the lines since the round began, the bulk connections' allows included, counts
+		// summed). What the meter passed and the agent never received was lost on the
+		// way: ovs-vswitchd drops a packet-in when its connection to the agent's monitor
+		// has 100 queued (its coverage counter rconn_overflow).
+		var lines, flooded, received, lost int
 		var drop float64
-		framework.Eventually(b, 15*time.Second, "every copy the meter passed logged", func() error {
+		framework.Eventually(b, 15*time.Second, "every copy the agent received logged", func() error {
 			lines, flooded, drop = allCounts()-linesBefore, fromFlood()-floodBefore, dropped()-dropBefore
-			if passed := meterIn() - inBefore - int(drop); lines != passed {
-				return fmt.Errorf("%d lines since the round began, the meter passed %d copies (and dropped %.0f)", lines, passed, drop)
+			received = int(agentMetric("kovs_agent_audit_packet_ins_total") - recvBefore - (agentMetric("kovs_agent_audit_unresolved_total") - unresBefore))
+			if lines != received {
+				return fmt.Errorf("%d lines since the round began, the agent received %d copies it could name", lines, received)
 			}
 			return nil
 		})
+		lost = meterIn() - inBefore - int(drop) - received
+		over := overflow() - overBefore
 		if !logging && lines != 0 {
 			b.Fatalf("%d lines without logging", lines)
 		}
@@ -214,14 +261,18 @@ func BenchmarkAuditFlood(b *testing.B) {
 		t.othMbps += om
 		t.lines += flooded
 		t.dropped += drop
-		b.Logf("round, logging %v: %d new flows in %v (%.0f/s), %d lines from the flood, %.0f copies dropped by the meter; bulk from the flooding pod %.0f Mbit/s, from the other pod %.0f Mbit/s",
-			logging, sent.Load(), took.Round(time.Millisecond), float64(sent.Load())/took.Seconds(), flooded, drop, fm, om)
+		t.lost += lost
+		t.overflow += over
+		b.Logf("round, logging %v: %d new flows in %v (%.0f/s), %d lines from the flood, %.0f copies dropped by the meter, "+
+			"%d passed by it and not received by the agent (rconn_overflow +%d); bulk from the flooding pod %.0f Mbit/s, from the other pod %.0f Mbit/s",
+			logging, sent.Load(), took.Round(time.Millisecond), float64(sent.Load())/took.Seconds(), flooded, drop, lost, over, fm, om)
 	}
 
+	rounds := floodRounds(b)
 	b.ResetTimer()
 	for range b.N {
 		on, off = totals{}, totals{}
-		for i := range 2 * floodRounds {
+		for i := range 2 * rounds {
 			logging := i%4 == 0 || i%4 == 3
 			b.StopTimer()
 			setLogging(logging)
@@ -242,12 +293,14 @@ func BenchmarkAuditFlood(b *testing.B) {
 	b.ReportMetric(lineRate/floodMeterRate, "lines/meter")
 	// The meter's bucket is full (its burst, as many copies as its rate) when a round
 	// starts: past it, the meter's rate.
-	b.ReportMetric((float64(on.lines)-floodRounds*floodMeterRate)/on.floodTime.Seconds()/floodMeterRate, "lines/meter-past-burst")
+	b.ReportMetric((float64(on.lines)-float64(rounds*floodMeterRate))/on.floodTime.Seconds()/floodMeterRate, "lines/meter-past-burst")
 	b.ReportMetric(on.dropped, "meter-dropped")
-	b.ReportMetric(on.floodMbps/floodRounds, "flood-pod-Mbps-log")
-	b.ReportMetric(off.floodMbps/floodRounds, "flood-pod-Mbps-nolog")
-	b.ReportMetric(on.othMbps/floodRounds, "other-pod-Mbps-log")
-	b.ReportMetric(off.othMbps/floodRounds, "other-pod-Mbps-nolog")
+	b.ReportMetric(float64(on.lost), "passed-not-received")
+	b.ReportMetric(float64(on.overflow), "rconn-overflow")
+	b.ReportMetric(on.floodMbps/float64(rounds), "flood-pod-Mbps-log")
+	b.ReportMetric(off.floodMbps/float64(rounds), "flood-pod-Mbps-nolog")
+	b.ReportMetric(on.othMbps/float64(rounds), "other-pod-Mbps-log")
+	b.ReportMetric(off.othMbps/float64(rounds), "other-pod-Mbps-nolog")
 	b.ReportMetric(on.floodMbps/off.floodMbps, "flood-pod-log/nolog")
 	b.ReportMetric(on.othMbps/off.othMbps, "other-pod-log/nolog")
 	b.ReportMetric(0, "ns/op")
