@@ -338,7 +338,7 @@ func floodWhileProbing(s *framework.Sandbox, flood, other *corev1.Pod, server ne
 }
 
 // readLog reads the audit log's lines (none yet: an empty list).
-func readLog(t *testing.T, path string) []audit.Record {
+func readLog(t testing.TB, path string) []audit.Record {
 	t.Helper()
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {

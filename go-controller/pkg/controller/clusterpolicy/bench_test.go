@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/clusterpolicy/workload"
+	"github.com/kovs-net/kovs/go-controller/pkg/growth"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -131,4 +133,35 @@ func BenchmarkClusterPolicyFeedBatch(b *testing.B) {
 	b.ReportMetric(float64(maxFlows), "flows-node-max")
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(1<<20), "MiB-node-rules-live")
 	runtime.KeepAlive(byNode)
+}
+
+// BenchmarkFeedBatchGrowth is the growth of one batch of the Feed on the shared
+// workload (package workload), the cluster read from the objects (NewCluster), every
+// policy compiled and split into the nodes' rules as Feed.sync does, at twice the
+// cluster: "pods" doubles the pods (and with them namespaces and nodes) under the same
+// 100 policies, from 1,000 to 2,000; "policies" doubles the policies over the same
+// 1,000 pods, from 100 to 200. It reports growth's cpu-ratio-2x and heap-ratio-2x
+// (about 2 for a cost linear in what doubles). Each batch compiles every policy
+// against every pod its selectors reach, so its cost grows with their product: twice
+// either is about twice the work.
+func BenchmarkFeedBatchGrowth(b *testing.B) {
+	batch := func(pods, policies int) func() {
+		w, err := workload.New(pods, policies)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() {
+			c, nodeOf := NewCluster(w.Namespaces, w.Pods, w.Nodes)
+			byNode := Compile(w.Policies, c).NodeRules(func(k policy.PodKey) string { return nodeOf[k] })
+			if len(byNode) == 0 {
+				b.Fatal("no node has cluster rules")
+			}
+		}
+	}
+	b.Run("pods", func(b *testing.B) {
+		growth.Ratio2x(b, 1000, func(n int) func() { return batch(n, 100) })
+	})
+	b.Run("policies", func(b *testing.B) {
+		growth.Ratio2x(b, 100, func(n int) func() { return batch(1000, n) })
+	})
 }

@@ -140,20 +140,27 @@ func (f *Feed) sync() {
 // cluster reads the cluster from the listers, and where each of its pods runs ("" for a
 // pod not scheduled).
 func (f *Feed) cluster() (*Cluster, map[policy.PodKey]string) {
-	c := &Cluster{Namespaces: map[string]map[string]string{}}
 	namespaces, _ := f.namespaces.List(labels.Everything())
+	pods, _ := f.pods.List(labels.Everything())
+	nodes, _ := f.nodes.List(labels.Everything())
+	return NewCluster(namespaces, pods, nodes)
+}
+
+// NewCluster is the cluster as Compile reads it from the API's objects (the selectable
+// pods, PodOf; the nodes, NodeOf), and where each of its pods runs ("" for a pod not
+// scheduled).
+func NewCluster(namespaces []*corev1.Namespace, pods []*corev1.Pod, nodes []*corev1.Node) (*Cluster, map[policy.PodKey]string) {
+	c := &Cluster{Namespaces: make(map[string]map[string]string, len(namespaces))}
 	for _, ns := range namespaces {
 		c.Namespaces[ns.Name] = ns.Labels
 	}
-	pods, _ := f.pods.List(labels.Everything())
-	where := map[policy.PodKey]string{}
+	where := make(map[policy.PodKey]string, len(pods))
 	for _, p := range pods {
 		if pod, ok := PodOf(p); ok {
 			c.Pods = append(c.Pods, pod)
 			where[pod.PodKey] = pod.Node
 		}
 	}
-	nodes, _ := f.nodes.List(labels.Everything())
 	for _, n := range nodes {
 		c.Nodes = append(c.Nodes, NodeOf(n))
 	}
