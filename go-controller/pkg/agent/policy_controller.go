@@ -1,13 +1,9 @@
 package agent
 
 import (
-	"errors"
-
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
 // ReasonControllerTooOld is the reason of the Node Event an agent posts when kovs-controller
@@ -15,12 +11,11 @@ import (
 // new pod until the controller is upgraded.
 const ReasonControllerTooOld = "ControllerTooOld"
 
-var _ stream.ControllerNotifier = (*NodePolicy)(nil)
-
 // ControllerCompatible is told, for every connection the controller answered, whether this
-// agent may take policy from it (nil) or not (a *stream.ControllerTooOldError). The stream
-// client takes nothing from a controller it refuses; the agent holds the node meanwhile
-// (ControllerError).
+// agent may take policy from it (nil) or not (why: the stream client's
+// *stream.ControllerTooOldError, whose message names the fix). It implements
+// stream.ControllerNotifier. The stream client takes nothing from a controller it refuses;
+// the agent holds the node meanwhile (ControllerError).
 func (p *NodePolicy) ControllerCompatible(err error) {
 	p.mu.Lock()
 	was := p.controllerErr
@@ -44,8 +39,7 @@ func (p *NodePolicy) ControllerError() error {
 // is taken again.
 func (a *Agent) controllerVerdict(err error) {
 	logger := log.WithField("node", a.cfg.NodeName)
-	var tooOld *stream.ControllerTooOldError
-	if err == nil || !errors.As(err, &tooOld) {
+	if err == nil {
 		logger.Info("kovs-controller's policy stream is of a version this agent takes; policy and new pods resume")
 		return
 	}

@@ -11,6 +11,8 @@ import (
 // The verdict on the controller reaches the agent once per change, and while the
 // controller is too old the CNI server's readiness (which refuses ADD) and the readiness
 // check name the fix even once the node is programmed.
+var _ stream.ControllerNotifier = (*NodePolicy)(nil)
+
 func TestAControllerTooOldHoldsPodsBack(t *testing.T) {
 	a := &Agent{}
 	a.ready.set(nil) // programmed: only the controller's verdict may refuse pods
