@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 // serve runs the steady state: flows, peers, the CNI server, readiness.
 func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
-		mtu: a.mtu, netdev: a.netdev, policyWait: a.cfg.PolicyWait, readiness: a.podReadiness,
+		mtu: a.mtu, netdev: a.netdev, policyWait: a.cfg.PolicyWait, readiness: a.ready.get, admission: a.controllerError,
 		meters: a.of, events: a.events, node: a.cfg.NodeName}
 	restored, stale, err := handlers.restore(ctx)
 	if err != nil {
@@ -252,15 +252,6 @@ func (a *Agent) awaitFirstPolicy(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// podReadiness is nil when the CNI server may set pods up: the node is programmed and the
-// controller is not older than this agent.
-func (a *Agent) podReadiness() error {
-	if err := a.controllerError(); err != nil {
-		return err
-	}
-	return a.ready.get()
 }
 
 // waitForSubnets waits until kovs-controller recorded this node's subnets.
