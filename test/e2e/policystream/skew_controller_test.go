@@ -125,6 +125,40 @@ func (c *cluster) checkOlderController(t *testing.T) {
 	}
 	t.Logf("both agents refused the previous release's controller, %s after its start", time.Since(skewStart).Round(time.Millisecond))
 
+	// A new pod on each node gets no address: node1's running agent refuses its CNI ADD
+	// naming the fix (node2's new agent serves no CNI at all: checked below).
+	const podNS = "skew-controller"
+	for _, n := range []string{"node1", "node2"} {
+		c.s.CreatePod(t, framework.PodSpec{Namespace: podNS, Name: "on-" + n, Node: n})
+	}
+	emulatorLog := filepath.Join(c.s.Layout.LogDir(), "node1-emulator.log")
+	var refusal string
+	framework.Eventually(t, 60*time.Second, "node1's pod refused", func() error {
+		b, err := os.ReadFile(emulatorLog)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "pod="+podNS+"/on-node1") && strings.Contains(l, "upgrade kovs-controller first") {
+				refusal = l
+				return nil
+			}
+		}
+		return fmt.Errorf("no line on pod %s/on-node1 naming the fix in %s", podNS, emulatorLog)
+	})
+	t.Logf("node1's pod refused: %s", framework.Clip([]byte(refusal)))
+	noAddress := func(node string) {
+		t.Helper()
+		pod, err := c.s.Client.CoreV1().Pods(podNS).Get(context.Background(), "on-"+node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pod.Status.PodIPs) != 0 {
+			t.Errorf("pod %s/on-%s has addresses %v beside the previous release's controller", podNS, node, pod.Status.PodIPs)
+		}
+	}
+	noAddress("node1")
+
 	// node2's agent got past the wait after which an agent with no policy goes ahead with
 	// its pods closed, and held br-int as it was.
 	log := filepath.Join(c.s.Layout.LogDir(), proc+".log")
@@ -145,6 +179,7 @@ func (c *cluster) checkOlderController(t *testing.T) {
 	if _, err := c.s.AgentGet("node2", "/status"); err != nil {
 		t.Fatalf("node2's agent is not running: %v", err)
 	}
+	noAddress("node2")
 	t.Logf("node2's agent held br-int (rounds %v) %s after its restart", before, held.Round(time.Millisecond))
 
 	// This release's controller back: the agents take its policy, node2's programs br-int.
@@ -165,6 +200,12 @@ func (c *cluster) checkOlderController(t *testing.T) {
 		report, err = c.agentsMatchScratch(nodes, standIns)
 		return err
 	})
+	for _, n := range nodes {
+		pod := c.s.WaitRunning(t, podNS, "on-"+n, 60*time.Second)
+		if len(pod.Status.PodIPs) == 0 {
+			t.Errorf("pod %s/on-%s runs without an address", podNS, n)
+		}
+	}
 	after := flowRounds(c.s.DumpFlows(t, "node2"))
 	if len(after) != 1 || slices.Contains(before, after[0]) {
 		t.Errorf("node2's br-int after the controller's upgrade holds rounds %v, want one new round (the previous agent's: %v)", after, before)
