@@ -131,6 +131,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 		// Pods stay closed until their policy arrives, restored ones included.
 		a.state.EnablePolicy(cfg.NodeName)
 		a.policy = NewNodePolicy(cfg.NodeName, a.state, a.syncer.installedGeneration)
+		a.policy.onController = a.controllerVerdict
 		a.syncer.OnSynced(a.policy.flowsInstalled)
 	}
 	a.health.attach(a.state, a.syncer, a.policy)
@@ -152,7 +153,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 // serve runs the steady state: flows, peers, the CNI server, readiness.
 func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.SharedIndexInformer) error {
 	handlers := &PodPorts{bridge: a.cfg.Bridge, store: a.store, state: a.state, syncer: a.syncer, pods: a.pods,
-		mtu: a.mtu, netdev: a.netdev, policyWait: a.cfg.PolicyWait, readiness: a.ready.get,
+		mtu: a.mtu, netdev: a.netdev, policyWait: a.cfg.PolicyWait, readiness: a.ready.get, admission: a.controllerError,
 		meters: a.of, events: a.events, node: a.cfg.NodeName}
 	restored, stale, err := handlers.restore(ctx)
 	if err != nil {
@@ -226,14 +227,30 @@ func (a *Agent) serve(ctx context.Context, nodeInformer, podInformer cache.Share
 // arrived (bounded by PolicyWait). Until that sync the switch keeps the previous agent's
 // flows, its policy flows included, so an agent restart never closes running pods to new
 // connections. If no snapshot comes in time, the sync goes ahead with every pod pending
-// (closed): fail closed, never open.
+// (closed): fail closed, never open. While the controller answers but is older than this
+// agent (the agents were upgraded first), the wait has no bound: the node keeps the
+// previous agent's flows and the CNI server does not start (no new pod, no address of
+// this agent's beside the old controller's) until the controller is upgraded and its
+// snapshot arrives.
 func (a *Agent) awaitFirstPolicy(ctx context.Context) {
-	select {
-	case <-a.policy.Received():
-	case <-ctx.Done():
-	case <-time.After(a.cfg.PolicyWait):
-		log.WithField("node", a.cfg.NodeName).WithField("waited", a.cfg.PolicyWait).
-			Warn("no NetworkPolicy snapshot from kovs-controller yet: local pods stay closed until it arrives")
+	timeout := time.After(a.cfg.PolicyWait)
+	for {
+		select {
+		case <-a.policy.Received():
+			return
+		case <-ctx.Done():
+			return
+		case <-timeout:
+			if err := a.policy.ControllerError(); err != nil {
+				log.WithField("node", a.cfg.NodeName).WithError(err).
+					Error("holding br-int's flows as the previous agent left them and accepting no pod until kovs-controller is upgraded")
+				timeout = time.After(a.cfg.PolicyWait)
+				continue
+			}
+			log.WithField("node", a.cfg.NodeName).WithField("waited", a.cfg.PolicyWait).
+				Warn("no NetworkPolicy snapshot from kovs-controller yet: local pods stay closed until it arrives")
+			return
+		}
 	}
 }
 

@@ -142,6 +142,9 @@ func (a *Agent) policyFeedCheck() error {
 	if policy == nil {
 		return fmt.Errorf("NetworkPolicy not set up yet")
 	}
+	if err := policy.ControllerError(); err != nil {
+		return err
+	}
 	select {
 	case <-policy.Received():
 	default:

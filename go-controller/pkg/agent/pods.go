@@ -60,6 +60,10 @@ type PodPorts struct {
 	// policyWait bounds the wait for a new pod's NetworkPolicy (when enabled).
 	policyWait time.Duration
 	readiness  func() error
+	// admission is nil when a new pod may be set up (nil func: always): it refuses ADD,
+	// not CNI STATUS, so a runtime keeps the node's network ready and its pods running
+	// while new pods wait (a controller older than the agent).
+	admission func() error
 	// attachMu makes an attach's address checks and its entry into the state one step:
 	// two pods never both pass the check for one address.
 	attachMu sync.Mutex
@@ -84,6 +88,11 @@ var _ cni.Handler = (*PodPorts)(nil)
 func (p *PodPorts) Add(ctx context.Context, req cni.AddRequest) (*cni.PodNetworkConfig, error) {
 	if err := p.readiness(); err != nil {
 		return nil, cni.Errorf(cni.CodeTryAgainLater, "kovs-agent is not ready: %v", err)
+	}
+	if p.admission != nil {
+		if err := p.admission(); err != nil {
+			return nil, cni.Errorf(cni.CodeTryAgainLater, "kovs-agent accepts no new pod: %v", err)
+		}
 	}
 	start := time.Now()
 	// One step from the addresses to the port in the state: a DEL of the pod's earlier

@@ -42,6 +42,10 @@ type NodePolicy struct {
 	// received is closed by the first snapshot.
 	received     chan struct{}
 	receivedOnce sync.Once
+	// controllerErr is why the controller's policy is refused (it is older than this
+	// agent), nil while it is taken; onController is told when that changes.
+	controllerErr error
+	onController  func(error)
 }
 
 // realization pairs a share generation with the NodeState generation that holds it.

@@ -124,6 +124,7 @@ func TestAgentsRealizePolicy(t *testing.T) {
 	c.checkRealization(t, "agents")
 	t.Run("controller failover under churn", c.checkFailover)
 	t.Run("an agent of the previous release with this controller", c.checkOlderAgent)
+	t.Run("this release's agents with a controller of the previous release", c.checkOlderController)
 }
 
 // cluster is a sandbox seen from the policy stream's side.

@@ -146,6 +146,16 @@ func (c *Client) session(ctx context.Context, sink policy.Sink) (bool, error) {
 	if err := statusError(resp); err != nil {
 		return false, err
 	}
+	err = checkProtocol(resp)
+	if n, ok := sink.(ControllerNotifier); ok {
+		var tooOld *ControllerTooOldError
+		if err == nil || errors.As(err, &tooOld) {
+			n.ControllerCompatible(err)
+		}
+	}
+	if err != nil {
+		return false, err
+	}
 	rs := newReceiver(c.cfg.Node, sink)
 	rep := newReporter(cn, sink, rs)
 	reporting := make(chan struct{})

@@ -11,6 +11,13 @@
 //	POST /v1/nodes/{node}/realized  {"generation": N} -> 204
 //	GET  /healthz                   200 "ok" (no credential)
 //
+// The stream's response names the controller's protocol version in the
+// Kovs-Policy-Stream-Version header (ProtocolVersion; controllers before the pod address
+// change of 2026-12-05 name none, version 1). A client refuses a controller older than
+// MinProtocolVersion before reading anything from it (ControllerTooOldError, which a Sink
+// that implements ControllerNotifier is told) and retries with backoff until it is
+// upgraded.
+//
 // The stream starts with one snapshot (the node's whole share), then one delta per change,
 // each from the generation of the previous message to its own. Deltas coalesce on the
 // server while the agent is slow, so an agent is never more than one delta behind. A

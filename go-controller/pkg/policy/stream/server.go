@@ -9,6 +9,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -176,6 +177,7 @@ func (s *Server) servePolicy(w http.ResponseWriter, r *http.Request) {
 	st := &streamWriter{w: w, rc: http.NewResponseController(w), enc: newMessageWriter(w), timeout: s.cfg.WriteTimeout}
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(ProtocolHeader, strconv.Itoa(ProtocolVersion))
 	w.WriteHeader(http.StatusOK)
 	if err := st.rc.Flush(); err != nil {
 		return
