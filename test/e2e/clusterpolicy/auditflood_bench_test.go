@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,10 +213,16 @@ func BenchmarkAuditFlood(b *testing.B) {
 		lost, overflow     int
 		connDropped        float64
 	}
-	var on, off totals
-	round := func(logging bool) {
+	var on, off, stalled totals
+	// round floods once; with stall it stops the agent's monitor (SIGSTOP) for the flood
+	// and the bulk transfers, so that ovs-vswitchd's queue to it overflows for certain,
+	// and continues it after: the copies lost there must then be counted.
+	round := func(logging, stall bool) {
 		t := &off
-		if logging {
+		switch {
+		case stall:
+			t = &stalled
+		case logging:
 			t = &on
 		}
 		linesBefore, floodBefore, inBefore, dropBefore := allCounts(), fromFlood(), meterIn(), dropped()
@@ -224,6 +232,19 @@ func BenchmarkAuditFlood(b *testing.B) {
 		var sent atomic.Int64
 		var wg sync.WaitGroup
 		var floodErr error
+		resume := func() {}
+		if stall {
+			pid := monitorPID(b, s.BrIntTarget("node1"))
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				b.Fatalf("stop the agent's monitor (pid %d): %v", pid, err)
+			}
+			resume = sync.OnceFunc(func() {
+				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					b.Errorf("continue the agent's monitor (pid %d): %v", pid, err)
+				}
+			})
+			defer resume()
+		}
 		start := time.Now()
 		wg.Add(1)
 		go func() {
@@ -235,6 +256,7 @@ func BenchmarkAuditFlood(b *testing.B) {
 		close(stop)
 		wg.Wait()
 		took := time.Since(start)
+		resume()
 		for _, err := range []error{floodErr, err1, err2} {
 			if err != nil {
 				b.Fatalf("round (logging %v): %v", logging, err)
@@ -277,9 +299,9 @@ func BenchmarkAuditFlood(b *testing.B) {
 		t.lost += lost
 		t.overflow += over
 		t.connDropped += connDropped
-		b.Logf("round, logging %v: %d new flows in %v (%.0f/s), %d lines from the flood, %.0f copies dropped by the meter, "+
+		b.Logf("round, logging %v, monitor stopped %v: %d new flows in %v (%.0f/s), %d lines from the flood, %.0f copies dropped by the meter, "+
 			"%d passed by it and not received by the agent (rconn_overflow +%d); bulk from the flooding pod %.0f Mbit/s, from the other pod %.0f Mbit/s",
-			logging, sent.Load(), took.Round(time.Millisecond), float64(sent.Load())/took.Seconds(), flooded, drop, lost, over, fm, om)
+			logging, stall, sent.Load(), took.Round(time.Millisecond), float64(sent.Load())/took.Seconds(), flooded, drop, lost, over, fm, om)
 	}
 
 	rounds := floodRounds(b)
@@ -291,10 +313,21 @@ func BenchmarkAuditFlood(b *testing.B) {
 			b.StopTimer()
 			setLogging(logging)
 			b.StartTimer()
-			round(logging)
+			round(logging, false)
 		}
+		// Last, a round with logging and the agent's monitor stopped: what ovs-vswitchd
+		// drops on its connection is counted, and the log plus that count is still what
+		// the meter passed (round's settle condition).
+		b.StopTimer()
+		setLogging(true)
+		round(true, true)
 	}
 	b.StopTimer()
+	if stalled.connDropped == 0 || stalled.lost == 0 {
+		b.Errorf("with the agent's monitor stopped during a flood, %.0f copies counted dropped on its connection and %d passed by the meter not received: want both above 0",
+			stalled.connDropped, stalled.lost)
+	}
+	b.ReportMetric(stalled.connDropped, "stalled-connection-dropped")
 	if on.floodFlows == 0 || on.dropped == 0 {
 		b.Errorf("with logging the meter dropped %.0f copies of %d new flows: the flood did not exceed the meter's %d a second",
 			on.dropped, on.floodFlows, floodMeterRate)
@@ -319,6 +352,34 @@ func BenchmarkAuditFlood(b *testing.B) {
 	b.ReportMetric(on.floodMbps/off.floodMbps, "flood-pod-log/nolog")
 	b.ReportMetric(on.othMbps/off.othMbps, "other-pod-log/nolog")
 	b.ReportMetric(0, "ns/op")
+}
+
+// monitorPID is the pid of the agent's `ovs-ofctl monitor` on the bridge at target (the
+// one process whose arguments are monitor, target and nxt_packet_in2).
+func monitorPID(b *testing.B, target string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if slices.Contains(args, "monitor") && slices.Contains(args, target) && slices.Contains(args, "nxt_packet_in2") {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		b.Fatalf("want the one ovs-ofctl monitor of %s, found pids %v", target, pids)
+	}
+	return pids[0]
 }
 
 // floodUDP sends a datagram from a new socket each (a new connection each) to dst, from
