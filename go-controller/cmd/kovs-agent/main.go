@@ -62,7 +62,7 @@ func main() {
 	flag.StringVar(&cfg.AuditLog.Path, "audit-log", "/var/log/kovs/audit.log", "the policy audit log (docs/audit.md): JSON lines of the decisions of NetworkPolicies and ClusterNetworkPolicies annotated kovs.io/audit-log; empty: off")
 	flag.IntVar(&cfg.AuditLog.MaxSizeMB, "audit-log-max-size", 100, "the audit log is rotated at this size (MB)")
 	flag.IntVar(&cfg.AuditLog.MaxBackups, "audit-log-max-backups", 5, "rotated audit logs kept")
-	auditRate := flag.Uint("audit-rate", agent.DefaultAuditRate, "most logged decisions a second the node's audit log receives (the audit meter's rate); more are counted in kovs_agent_audit_meter_dropped_packets_total, not logged, and never dropped from the network")
+	auditRate := flag.Uint("audit-rate", agent.DefaultAuditRate, "most logged decisions a second the node's audit log receives (the audit meter's rate); more are counted in kovs_agent_audit_meter_dropped_packets_total (copies the agent fell too far behind to receive, in kovs_agent_audit_connection_dropped_packets_total), not logged, and never dropped from the network")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 	cfg.AuditRate = uint32(*auditRate)

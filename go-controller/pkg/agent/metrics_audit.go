@@ -11,8 +11,9 @@ import (
 )
 
 // auditCollector exports the audit log's counts (docs/audit.md): the packet-ins the agent
-// received, the lines written, and what the audit meter dropped (read from the switch at
-// scrape time), which is missing from the log and never from the network.
+// received, the lines written, what the audit meter dropped and what ovs-vswitchd dropped
+// on the agent's full monitor connection (both read from the switch at scrape time),
+// which is missing from the log and never from the network.
 type auditCollector struct {
 	mu  sync.Mutex
 	log *auditLog
@@ -27,10 +28,12 @@ var (
 		"Copies whose flow named no rule the agent knows (the share changed in between); not logged.", nil, nil)
 	auditDroppedDesc = prometheus.NewDesc("kovs_agent_audit_meter_dropped_packets_total",
 		"Copies the audit meter dropped over its rate: decisions missing from the log (the packets themselves were not dropped).", nil, nil)
+	auditOverflowDesc = prometheus.NewDesc("kovs_agent_audit_connection_dropped_packets_total",
+		"Copies the audit meter passed that ovs-vswitchd dropped because the agent's monitor connection had 100 queued (its coverage counter rconn_overflow): decisions missing from the log (the packets themselves were not dropped).", nil, nil)
 )
 
 func (c *auditCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{auditPacketInsDesc, auditLinesDesc, auditUnresolvedDesc, auditDroppedDesc} {
+	for _, d := range []*prometheus.Desc{auditPacketInsDesc, auditLinesDesc, auditUnresolvedDesc, auditDroppedDesc, auditOverflowDesc} {
 		ch <- d
 	}
 }
@@ -49,6 +52,9 @@ func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	if dropped, err := l.a.of.MeterDropped(ctx, pipeline.AuditMeterID); err == nil {
 		ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(dropped))
+	}
+	if overflowed, err := l.a.of.PacketInsOverflowed(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(auditOverflowDesc, prometheus.CounterValue, float64(overflowed))
 	}
 }
 

@@ -43,8 +43,8 @@
 // line.
 // [OpenFlow.DumpFlows] and [OpenFlow.DeleteFlows] select flows by cookie and
 // mask, which is how the agent finds and removes the flows of an older round.
-// [Vswitchd] runs ovs-appctl: ofproto/trace (read with [ParseTrace]) and
-// tnl/neigh/set.
+// [Vswitchd] runs ovs-appctl: ofproto/trace (read with [ParseTrace]),
+// tnl/neigh/set and coverage/read-counter ([OpenFlow.PacketInsOverflowed]).
 //
 // The agent depends on the [FlowClient] interface; package ovs/ovsfake
 // implements it in memory for unit tests. Commands run through the [Exec]

@@ -200,6 +200,10 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 	if err != nil {
 		t.Fatal(err)
 	}
+	connBefore, err := s.AgentMetric("node1", "kovs_agent_audit_connection_dropped_packets_total", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fromFlood := func() int {
 		n := 0
 		for _, r := range readLog(t, logPath) {
@@ -236,14 +240,15 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 	if len(failed) > 0 {
 		t.Errorf("allowed connections failed during the flood: %v", failed)
 	}
-	// Every copy the meter let through is in the log, and the meter counted the rest: the
-	// lines written since the flood began (the flood's denies and the connections' allows,
-	// counts summed) reach what entered the meter minus what it dropped, once the held
-	// denies are written (one collapse window). A datagram the datapath lost before any
-	// flow saw it made no copy and counts nowhere.
+	// Every copy the meter let through is in the log or counted as dropped on the agent's
+	// full monitor connection, and the meter counted the rest: the lines written since the
+	// flood began (the flood's denies and the connections' allows, counts summed) plus
+	// the connection's drops reach what entered the meter minus what it dropped, once the
+	// held denies are written (one collapse window). A datagram the datapath lost before
+	// any flow saw it made no copy and counts nowhere.
 	var logged, lines, passed int
-	var dropped float64
-	framework.Eventually(t, 10*time.Second, "every copy the meter passed logged", func() error {
+	var dropped, connDropped float64
+	framework.Eventually(t, 10*time.Second, "every copy the meter passed logged or counted", func() error {
 		logged = fromFlood() - before
 		lines = allCounts() - linesBefore
 		after, err := s.AgentMetric("node1", "kovs_agent_audit_meter_dropped_packets_total", nil)
@@ -251,9 +256,15 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 			return err
 		}
 		dropped = after - droppedBefore
+		conn, err := s.AgentMetric("node1", "kovs_agent_audit_connection_dropped_packets_total", nil)
+		if err != nil {
+			return err
+		}
+		connDropped = conn - connBefore
 		passed = meterIn() - inBefore - int(dropped)
-		if lines != passed {
-			return fmt.Errorf("%d lines (counts summed) since the flood began, the meter passed %d copies (and dropped %.0f)", lines, passed, dropped)
+		if lines+int(connDropped) != passed {
+			return fmt.Errorf("%d lines (counts summed) since the flood began and %.0f copies dropped on the agent's connection, the meter passed %d copies (and dropped %.0f)",
+				lines, connDropped, passed, dropped)
 		}
 		return nil
 	})
@@ -261,8 +272,8 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 		t.Errorf("the meter dropped no copy of a flood of %d flows at %d a second", datagrams, rate)
 	}
 	limit := int(float64(rate)*(took.Seconds()+2)) + rate
-	t.Logf("flood of %d denied UDP flows in %v: %d logged (limit %d at %d/s), %.0f copies dropped by the meter, %d passed, %d lines in all",
-		datagrams, took.Round(time.Millisecond), logged, limit, rate, dropped, passed, lines)
+	t.Logf("flood of %d denied UDP flows in %v: %d logged (limit %d at %d/s), %.0f copies dropped by the meter, %d passed, %d lines in all, %.0f dropped on the agent's connection",
+		datagrams, took.Round(time.Millisecond), logged, limit, rate, dropped, passed, lines, connDropped)
 	if logged == 0 || logged > limit {
 		t.Errorf("%d lines from the flood, want 1..%d (the meter's %d a second over %v, plus its burst)", logged, limit, rate, took)
 	}

@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,7 +71,9 @@ func floodRounds(b *testing.B) int {
 // starts; "lines/meter-past-burst" takes one burst per round off, 1 when the log keeps
 // to the meter's rate); the meter's drops; the copies the meter passed that the agent
 // never received ("passed-not-received") beside ovs-vswitchd's count of messages dropped
-// on a full OpenFlow connection ("rconn-overflow"); the bulk rates in Mbit/s of each pod
+// on a full OpenFlow connection ("rconn-overflow") and the agent's metric of it
+// ("connection-dropped"); a round settles once lines + connection drops + unresolved
+// copies equal what the meter passed; the bulk rates in Mbit/s of each pod
 // with and without logging and their ratios ("flood-pod-log/nolog",
 // "other-pod-log/nolog", 1 when logging costs the datapath nothing), means over the
 // rounds of each mode. Run it with -benchtime 1x.
@@ -169,7 +173,8 @@ func BenchmarkAuditFlood(b *testing.B) {
 		return v
 	}
 	// overflow is ovs-vswitchd's count of OpenFlow messages it dropped because their
-	// connection's queue was full.
+	// connection's queue was full (its coverage counter rconn_overflow), read directly,
+	// beside what the agent exports of it.
 	overflow := func() int {
 		out, err := exec.Command("ovs-appctl", "-t", filepath.Join(s.Layout.OVSDir("node1"), "ovs-vswitchd.ctl"),
 			"coverage/read-counter", "rconn_overflow").CombinedOutput()
@@ -206,19 +211,40 @@ func BenchmarkAuditFlood(b *testing.B) {
 		lines              int
 		dropped            float64
 		lost, overflow     int
+		connDropped        float64
 	}
-	var on, off totals
-	round := func(logging bool) {
+	var on, off, stalled totals
+	// round floods once; with stall it stops the agent's monitor (SIGSTOP) for the flood
+	// and the bulk transfers, so that ovs-vswitchd's queue to it overflows for certain,
+	// and continues it after: the copies lost there must then be counted.
+	round := func(logging, stall bool) {
 		t := &off
-		if logging {
+		switch {
+		case stall:
+			t = &stalled
+		case logging:
 			t = &on
 		}
 		linesBefore, floodBefore, inBefore, dropBefore := allCounts(), fromFlood(), meterIn(), dropped()
 		recvBefore, unresBefore, overBefore := agentMetric("kovs_agent_audit_packet_ins_total"), agentMetric("kovs_agent_audit_unresolved_total"), overflow()
+		connBefore := agentMetric("kovs_agent_audit_connection_dropped_packets_total")
 		stop := make(chan struct{})
 		var sent atomic.Int64
 		var wg sync.WaitGroup
 		var floodErr error
+		resume := func() {}
+		if stall {
+			pid := monitorPID(b, s.BrIntTarget("node1"))
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				b.Fatalf("stop the agent's monitor (pid %d): %v", pid, err)
+			}
+			resume = sync.OnceFunc(func() {
+				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					b.Errorf("continue the agent's monitor (pid %d): %v", pid, err)
+				}
+			})
+			defer resume()
+		}
 		start := time.Now()
 		wg.Add(1)
 		go func() {
@@ -230,28 +256,37 @@ func BenchmarkAuditFlood(b *testing.B) {
 		close(stop)
 		wg.Wait()
 		took := time.Since(start)
+		resume()
 		for _, err := range []error{floodErr, err1, err2} {
 			if err != nil {
 				b.Fatalf("round (logging %v): %v", logging, err)
 			}
 		}
-		// Every copy the agent received is in the log once the held denies are written
-		// (the lines since the round began, the bulk connections' allows included, counts
-		// summed). What the meter passed and the agent never received was lost on the
-		// way: ovs-vswitchd drops a packet-in when its connection to the agent's monitor
-		// has 100 queued (its coverage counter rconn_overflow).
-		var lines, flooded, received, lost int
-		var drop float64
-		framework.Eventually(b, 15*time.Second, "every copy the agent received logged", func() error {
+		// Every copy the meter passed is a line or counted as missing from it, once the
+		// held denies are written: lines since the round began (the bulk connections'
+		// allows included, counts summed), plus the copies ovs-vswitchd dropped on the
+		// agent's full monitor connection (kovs_agent_audit_connection_dropped_packets_total:
+		// it drops a packet-in when that connection has 100 queued), plus the copies the
+		// agent could not name, equal what entered the meter less its drops.
+		var lines, flooded, received, lost, passed int
+		var drop, connDropped, unresolved float64
+		framework.Eventually(b, 15*time.Second, "every copy the meter passed logged or counted", func() error {
 			lines, flooded, drop = allCounts()-linesBefore, fromFlood()-floodBefore, dropped()-dropBefore
-			received = int(agentMetric("kovs_agent_audit_packet_ins_total") - recvBefore - (agentMetric("kovs_agent_audit_unresolved_total") - unresBefore))
-			if lines != received {
-				return fmt.Errorf("%d lines since the round began, the agent received %d copies it could name", lines, received)
+			connDropped = agentMetric("kovs_agent_audit_connection_dropped_packets_total") - connBefore
+			unresolved = agentMetric("kovs_agent_audit_unresolved_total") - unresBefore
+			passed = meterIn() - inBefore - int(drop)
+			if lines+int(connDropped)+int(unresolved) != passed {
+				return fmt.Errorf("%d lines since the round began, %.0f copies dropped on the agent's connection and %.0f unresolved, the meter passed %d",
+					lines, connDropped, unresolved, passed)
 			}
 			return nil
 		})
-		lost = meterIn() - inBefore - int(drop) - received
+		received = int(agentMetric("kovs_agent_audit_packet_ins_total") - recvBefore - unresolved)
+		lost = passed - received
 		over := overflow() - overBefore
+		if float64(over) != connDropped {
+			b.Fatalf("ovs-vswitchd's rconn_overflow rose by %d, the agent's connection drops by %.0f", over, connDropped)
+		}
 		if !logging && lines != 0 {
 			b.Fatalf("%d lines without logging", lines)
 		}
@@ -263,9 +298,10 @@ func BenchmarkAuditFlood(b *testing.B) {
 		t.dropped += drop
 		t.lost += lost
 		t.overflow += over
-		b.Logf("round, logging %v: %d new flows in %v (%.0f/s), %d lines from the flood, %.0f copies dropped by the meter, "+
+		t.connDropped += connDropped
+		b.Logf("round, logging %v, monitor stopped %v: %d new flows in %v (%.0f/s), %d lines from the flood, %.0f copies dropped by the meter, "+
 			"%d passed by it and not received by the agent (rconn_overflow +%d); bulk from the flooding pod %.0f Mbit/s, from the other pod %.0f Mbit/s",
-			logging, sent.Load(), took.Round(time.Millisecond), float64(sent.Load())/took.Seconds(), flooded, drop, lost, over, fm, om)
+			logging, stall, sent.Load(), took.Round(time.Millisecond), float64(sent.Load())/took.Seconds(), flooded, drop, lost, over, fm, om)
 	}
 
 	rounds := floodRounds(b)
@@ -277,10 +313,21 @@ func BenchmarkAuditFlood(b *testing.B) {
 			b.StopTimer()
 			setLogging(logging)
 			b.StartTimer()
-			round(logging)
+			round(logging, false)
 		}
+		// Last, a round with logging and the agent's monitor stopped: what ovs-vswitchd
+		// drops on its connection is counted, and the log plus that count is still what
+		// the meter passed (round's settle condition).
+		b.StopTimer()
+		setLogging(true)
+		round(true, true)
 	}
 	b.StopTimer()
+	if stalled.connDropped == 0 || stalled.lost == 0 {
+		b.Errorf("with the agent's monitor stopped during a flood, %.0f copies counted dropped on its connection and %d passed by the meter not received: want both above 0",
+			stalled.connDropped, stalled.lost)
+	}
+	b.ReportMetric(stalled.connDropped, "stalled-connection-dropped")
 	if on.floodFlows == 0 || on.dropped == 0 {
 		b.Errorf("with logging the meter dropped %.0f copies of %d new flows: the flood did not exceed the meter's %d a second",
 			on.dropped, on.floodFlows, floodMeterRate)
@@ -297,6 +344,7 @@ func BenchmarkAuditFlood(b *testing.B) {
 	b.ReportMetric(on.dropped, "meter-dropped")
 	b.ReportMetric(float64(on.lost), "passed-not-received")
 	b.ReportMetric(float64(on.overflow), "rconn-overflow")
+	b.ReportMetric(on.connDropped, "connection-dropped")
 	b.ReportMetric(on.floodMbps/float64(rounds), "flood-pod-Mbps-log")
 	b.ReportMetric(off.floodMbps/float64(rounds), "flood-pod-Mbps-nolog")
 	b.ReportMetric(on.othMbps/float64(rounds), "other-pod-Mbps-log")
@@ -304,6 +352,34 @@ func BenchmarkAuditFlood(b *testing.B) {
 	b.ReportMetric(on.floodMbps/off.floodMbps, "flood-pod-log/nolog")
 	b.ReportMetric(on.othMbps/off.othMbps, "other-pod-log/nolog")
 	b.ReportMetric(0, "ns/op")
+}
+
+// monitorPID is the pid of the agent's `ovs-ofctl monitor` on the bridge at target (the
+// one process whose arguments are monitor, target and nxt_packet_in2).
+func monitorPID(b *testing.B, target string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if slices.Contains(args, "monitor") && slices.Contains(args, target) && slices.Contains(args, "nxt_packet_in2") {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		b.Fatalf("want the one ovs-ofctl monitor of %s, found pids %v", target, pids)
+	}
+	return pids[0]
 }
 
 // floodUDP sends a datagram from a new socket each (a new connection each) to dst, from
