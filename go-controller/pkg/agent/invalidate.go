@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -77,7 +80,88 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) e
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
 type datapathCaches interface {
 	FlushConntrack(ctx context.Context, zone uint16, ipProto uint8) error
+	DumpDatapathFlows(ctx context.Context) ([]ovs.DatapathFlow, error)
+	DeleteDatapathFlow(ctx context.Context, ufid string) error
 	PurgeDatapathFlows(ctx context.Context) error
+}
+
+// maxDatapathDeletes bounds the datapath flows one invalidation deletes one by one (an
+// ovs-appctl call each); past it, all are purged at once (revalidator/purge).
+const maxDatapathDeletes = 200
+
+// ctTracked, ctEstablished and ctRelated are bits of a datapath flow's ct_state
+// (OVS_CS_F_*).
+const (
+	ctEstablished = 0x02
+	ctRelated     = 0x04
+	ctTracked     = 0x20
+)
+
+var (
+	ctStateField = regexp.MustCompile(`(?:^|,)ct_state\((0x[0-9a-f]+)/(0x[0-9a-f]+)\)`)
+	exactProto   = regexp.MustCompile(`(?:^|,)ipv[46]\((?:[^()]*,)?proto=([0-9]+)[,)]`)
+)
+
+// policyBlind reports whether a datapath flow's packets meet no policy table, so that no
+// policy change can change what the flow does, on the evidence of its key alone:
+//   - recirc_id(0): a packet's first pass, which ends in ConntrackZone's ct() before any
+//     policy table (tables 0 to 30 lead only to each other and to that ct());
+//   - a tracked packet of an established or related connection (ct_state +trk and +est or
+//     +rel, both bits in the flow's mask) of a protocol other than SCTP (exact in the
+//     key): ConntrackState sends it past EgressPolicy and IngressPolicy admits it before
+//     any rule (NetworkPolicy is stateful; SCTP is checked on every packet).
+//
+// Anything else (new connections, invalid ones, SCTP, a key that does not say) may have
+// met a policy table.
+func policyBlind(f ovs.DatapathFlow) bool {
+	if strings.HasPrefix(f.Key, "recirc_id(0),") || strings.Contains(f.Key, ",recirc_id(0),") {
+		return true
+	}
+	m := ctStateField.FindStringSubmatch(f.Key)
+	if m == nil {
+		return false
+	}
+	value, err1 := strconv.ParseUint(m[1], 0, 8)
+	mask, err2 := strconv.ParseUint(m[2], 0, 8)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	set := value & mask
+	if set&ctTracked == 0 || set&(ctEstablished|ctRelated) == 0 {
+		return false
+	}
+	p := exactProto.FindStringSubmatch(f.Key)
+	return p != nil && p[1] != strconv.Itoa(int(pipeline.IPProtoSCTP))
+}
+
+// invalidateDatapathFlows deletes the datapath flows a policy change may have made
+// stale: every one but those policyBlind keeps. When the dump or a deletion fails, or
+// there are more than maxDatapathDeletes, it purges them all, as before (the purge is
+// what was seen to work; this only narrows it).
+func invalidateDatapathFlows(ctx context.Context, v datapathCaches) error {
+	flows, err := v.DumpDatapathFlows(ctx)
+	if err == nil {
+		var stale []string
+		for _, f := range flows {
+			if !policyBlind(f) {
+				stale = append(stale, f.UFID)
+			}
+		}
+		if len(stale) <= maxDatapathDeletes {
+			for _, ufid := range stale {
+				if err = v.DeleteDatapathFlow(ctx, ufid); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				return nil
+			}
+		}
+	}
+	if err != nil {
+		log.WithError(err).Warn("after a policy change: deleting the datapath flows it may affect failed; purging them all")
+	}
+	return v.PurgeDatapathFlows(ctx)
 }
 
 // flowDeleter deletes flows by cookie.
@@ -91,7 +175,7 @@ func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDelete
 			return fmt.Errorf("after a policy change: %w", err)
 		}
 	}
-	if err := v.PurgeDatapathFlows(ctx); err != nil {
+	if err := invalidateDatapathFlows(ctx, v); err != nil {
 		return fmt.Errorf("after a policy change: %w", err)
 	}
 	learned := pipeline.LearnedReplyFilter()

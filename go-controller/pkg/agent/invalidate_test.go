@@ -44,8 +44,23 @@ func keysOf(t *testing.T, texts []string) []ovs.FlowKey {
 	return keys
 }
 
-// recordingCaches records the cache invalidations and flow deletions, in order.
-type recordingCaches struct{ calls []string }
+// recordingCaches records the cache invalidations and flow deletions, in order; its
+// datapath holds dp, and deleting a datapath flow fails with delErr.
+type recordingCaches struct {
+	calls  []string
+	dp     []ovs.DatapathFlow
+	delErr error
+}
+
+func (r *recordingCaches) DumpDatapathFlows(context.Context) ([]ovs.DatapathFlow, error) {
+	r.calls = append(r.calls, "dump-flows")
+	return r.dp, nil
+}
+
+func (r *recordingCaches) DeleteDatapathFlow(_ context.Context, ufid string) error {
+	r.calls = append(r.calls, "del-flow "+ufid)
+	return r.delErr
+}
 
 func (r *recordingCaches) FlushConntrack(_ context.Context, zone uint16, ipProto uint8) error {
 	r.calls = append(r.calls, fmt.Sprintf("flush-conntrack zone=%d ct_nw_proto=%d", zone, ipProto))
@@ -62,13 +77,13 @@ func (r *recordingCaches) DeleteFlows(_ context.Context, cookie, mask uint64) er
 	return nil
 }
 
-// TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge: only the replies (kind 0,
-// object 0), not the learned translations of stateless SCTP Services.
-func TestPolicyChangeDeletesLearnedSCTPRepliesAfterThePurge(t *testing.T) {
+// TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows: only the replies (kind
+// 0, object 0), not the learned translations of stateless SCTP Services.
+func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T) {
 	for _, netdev := range []bool{true, false} {
-		r := &recordingCaches{}
+		r := &recordingCaches{dp: []ovs.DatapathFlow{{UFID: "ufid:1", Key: newConnFlow}}}
 		invalidatePolicyCaches(context.Background(), r, r, netdev)
-		want := []string{"purge", "del-flows cookie=0x800000000000/0xffffffffffff"}
+		want := []string{"dump-flows", "del-flow ufid:1", "del-flows cookie=0x800000000000/0xffffffffffff"}
 		if netdev {
 			want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
 		}
@@ -91,5 +106,67 @@ func TestFullSyncKeepsLearnedFlows(t *testing.T) {
 	}
 	if len(sw.flows) != 3 {
 		t.Errorf("switch has %d flows, want 2 of the agent's and the learned one", len(sw.flows))
+	}
+}
+
+// Datapath flows as the userspace datapath dumps them (dpctl/dump-flows -m, keys only).
+const (
+	firstPassFlow   = "skb_priority(0/0),skb_mark(0/0),ct_state(0/0),ct_zone(0/0),ct_mark(0/0),ct_label(0/0),recirc_id(0),dp_hash(0/0),in_port(pd),packet_type(ns=0,id=0),eth(src=0a:58:0a:f4:01:0d,dst=0a:58:0a:f4:01:01/00:00:00:00:00:00),eth_type(0x0800),ipv4(src=10.244.1.13,dst=10.244.1.12/0.0.0.0,proto=17/0,tos=0/0,ttl=64/0,frag=no),udp(src=20001/0,dst=80/0)"
+	newConnFlow     = "skb_priority(0/0),skb_mark(0/0),ct_state(0x21/0x3f),ct_zone(0xfff0/0),ct_mark(0/0x1),ct_label(0/0),ct_tuple4(src=10.244.1.13/0.0.0.0,dst=10.244.1.12/0.0.0.0,proto=17/0,tp_src=20001/0,tp_dst=80/0),recirc_id(0x1),dp_hash(0/0),in_port(pd),packet_type(ns=0,id=0),eth(src=0a:58:0a:f4:01:0d,dst=0a:58:0a:f4:01:01),eth_type(0x0800),ipv4(src=10.244.1.13/0.0.0.0,dst=10.244.1.12,proto=17,tos=0/0,ttl=64,frag=no),udp(src=20001/0,dst=80/0)"
+	establishedFlow = "skb_priority(0/0),skb_mark(0/0),ct_state(0x22/0x3b),ct_zone(0xfff0/0),ct_mark(0/0x1),ct_label(0/0),ct_tuple4(src=10.244.1.13/0.0.0.0,dst=10.244.1.12/0.0.0.0,proto=17/0,tp_src=20001/0,tp_dst=80/0),recirc_id(0x1),dp_hash(0/0),in_port(pd),packet_type(ns=0,id=0),eth(src=0a:58:0a:f4:01:0d,dst=0a:58:0a:f4:01:01),eth_type(0x0800),ipv4(src=10.244.1.13/0.0.0.0,dst=10.244.1.12,proto=17,tos=0/0,ttl=64,frag=no),udp(src=20001/0,dst=80/0)"
+)
+
+func TestPolicyBlindKeepsFirstPassesAndEstablishedConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name, key string
+		want      bool
+	}{
+		{"a first pass (before ct)", firstPassFlow, true},
+		{"a new connection after ct", newConnFlow, false},
+		{"an established connection after ct", establishedFlow, true},
+		{"a related packet after ct", strings.Replace(establishedFlow, "ct_state(0x22/0x3b)", "ct_state(0x24/0x3f)", 1), true},
+		{"established, but the est bit is not in the mask", strings.Replace(establishedFlow, "ct_state(0x22/0x3b)", "ct_state(0x22/0x39)", 1), false},
+		{"established, not tracked", strings.Replace(establishedFlow, "ct_state(0x22/0x3b)", "ct_state(0x2/0x3b)", 1), false},
+		{"established SCTP (policy checks every SCTP packet)", strings.Replace(establishedFlow, "proto=17,tos", "proto=132,tos", 1), false},
+		{"established, protocol wildcarded", strings.Replace(establishedFlow, "proto=17,tos", "proto=17/0,tos", 1), false},
+		{"established IPv6", strings.Replace(establishedFlow, "ipv4(src=10.244.1.13/0.0.0.0,dst=10.244.1.12,proto=17,", "ipv6(src=fd00::d/::,dst=fd00::c,label=0/0,proto=6,", 1), true},
+		{"no ct_state", "recirc_id(0x3),in_port(pd),eth_type(0x0800),ipv4(proto=6,frag=no)", false},
+	} {
+		if got := policyBlind(ovs.DatapathFlow{UFID: "ufid:1", Key: tc.key}); got != tc.want {
+			t.Errorf("%s: policyBlind = %v, want %v\n%s", tc.name, got, tc.want, tc.key)
+		}
+	}
+}
+
+// A policy change deletes the datapath flows it may affect one by one; when a deletion
+// fails, or there are too many, it purges them all, and only a failed purge fails it.
+func TestInvalidateDatapathFlowsFallsBackToThePurge(t *testing.T) {
+	flows := func(n int) []ovs.DatapathFlow {
+		dp := []ovs.DatapathFlow{{UFID: "ufid:est", Key: establishedFlow}}
+		for i := range n {
+			dp = append(dp, ovs.DatapathFlow{UFID: fmt.Sprintf("ufid:%d", i), Key: newConnFlow})
+		}
+		return dp
+	}
+	r := &recordingCaches{dp: flows(2)}
+	if err := invalidateDatapathFlows(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"dump-flows", "del-flow ufid:0", "del-flow ufid:1"}; !slices.Equal(r.calls, want) {
+		t.Errorf("two stale flows: %q, want %q", r.calls, want)
+	}
+	r = &recordingCaches{dp: flows(2), delErr: fmt.Errorf("ovs-appctl: exit status 2")}
+	if err := invalidateDatapathFlows(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"dump-flows", "del-flow ufid:0", "purge"}; !slices.Equal(r.calls, want) {
+		t.Errorf("a failed deletion: %q, want %q", r.calls, want)
+	}
+	r = &recordingCaches{dp: flows(maxDatapathDeletes + 1)}
+	if err := invalidateDatapathFlows(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"dump-flows", "purge"}; !slices.Equal(r.calls, want) {
+		t.Errorf("%d stale flows: %q, want %q", maxDatapathDeletes+1, r.calls, want)
 	}
 }

@@ -379,3 +379,62 @@ func TestPolicyChangeIsInForceOnTheNextPacket(t *testing.T) {
 		}
 	}
 }
+
+// A policy change leaves the datapath flows of established connections alone: they skip
+// policy (NetworkPolicy is stateful), so no change of it can change what they do, and
+// dropping them (revalidator/purge did, for every flow of ovs-vswitchd) sends the traffic
+// of every established connection on the node through upcalls again. Checked on the
+// datapath itself: the flows that carried d's established connection to c before the
+// change, by UFID, are still there after it, and carry its next packet. Seen failing with
+// the purge after every policy change (the flows were gone).
+func TestPolicyChangeKeepsEstablishedDatapathFlows(t *testing.T) {
+	r := newTrafficRig(t)
+	c := r.listen("c")
+	established := r.send("d", "c", 80)
+	if !c.got(established, 2*time.Second) {
+		t.Fatal("d -> c with no policy did not arrive")
+	}
+	r.sendFrom("c", "d", 80, established) // c answers: established both ways
+	r.sendFrom("d", "c", established, 80)
+	if !c.got(established, 2*time.Second) {
+		t.Fatal("d's established flow to c did not arrive")
+	}
+	before := r.establishedTo("c")
+	if len(before) == 0 {
+		t.Fatalf("no datapath flow of d's established connection to c: nothing to check\n%s", r.rig.Appctl(t, "dpctl/dump-flows", "-m"))
+	}
+	for i, st := range []policy.NodeShare{cShare(true, []string{"d"}, policy.Port{Protocol: policy.UDP, Port: 80}), cShare(false, nil), openShare()} {
+		r.setPolicy(st)
+		after := r.establishedTo("c")
+		for ufid := range before {
+			if !after[ufid] {
+				t.Fatalf("change %d: the datapath flow %s of d's established connection to c is gone after the policy change\ndatapath now:\n%s",
+					i, ufid, r.rig.Appctl(t, "dpctl/dump-flows", "-m"))
+			}
+		}
+		r.sendFrom("d", "c", established, 80)
+		if !c.got(established, 2*time.Second) {
+			t.Fatalf("change %d: d's established flow to c was cut", i)
+		}
+	}
+}
+
+// establishedTo is the UFIDs of the datapath flows that deliver a connection's later
+// packets to pod: after conntrack (recirc_id not 0), output to its port, without the
+// commit of a new connection.
+func (r *trafficRig) establishedTo(pod string) map[string]bool {
+	r.t.Helper()
+	flows, err := ovs.ParseDatapathFlows(r.rig.Appctl(r.t, "dpctl/dump-flows", "-m"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	dst := "dst=" + r.pods[pod].IPs[0].String() + ","
+	ufids := map[string]bool{}
+	for _, f := range flows {
+		if strings.Contains(f.Key, dst) && !strings.Contains(f.Key, "recirc_id(0),") &&
+			!strings.Contains(f.Actions, "ct(commit") && strings.HasSuffix(strings.Split(f.Actions, ", ")[0], ",p"+pod) {
+			ufids[f.UFID] = true
+		}
+	}
+	return ufids
+}
