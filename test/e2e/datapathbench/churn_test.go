@@ -72,13 +72,15 @@ func churnTime(b *testing.B) time.Duration {
 // churnTimeEnv): quiet, churn, churn, quiet, so load on the shared machine weighs on both
 // alike.
 //
-// Reported for the quiet pair, with and without churn: the requests that failed, the TCP
-// retransmissions of both connections' senders (TCP_INFO total_retrans: the packets the
-// path lost, or held long enough to be resent), the longest time between two answers of
-// the loop and between two reads of the bulk receiver (the longest stall), the answers per
-// second and the bulk throughput; and the datapath upcalls of both nodes (a purge of the
-// datapath flows shows there: every flow of the quiet pair is set up again). The log adds
-// the policy changes made and the generations each agent realized.
+// Reported for the quiet pair, with and without churn: the requests that failed; the TCP
+// retransmissions of the loop (both sides) and of the bulk sender, apart (TCP_INFO
+// total_retrans: the packets the path lost, or held long enough to be resent; the bulk
+// connection's are mostly its own congestion losses, which grow with its throughput); the
+// longest time between two answers of the loop and between two reads of the bulk
+// receiver (the longest stalls); the answers per second and the bulk throughput; and the
+// datapath upcalls of both nodes (a purge of the datapath flows shows there: every flow
+// of the quiet pair is set up again). The log adds the policy changes made and the
+// generations each agent realized.
 func BenchmarkPolicyChurn(b *testing.B) {
 	env := framework.Require(b)
 	d := churnTime(b)
@@ -169,7 +171,8 @@ func BenchmarkPolicyChurn(b *testing.B) {
 		t      pairTraffic
 	}{{"", churned}, {"quiet-", quiet}} {
 		b.ReportMetric(float64(r.t.failed), r.prefix+"failed-requests")
-		b.ReportMetric(float64(r.t.retrans), r.prefix+"retransmits")
+		b.ReportMetric(float64(r.t.rrRetrans), r.prefix+"rr-retransmits")
+		b.ReportMetric(float64(r.t.bulkRetrans), r.prefix+"bulk-retransmits")
 		b.ReportMetric(ms(r.t.rrGap), r.prefix+"ms-longest-answer-gap")
 		b.ReportMetric(ms(r.t.bulkGap), r.prefix+"ms-longest-bulk-stall")
 		b.ReportMetric(r.t.answersPerSecond(), r.prefix+"answers/s")
@@ -259,21 +262,22 @@ func realizedGenerations(b *testing.B, s *framework.Sandbox, nodes []string) []u
 
 // pairTraffic is what the quiet pair's two connections saw over one or more stretches.
 type pairTraffic struct {
-	took       time.Duration
-	bytes      int64
-	bulkGap    time.Duration // the longest time between two reads of the bulk receiver
-	answers    int
-	failed     int           // requests without an answer within answerTimeout, or whose connection failed
-	rrGap      time.Duration // the longest time between two answers (or the stretch's start and the first)
-	retrans    uint64        // TCP retransmissions of the bulk sender, the loop's client and its server side
-	reconnects int
-	dp         dpStats
+	took        time.Duration
+	bytes       int64
+	bulkGap     time.Duration // the longest time between two reads of the bulk receiver
+	answers     int
+	failed      int           // requests without an answer within answerTimeout, or whose connection failed
+	rrGap       time.Duration // the longest time between two answers (or the stretch's start and the first)
+	bulkRetrans uint64        // TCP retransmissions of the bulk sender
+	rrRetrans   uint64        // and of the loop's client and server sides
+	reconnects  int
+	dp          dpStats
 }
 
 func (t pairTraffic) add(o pairTraffic) pairTraffic {
 	return pairTraffic{took: t.took + o.took, bytes: t.bytes + o.bytes, bulkGap: max(t.bulkGap, o.bulkGap),
 		answers: t.answers + o.answers, failed: t.failed + o.failed, rrGap: max(t.rrGap, o.rrGap),
-		retrans: t.retrans + o.retrans, reconnects: t.reconnects + o.reconnects, dp: t.dp.add(o.dp)}
+		bulkRetrans: t.bulkRetrans + o.bulkRetrans, rrRetrans: t.rrRetrans + o.rrRetrans, reconnects: t.reconnects + o.reconnects, dp: t.dp.add(o.dp)}
 }
 
 func (t pairTraffic) mbps() float64 { return float64(t.bytes) * 8 / t.took.Seconds() / 1e6 }
@@ -281,9 +285,9 @@ func (t pairTraffic) mbps() float64 { return float64(t.bytes) * 8 / t.took.Secon
 func (t pairTraffic) answersPerSecond() float64 { return float64(t.answers) / t.took.Seconds() }
 
 func (t pairTraffic) String() string {
-	return fmt.Sprintf("bulk %.0f Mbit/s, longest stall %s; %d answers (%.0f/s), %d failed, %d reconnects, longest gap %s; %d retransmits; datapath %.0f upcalls",
-		t.mbps(), t.bulkGap.Round(time.Microsecond), t.answers, t.answersPerSecond(), t.failed, t.reconnects,
-		t.rrGap.Round(time.Microsecond), t.retrans, t.dp.upcalls)
+	return fmt.Sprintf("bulk %.0f Mbit/s, longest stall %s, %d retransmits; %d answers (%.0f/s), %d failed, %d reconnects, longest gap %s, %d retransmits; datapath %.0f upcalls",
+		t.mbps(), t.bulkGap.Round(time.Microsecond), t.bulkRetrans, t.answers, t.answersPerSecond(), t.failed, t.reconnects,
+		t.rrGap.Round(time.Microsecond), t.rrRetrans, t.dp.upcalls)
 }
 
 // churnServer is the quiet pair's server side: a bulk receiver and a request/response
@@ -355,7 +359,7 @@ func (s *churnServer) run(ctx context.Context, clientNS string, addr netip.Addr,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t.bytes, t.bulkGap, t.retrans, bulkErr = s.bulkFor(ctx, clientNS, addr, d)
+		t.bytes, t.bulkGap, t.bulkRetrans, bulkErr = s.bulkFor(ctx, clientNS, addr, d)
 	}()
 	rr, rrErr := s.loopFor(ctx, clientNS, addr, d)
 	wg.Wait()
@@ -365,7 +369,7 @@ func (s *churnServer) run(ctx context.Context, clientNS string, addr netip.Addr,
 	s.echoes.Wait() // every echo connection closed: its retransmissions are counted
 	t.took = time.Since(start)
 	t.answers, t.failed, t.rrGap, t.reconnects = rr.answers, rr.failed, rr.rrGap, rr.reconnects
-	t.retrans += rr.retrans + s.rrRetrans.Swap(0)
+	t.rrRetrans = rr.retrans + s.rrRetrans.Swap(0)
 	return t, nil
 }
 
