@@ -40,33 +40,30 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 // flowing, which caches of the datapath would otherwise hide:
 //   - cached datapath flows: ovs-vswitchd 3.1's revalidators were seen to keep a megaflow
 //     that no longer matched the tables (a drop outliving its deny rule for minutes, an
-//     allow outliving its rule), so the datapath flows are purged and re-derived. Still
-//     seen without the purge on 2026-12-04, intermittently: one of three IPv4 runs of the
-//     truth-table suite (test/e2e/netpol) failed in case 28 step 3 (x/a -> z/a 80/tcp,
-//     denied in every step, connected in 531 of 547 probes) and case 37 (y/b -> x/a
-//     80/tcp still dropped after the reset to no policy); the other two passed. Simple
-//     bundles (a flow's actions changed, a conjunction's clause added or removed) on a
-//     dummy datapath were revalidated without it (dpctl/dump-flows after
-//     revalidator/wait). On 2026-12-05 the purge was replaced by a wait for two
-//     revalidation rounds after each bundle that could restrict (revalidator/wait): a
-//     root test of the agent's pipeline on real OVS (TestPolicyChangeIsInForceOnTheNextPacket,
-//     one family, UDP) got the new verdict on every next packet, but the dual-stack truth
-//     table failed in case 31 (stacked policies) step 1: z/a -> x/a 81/tcp over IPv6,
-//     denied, connected in the first round right after realization (the IPv4 cell of the
-//     same pair was dropped; one run, the next with the purge passed the case). OVS's
-//     own revalidation does not cover the case; the dual-stack sandbox is where it shows
-//     (the late answers of #29 show there too, with or without the purge); it is not
-//     pinned down yet. The purge stays;
+//     allow outliving its rule). Seen without any invalidation on 2026-12-04,
+//     intermittently: one of three IPv4 runs of the truth-table suite (test/e2e/netpol)
+//     failed in case 28 step 3 (x/a -> z/a 80/tcp, denied in every step, connected in 531
+//     of 547 probes) and case 37 (y/b -> x/a 80/tcp still dropped after the reset to no
+//     policy). A wait for two revalidation rounds after each bundle (revalidator/wait)
+//     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
+//     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
+//     realization; 2026-12-05). The cause in OVS is not pinned down, so the stale flows
+//     are still deleted, but only those that may have met a policy table (policyBlind):
+//     every such flow is one of a new connection, an invalid one or SCTP, which is what
+//     all those failures were. Until 2026-12-05 every datapath flow of ovs-vswitchd was
+//     purged (revalidator/purge), which sent every established connection of the node
+//     through upcalls again at each change (BenchmarkPolicyChurn counts them); the purge
+//     is now the fallback when the selective deletion fails;
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
 //   - learned SCTP replies (pipeline.SCTPReply): each lets the replies of an association
 //     skip policy, and the new policy may deny that association. They are all deleted,
-//     after the purge (which may still run learn actions of the old translations); a live
-//     association the new policy allows learns its reply again on its next packet. The
-//     learned translations of stateless SCTP Services (pipeline.SCTPPin and SCTPUnNAT)
-//     stay: they let nothing skip policy, and a live association needs them to keep its
-//     endpoint.
+//     after the datapath flows (which may still run learn actions of the old
+//     translations); a live association the new policy allows learns its reply again on
+//     its next packet. The learned translations of stateless SCTP Services
+//     (pipeline.SCTPPin and SCTPUnNAT) stay: they let nothing skip policy, and a live
+//     association needs them to keep its endpoint.
 //
 // Any of them failing fails the sync (FlowSyncer.OnApplied): the policy is not reported
 // realized, and the next sync invalidates again.
