@@ -66,7 +66,9 @@ func (v *Vswitchd) DeleteDatapathFlow(ctx context.Context, ufid string) error {
 		return fmt.Errorf("delete datapath flow: %q is no UFID (want ufid:<32 hex digits>)", ufid)
 	}
 	if _, err := v.run(ctx, "dpctl/del-flow", ufid); err != nil {
-		if strings.Contains(err.Error(), "No such file or directory") || strings.Contains(err.Error(), "flow does not exist") {
+		// What ovs-vswitchd answers for a UFID its datapath does not hold; an unreachable
+		// ovs-vswitchd says "No such file or directory" too, of its socket, and is an error.
+		if strings.Contains(err.Error(), "deleting flow (No such file or directory)") {
 			return nil
 		}
 		return fmt.Errorf("delete datapath flow %s: %w", ufid, err)
