@@ -47,13 +47,16 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     policy). A wait for two revalidation rounds after each bundle (revalidator/wait)
 //     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
 //     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
-//     realization; 2026-12-05). The cause in OVS is not pinned down, so the stale flows
-//     are still deleted, but only those that may have met a policy table (policyBlind):
-//     every such flow is one of a new connection, an invalid one or SCTP, which is what
-//     all those failures were. Until 2026-12-05 every datapath flow of ovs-vswitchd was
-//     purged (revalidator/purge), which sent every established connection of the node
-//     through upcalls again at each change (BenchmarkPolicyChurn counts them); the purge
-//     is now the fallback when the selective deletion fails;
+//     realization; 2026-12-05). The cause in OVS is not pinned down, so every datapath
+//     flow of ovs-vswitchd is purged (revalidator/purge, --datapath-invalidation=purge,
+//     the default), which sends every established connection of the node through upcalls
+//     again at each change (BenchmarkPolicyChurn counts them). With
+//     --datapath-invalidation=narrow (experimental) only the flows that may have met a
+//     policy table are deleted (policyBlind): every such flow is one of a new connection,
+//     an invalid one or SCTP, which is what all those failures were; the purge is then the
+//     fallback when the selective deletion fails. Narrow is not the default: one of its
+//     two truth-table runs (2026-12-05) failed two allowed cells that the purge's run
+//     passed (docs/upgrades.md);
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
@@ -71,7 +74,13 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) e
 	if !touchesPolicy(changedFlows(p)) {
 		return nil
 	}
-	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev)
+	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev, a.narrowInvalidation())
+}
+
+// narrowInvalidation reports whether --datapath-invalidation is narrow (experimental);
+// anything else, the default included, purges.
+func (a *Agent) narrowInvalidation() bool {
+	return a.cfg.DatapathInvalidation == DatapathInvalidationNarrow
 }
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
@@ -166,13 +175,21 @@ type flowDeleter interface {
 	DeleteFlows(ctx context.Context, cookie, mask uint64) error
 }
 
-func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) error {
+// invalidatePolicyCaches invalidates the caches after a policy change: with narrow, only
+// the datapath flows that may have met a policy table (invalidateDatapathFlows,
+// --datapath-invalidation=narrow, experimental), otherwise every one (revalidator/purge,
+// the default).
+func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev, narrow bool) error {
 	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {
 			return fmt.Errorf("after a policy change: %w", err)
 		}
 	}
-	if err := invalidateDatapathFlows(ctx, v); err != nil {
+	purge := v.PurgeDatapathFlows
+	if narrow {
+		purge = func(ctx context.Context) error { return invalidateDatapathFlows(ctx, v) }
+	}
+	if err := purge(ctx); err != nil {
 		return fmt.Errorf("after a policy change: %w", err)
 	}
 	learned := pipeline.LearnedReplyFilter()

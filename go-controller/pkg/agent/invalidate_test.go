@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -78,17 +79,52 @@ func (r *recordingCaches) DeleteFlows(_ context.Context, cookie, mask uint64) er
 }
 
 // TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows: only the replies (kind
-// 0, object 0), not the learned translations of stateless SCTP Services.
+// 0, object 0), not the learned translations of stateless SCTP Services. With
+// --datapath-invalidation=purge (the default) every datapath flow is purged and none is
+// dumped; with narrow, the stale ones are dumped and deleted one by one.
 func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T) {
-	for _, netdev := range []bool{true, false} {
-		r := &recordingCaches{dp: []ovs.DatapathFlow{{UFID: "ufid:1", Key: newConnFlow}}}
-		invalidatePolicyCaches(context.Background(), r, r, netdev)
-		want := []string{"dump-flows", "del-flow ufid:1", "del-flows cookie=0x800000000000/0xffffffffffff"}
-		if netdev {
-			want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
+	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
+		for _, netdev := range []bool{true, false} {
+			r := &recordingCaches{dp: []ovs.DatapathFlow{{UFID: "ufid:1", Key: newConnFlow}}}
+			a := &Agent{cfg: Config{DatapathInvalidation: mode}, netdev: netdev}
+			if err := invalidatePolicyCaches(context.Background(), r, r, a.netdev, a.narrowInvalidation()); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"purge", "del-flows cookie=0x800000000000/0xffffffffffff"}
+			if mode == DatapathInvalidationNarrow {
+				want = []string{"dump-flows", "del-flow ufid:1", "del-flows cookie=0x800000000000/0xffffffffffff"}
+			}
+			if netdev {
+				want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
+			}
+			if !slices.Equal(r.calls, want) {
+				t.Errorf("--datapath-invalidation=%s, netdev=%v: %q, want %q", mode, netdev, r.calls, want)
+			}
 		}
-		if !slices.Equal(r.calls, want) {
-			t.Errorf("netdev=%v: %q, want %q", netdev, r.calls, want)
+	}
+}
+
+// TestConfigDatapathInvalidation: empty is purge, purge and narrow are taken, anything
+// else is refused with an error naming the flag and its values.
+func TestConfigDatapathInvalidation(t *testing.T) {
+	valid := func(mode string) Config {
+		c := Config{NodeName: "node1", OVSDB: "unix:/run/db.sock", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+			CNISocket: "/run/kovs/cni.sock", DatapathInvalidation: mode}
+		c.Defaults()
+		return c
+	}
+	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationPurge || c.Validate() != nil {
+		t.Errorf("unset: %q (%v), want purge and valid", c.DatapathInvalidation, c.Validate())
+	}
+	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
+		if c := valid(mode); c.DatapathInvalidation != mode || c.Validate() != nil {
+			t.Errorf("%s: %q (%v), want it kept and valid", mode, c.DatapathInvalidation, c.Validate())
+		}
+	}
+	for _, bad := range []string{"Narrow", "selective", "none"} {
+		c := valid(bad)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use purge", bad)) || !strings.Contains(err.Error(), "or narrow") {
+			t.Errorf("%s: Validate = %v, want an error naming --datapath-invalidation and its values", bad, err)
 		}
 	}
 }

@@ -40,7 +40,8 @@ type trafficRig struct {
 // The pods: a, b, c and d at 10.244.1.10-13 on ofports 3-6, tap "p<name>".
 var trafficPods = []pipeline.PodPort{testPod("a", 3, 10), testPod("b", 4, 11), testPod("c", 5, 12), testPod("d", 6, 13)}
 
-func newTrafficRig(t *testing.T) *trafficRig {
+// newTrafficRig starts the rig with the agent's --datapath-invalidation set to mode.
+func newTrafficRig(t *testing.T, mode string) *trafficRig {
 	rig := ovstest.Start(t)
 	r := &trafficRig{t: t, rig: rig, sport: 20000, pods: map[string]pipeline.PodPort{}}
 	// The kernel sends nothing of its own through the taps (no IPv6 autoconfiguration).
@@ -79,7 +80,7 @@ func newTrafficRig(t *testing.T) *trafficRig {
 	for _, p := range trafficPods {
 		r.state.SetPod("p"+p.Name, p)
 	}
-	a := &Agent{of: of, netdev: true}
+	a := &Agent{of: of, netdev: true, cfg: Config{DatapathInvalidation: mode}}
 	r.syncer = NewFlowSyncer(OpenFlowSwitch(of), r.state.Desired, time.Hour)
 	r.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	r.setPolicy(openShare())
@@ -336,9 +337,16 @@ func (r *trafficRig) probe(src, dst string, dport uint16, l *listener) (passed b
 // Established connections are never cut (policy is stateful): a flow of d's that started
 // before any policy keeps passing. Seen failing with ovs-vswitchd's revalidators paused
 // (revalidator/pause) and the agent's invalidation switched off: the stale allow let the
-// first connection after "the peer clause now holds a only" through.
+// first connection after "the peer clause now holds a only" through. Run with each
+// --datapath-invalidation.
 func TestPolicyChangeIsInForceOnTheNextPacket(t *testing.T) {
-	r := newTrafficRig(t)
+	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
+		t.Run(mode, func(t *testing.T) { policyChangeIsInForceOnTheNextPacket(t, mode) })
+	}
+}
+
+func policyChangeIsInForceOnTheNextPacket(t *testing.T, mode string) {
+	r := newTrafficRig(t, mode)
 	c := r.listen("c")
 	http := policy.Port{Protocol: policy.UDP, Port: 80}
 	steps := []struct {
@@ -386,9 +394,10 @@ func TestPolicyChangeIsInForceOnTheNextPacket(t *testing.T) {
 // of every established connection on the node through upcalls again. Checked on the
 // datapath itself: the flows that carried d's established connection to c before the
 // change, by UFID, are still there after it, and carry its next packet. Seen failing with
-// the purge after every policy change (the flows were gone).
+// the purge after every policy change (the flows were gone), which is why it runs with
+// --datapath-invalidation=narrow only (the default, purge, drops them).
 func TestPolicyChangeKeepsEstablishedDatapathFlows(t *testing.T) {
-	r := newTrafficRig(t)
+	r := newTrafficRig(t, DatapathInvalidationNarrow)
 	c := r.listen("c")
 	established := r.send("d", "c", 80)
 	if !c.got(established, 2*time.Second) {
