@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,7 +72,10 @@ func churnTime(b *testing.B) time.Duration {
 // a second, by a merge patch, so each node's agent rewrites its policy tables over and
 // over. The traffic runs in four stretches of half the churn time each (60 s in all; see
 // churnTimeEnv): quiet, churn, churn, quiet, so load on the shared machine weighs on both
-// alike.
+// alike. All of that runs twice in the same sandbox, once for each of the agents'
+// --datapath-invalidation values: both agents are restarted with purge (the default:
+// every datapath flow dropped after each change), measured, then restarted with narrow
+// (only the flows that may have met a policy table) and measured again.
 //
 // Reported for the quiet pair, with and without churn: the requests that failed; the TCP
 // retransmissions of the loop (both sides) and of the bulk sender, apart (TCP_INFO
@@ -79,8 +84,10 @@ func churnTime(b *testing.B) time.Duration {
 // longest time between two answers of the loop and between two reads of the bulk
 // receiver (the longest stalls); the answers per second and the bulk throughput; and the
 // datapath upcalls of both nodes (a purge of the datapath flows shows there: every flow
-// of the quiet pair is set up again). The log adds the policy changes made and the
-// generations each agent realized.
+// of the quiet pair is set up again); each prefixed with its mode. Then the ratios
+// narrow/purge during churn of the upcalls, failed requests, longest gap between answers
+// and bulk throughput (none when purge's figure is 0: the log says so). The log adds the
+// policy changes made and the generations each agent realized.
 func BenchmarkPolicyChurn(b *testing.B) {
 	env := framework.Require(b)
 	d := churnTime(b)
@@ -112,74 +119,188 @@ func BenchmarkPolicyChurn(b *testing.B) {
 	defer srv.close()
 	clientNS, addr := s.NetNSPath(client), framework.PodIPs(server)[0]
 	ctx := framework.Context(b)
-	// Warm-up, unmeasured: the connections' first flows and the listeners' first accepts.
-	if _, err := srv.run(ctx, clientNS, addr, time.Second); err != nil {
-		b.Fatalf("warm-up: %v", err)
-	}
 
-	var quiet, churned pairTraffic
-	var changes, changeErrs int
-	var gensBefore, gensAfter []uint64
+	results := map[string]modeTraffic{}
+	changes := 0
 	b.ResetTimer()
 	for range b.N {
-		for _, churning := range []bool{false, true, true, false} {
-			stretch := d / 2
-			dp, err := startDP(s, nodes)
-			if err != nil {
-				b.Fatal(err)
+		for _, mode := range invalidationModes {
+			b.StopTimer()
+			restartAgentsWith(b, s, nodes, mode)
+			// Warm-up, unmeasured: the connections' first flows and the listeners' first
+			// accepts, through the restarted agents' flows.
+			if _, err := srv.run(ctx, clientNS, addr, time.Second); err != nil {
+				b.Fatalf("%s: warm-up: %v", mode, err)
 			}
-			if churning && gensBefore == nil {
-				gensBefore = realizedGenerations(b, s, nodes)
-			}
-			var wg sync.WaitGroup
-			var made, failed int
-			if churning {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					made, failed = churnPolicyFor(ctx, s, stretch, changes)
-				}()
-			}
-			t, err := srv.run(ctx, clientNS, addr, stretch)
-			wg.Wait()
-			if err != nil {
-				b.Fatalf("traffic (churn %v): %v", churning, err)
-			}
-			if t.dp, err = dp.read(); err != nil {
-				b.Fatal(err)
-			}
-			b.Logf("churn %-5v: %s; %d policy changes (%d failed)", churning, t, made, failed)
-			if churning {
-				churned = churned.add(t)
-				changes += made
-				changeErrs += failed
-			} else {
-				quiet = quiet.add(t)
-			}
+			b.StartTimer()
+			r := measureMode(b, s, nodes, srv, clientNS, addr, d, &changes)
+			b.Logf("--datapath-invalidation=%s: quiet pair without churn: %s", mode, r.quiet)
+			b.Logf("--datapath-invalidation=%s: quiet pair with churn:    %s", mode, r.churned)
+			results[mode] = results[mode].add(r)
 		}
 	}
 	b.StopTimer()
+	for _, mode := range invalidationModes {
+		r := results[mode]
+		for _, m := range []struct {
+			prefix string
+			t      pairTraffic
+		}{{mode + "-", r.churned}, {mode + "-quiet-", r.quiet}} {
+			b.ReportMetric(float64(m.t.failed), m.prefix+"failed-requests")
+			b.ReportMetric(float64(m.t.rrRetrans), m.prefix+"rr-retransmits")
+			b.ReportMetric(float64(m.t.bulkRetrans), m.prefix+"bulk-retransmits")
+			b.ReportMetric(ms(m.t.rrGap), m.prefix+"ms-longest-answer-gap")
+			b.ReportMetric(ms(m.t.bulkGap), m.prefix+"ms-longest-bulk-stall")
+			b.ReportMetric(m.t.answersPerSecond(), m.prefix+"answers/s")
+			b.ReportMetric(m.t.mbps(), m.prefix+"bulk-Mbit/s")
+			b.ReportMetric(m.t.dp.upcalls, m.prefix+"upcalls")
+		}
+		b.ReportMetric(float64(r.changes)/r.churnTime.Seconds(), mode+"-changes/s")
+	}
+	// Narrow against purge, during churn, measured in the same run.
+	narrow, purge := results[invalidationNarrow].churned, results[invalidationPurge].churned
+	for _, q := range []struct {
+		name          string
+		narrow, purge float64
+	}{
+		{"upcalls", narrow.dp.upcalls, purge.dp.upcalls},
+		{"failed-requests", float64(narrow.failed), float64(purge.failed)},
+		{"longest-answer-gap", ms(narrow.rrGap), ms(purge.rrGap)},
+		{"bulk-Mbit/s", narrow.mbps(), purge.mbps()},
+	} {
+		if q.purge == 0 {
+			// No ratio to a zero (both 0 is no difference, but say so rather than print 1).
+			b.Logf("narrow/purge of %s during churn: no ratio, purge had 0 (narrow %g)", q.name, q.narrow)
+			continue
+		}
+		b.ReportMetric(q.narrow/q.purge, "narrow/purge-"+q.name)
+	}
+}
+
+// The agents' --datapath-invalidation values the benchmark compares, the default first.
+const (
+	invalidationPurge  = "purge"
+	invalidationNarrow = "narrow"
+)
+
+var invalidationModes = []string{invalidationPurge, invalidationNarrow}
+
+// modeTraffic is what the quiet pair saw with one --datapath-invalidation.
+type modeTraffic struct {
+	quiet, churned pairTraffic
+	changes        int
+	churnTime      time.Duration
+}
+
+func (m modeTraffic) add(o modeTraffic) modeTraffic {
+	return modeTraffic{quiet: m.quiet.add(o.quiet), churned: m.churned.add(o.churned),
+		changes: m.changes + o.changes, churnTime: m.churnTime + o.churnTime}
+}
+
+// restartAgentsWith restarts every node's kovs-agent with --datapath-invalidation=mode
+// (the sandbox's other flags kept) and returns once each runs with it (its command line
+// says so) and has realized the policy generation it received from the controller, and
+// the churned policy reads realized on both nodes again.
+func restartAgentsWith(b *testing.B, s *framework.Sandbox, nodes []string, mode string) {
+	b.Helper()
+	for _, n := range nodes {
+		proc := n + "-kovs-agent"
+		spec, err := s.Layout.ProcessSpec(proc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		args := withFlag(spec.Args, "--datapath-invalidation", mode)
+		if _, err := s.Layout.RestartAs(proc, spec.Path, args); err != nil {
+			b.Fatalf("restart %s with --datapath-invalidation=%s: %v", proc, mode, err)
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Layout.PID(proc)))
+		if err != nil || !strings.Contains(string(cmdline), "\x00--datapath-invalidation\x00"+mode+"\x00") {
+			b.Fatalf("%s runs %q (%v), want --datapath-invalidation %s", proc, strings.ReplaceAll(string(cmdline), "\x00", " "), err, mode)
+		}
+	}
+	for _, n := range nodes {
+		framework.Eventually(b, realizeTimeout, n+"'s restarted agent realizing its policy", func() error {
+			st, err := s.AgentPolicyStatus(n)
+			if err != nil {
+				return err
+			}
+			if !st.Received || st.RealizedGeneration < st.ReceivedGeneration {
+				return fmt.Errorf("%s: received %v generation %d, realized %d", n, st.Received, st.ReceivedGeneration, st.RealizedGeneration)
+			}
+			return nil
+		})
+	}
+	framework.Eventually(b, realizeTimeout, "the churned policy realized on both nodes", func() error { return churnRealized(s, len(nodes)) })
+}
+
+// withFlag is args with flag set to value: replaced where it is, appended otherwise.
+func withFlag(args []string, flag, value string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == flag && i+1 < len(out) {
+			out[i+1] = value
+			return out
+		}
+		if strings.HasPrefix(a, flag+"=") {
+			out[i] = flag + "=" + value
+			return out
+		}
+	}
+	return append(out, flag, value)
+}
+
+// measureMode runs the quiet pair's traffic in four stretches of half the churn time
+// each (quiet, churn, churn, quiet), the policy changing 10 times a second in the middle
+// two; changes counts the policy versions made so far (the next starts after them).
+func measureMode(b *testing.B, s *framework.Sandbox, nodes []string, srv *churnServer, clientNS string, addr netip.Addr, d time.Duration, changes *int) modeTraffic {
+	b.Helper()
+	ctx := framework.Context(b)
+	var m modeTraffic
+	var changeErrs int
+	var gensBefore []uint64
+	for _, churning := range []bool{false, true, true, false} {
+		stretch := d / 2
+		dp, err := startDP(s, nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if churning && gensBefore == nil {
+			gensBefore = realizedGenerations(b, s, nodes)
+		}
+		var wg sync.WaitGroup
+		var made, failed int
+		if churning {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				made, failed = churnPolicyFor(ctx, s, stretch, *changes)
+			}()
+		}
+		t, err := srv.run(ctx, clientNS, addr, stretch)
+		wg.Wait()
+		if err != nil {
+			b.Fatalf("traffic (churn %v): %v", churning, err)
+		}
+		if t.dp, err = dp.read(); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("churn %-5v: %s; %d policy changes (%d failed)", churning, t, made, failed)
+		if churning {
+			m.churned = m.churned.add(t)
+			m.churnTime += stretch
+			m.changes += made
+			*changes += made
+			changeErrs += failed
+		} else {
+			m.quiet = m.quiet.add(t)
+		}
+	}
 	// The last change must be realized on both nodes: the churn reached the datapath.
 	framework.Eventually(b, realizeTimeout, "the last policy change realized on both nodes", func() error { return churnRealized(s, len(nodes)) })
-	gensAfter = realizedGenerations(b, s, nodes)
+	gensAfter := realizedGenerations(b, s, nodes)
 	b.Logf("policy changes: %d made in %s (%d failed); generations realized: node1 %d, node2 %d",
-		changes, d, changeErrs, gensAfter[0]-gensBefore[0], gensAfter[1]-gensBefore[1])
-	b.Logf("quiet pair without churn: %s", quiet)
-	b.Logf("quiet pair with churn:    %s", churned)
-	for _, r := range []struct {
-		prefix string
-		t      pairTraffic
-	}{{"", churned}, {"quiet-", quiet}} {
-		b.ReportMetric(float64(r.t.failed), r.prefix+"failed-requests")
-		b.ReportMetric(float64(r.t.rrRetrans), r.prefix+"rr-retransmits")
-		b.ReportMetric(float64(r.t.bulkRetrans), r.prefix+"bulk-retransmits")
-		b.ReportMetric(ms(r.t.rrGap), r.prefix+"ms-longest-answer-gap")
-		b.ReportMetric(ms(r.t.bulkGap), r.prefix+"ms-longest-bulk-stall")
-		b.ReportMetric(r.t.answersPerSecond(), r.prefix+"answers/s")
-		b.ReportMetric(r.t.mbps(), r.prefix+"bulk-Mbit/s")
-		b.ReportMetric(r.t.dp.upcalls, r.prefix+"upcalls")
-	}
-	b.ReportMetric(float64(changes)/d.Seconds(), "changes/s")
+		m.changes, m.churnTime, changeErrs, gensAfter[0]-gensBefore[0], gensAfter[1]-gensBefore[1])
+	return m
 }
 
 // churnPolicyAt is the churned policy's n-th version: it isolates the busy pods for
