@@ -133,10 +133,11 @@ bench: tools build
 
 ## bench-once: every benchmark run once (-benchtime 1x) so none rots unnoticed; results
 ## printed, never asserted (make bench measures them properly, at full size: 100,000 SCTP
-## associations and 100 policy samples per background size, not 5,000 and 20)
+## associations, 100 policy samples per background size and 60 s of policy churn for each
+## --datapath-invalidation mode, not 5,000, 20 and 10 s)
 bench-once: build
 	KOVS_BENCH_SCTP_ASSOCIATIONS=5000 $(TESTRUN) -count=1 -run '^$$' -bench . -benchtime 1x ./go-controller/...
-	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_BENCH_POLICY_SAMPLES=20 \
+	KOVS_E2E=1 KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) KOVS_BENCH_POLICY_SAMPLES=20 KOVS_BENCH_CHURN_SECONDS=10 \
 		$(TESTRUN) -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/e2e/...
 
 ## fuzz: every Fuzz test of a parser of outside input, each for FUZZTIME (their seeds and

@@ -43,6 +43,11 @@ type Config struct {
 	// to probe the node for iptables on every ADD and DEL of a pod with a hostPort (two
 	// iptables runs per call).
 	HostPortBackend string
+	// DatapathInvalidation is what a policy change does to ovs-vswitchd's datapath flows
+	// (--datapath-invalidation): DatapathInvalidationPurge drops them all
+	// (revalidator/purge), DatapathInvalidationNarrow deletes only those that may have met
+	// a policy table (invalidateDatapathFlows). Empty: purge.
+	DatapathInvalidation string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
 	// the switch's dump.
@@ -141,6 +146,9 @@ func (c *Config) Defaults() {
 	if c.HostPortBackend == "" {
 		c.HostPortBackend = HostPortBackendAuto
 	}
+	if c.DatapathInvalidation == "" {
+		c.DatapathInvalidation = DatapathInvalidationPurge
+	}
 	if c.AuditRate == 0 {
 		c.AuditRate = DefaultAuditRate
 	}
@@ -166,6 +174,17 @@ const (
 	HostPortBackendAuto     = "auto"
 	HostPortBackendIPTables = "iptables"
 	HostPortBackendNFTables = "nftables"
+)
+
+// What a policy change does to the datapath flows (--datapath-invalidation).
+const (
+	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
+	// (revalidator/purge): the default, the behaviour every truth-table run has passed with.
+	DatapathInvalidationPurge = "purge"
+	// DatapathInvalidationNarrow deletes only the datapath flows that may have met a
+	// policy table, and purges when that fails. Experimental: one of two truth-table runs
+	// with it failed two allowed cells (docs/upgrades.md).
+	DatapathInvalidationNarrow = "narrow"
 )
 
 // DefaultLearnedFlowLimit is --learned-flow-limit's default: room for 32,768 SCTP
@@ -217,6 +236,11 @@ func (c *Config) Validate() error {
 	case HostPortBackendAuto, HostPortBackendIPTables, HostPortBackendNFTables:
 	default:
 		return fmt.Errorf("--hostport-backend %q: use auto, iptables or nftables (what the node's kube-proxy or firewall uses)", c.HostPortBackend)
+	}
+	switch c.DatapathInvalidation {
+	case DatapathInvalidationPurge, DatapathInvalidationNarrow:
+	default:
+		return fmt.Errorf("--datapath-invalidation %q: use purge (the default: every datapath flow dropped after a policy change) or narrow (experimental: only those a policy change may affect)", c.DatapathInvalidation)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -37,33 +40,33 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 // flowing, which caches of the datapath would otherwise hide:
 //   - cached datapath flows: ovs-vswitchd 3.1's revalidators were seen to keep a megaflow
 //     that no longer matched the tables (a drop outliving its deny rule for minutes, an
-//     allow outliving its rule), so the datapath flows are purged and re-derived. Still
-//     seen without the purge on 2026-12-04, intermittently: one of three IPv4 runs of the
-//     truth-table suite (test/e2e/netpol) failed in case 28 step 3 (x/a -> z/a 80/tcp,
-//     denied in every step, connected in 531 of 547 probes) and case 37 (y/b -> x/a
-//     80/tcp still dropped after the reset to no policy); the other two passed. Simple
-//     bundles (a flow's actions changed, a conjunction's clause added or removed) on a
-//     dummy datapath were revalidated without it (dpctl/dump-flows after
-//     revalidator/wait). On 2026-12-05 the purge was replaced by a wait for two
-//     revalidation rounds after each bundle that could restrict (revalidator/wait): a
-//     root test of the agent's pipeline on real OVS (TestPolicyChangeIsInForceOnTheNextPacket,
-//     one family, UDP) got the new verdict on every next packet, but the dual-stack truth
-//     table failed in case 31 (stacked policies) step 1: z/a -> x/a 81/tcp over IPv6,
-//     denied, connected in the first round right after realization (the IPv4 cell of the
-//     same pair was dropped; one run, the next with the purge passed the case). OVS's
-//     own revalidation does not cover the case; the dual-stack sandbox is where it shows
-//     (the late answers of #29 show there too, with or without the purge); it is not
-//     pinned down yet. The purge stays;
+//     allow outliving its rule). Seen without any invalidation on 2026-12-04,
+//     intermittently: one of three IPv4 runs of the truth-table suite (test/e2e/netpol)
+//     failed in case 28 step 3 (x/a -> z/a 80/tcp, denied in every step, connected in 531
+//     of 547 probes) and case 37 (y/b -> x/a 80/tcp still dropped after the reset to no
+//     policy). A wait for two revalidation rounds after each bundle (revalidator/wait)
+//     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
+//     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
+//     realization; 2026-12-05). The cause in OVS is not pinned down, so every datapath
+//     flow of ovs-vswitchd is purged (revalidator/purge, --datapath-invalidation=purge,
+//     the default), which sends every established connection of the node through upcalls
+//     again at each change (BenchmarkPolicyChurn counts them). With
+//     --datapath-invalidation=narrow (experimental) only the flows that may have met a
+//     policy table are deleted (policyBlind): every such flow is one of a new connection,
+//     an invalid one or SCTP, which is what all those failures were; the purge is then the
+//     fallback when the selective deletion fails. Narrow is not the default: one of its
+//     two truth-table runs (2026-12-05) failed two allowed cells that the purge's run
+//     passed (docs/upgrades.md);
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
 //   - learned SCTP replies (pipeline.SCTPReply): each lets the replies of an association
 //     skip policy, and the new policy may deny that association. They are all deleted,
-//     after the purge (which may still run learn actions of the old translations); a live
-//     association the new policy allows learns its reply again on its next packet. The
-//     learned translations of stateless SCTP Services (pipeline.SCTPPin and SCTPUnNAT)
-//     stay: they let nothing skip policy, and a live association needs them to keep its
-//     endpoint.
+//     after the datapath flows (which may still run learn actions of the old
+//     translations); a live association the new policy allows learns its reply again on
+//     its next packet. The learned translations of stateless SCTP Services
+//     (pipeline.SCTPPin and SCTPUnNAT) stay: they let nothing skip policy, and a live
+//     association needs them to keep its endpoint.
 //
 // Any of them failing fails the sync (FlowSyncer.OnApplied): the policy is not reported
 // realized, and the next sync invalidates again.
@@ -71,13 +74,100 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) e
 	if !touchesPolicy(changedFlows(p)) {
 		return nil
 	}
-	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev)
+	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev, a.narrowInvalidation())
+}
+
+// narrowInvalidation reports whether --datapath-invalidation is narrow (experimental);
+// anything else, the default included, purges.
+func (a *Agent) narrowInvalidation() bool {
+	return a.cfg.DatapathInvalidation == DatapathInvalidationNarrow
 }
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
 type datapathCaches interface {
 	FlushConntrack(ctx context.Context, zone uint16, ipProto uint8) error
+	DumpDatapathFlows(ctx context.Context) ([]ovs.DatapathFlow, error)
+	DeleteDatapathFlow(ctx context.Context, ufid string) error
 	PurgeDatapathFlows(ctx context.Context) error
+}
+
+// maxDatapathDeletes bounds the datapath flows one invalidation deletes one by one (an
+// ovs-appctl call each); past it, all are purged at once (revalidator/purge).
+const maxDatapathDeletes = 200
+
+// ctTracked, ctEstablished and ctRelated are bits of a datapath flow's ct_state
+// (OVS_CS_F_*).
+const (
+	ctEstablished = 0x02
+	ctRelated     = 0x04
+	ctTracked     = 0x20
+)
+
+var (
+	ctStateField = regexp.MustCompile(`(?:^|,)ct_state\((0x[0-9a-f]+)/(0x[0-9a-f]+)\)`)
+	exactProto   = regexp.MustCompile(`(?:^|,)ipv[46]\((?:[^()]*,)?proto=([0-9]+)[,)]`)
+)
+
+// policyBlind reports whether a datapath flow's packets meet no policy table, so that no
+// policy change can change what the flow does, on the evidence of its key alone:
+//   - recirc_id(0): a packet's first pass, which ends in ConntrackZone's ct() before any
+//     policy table (tables 0 to 30 lead only to each other and to that ct());
+//   - a tracked packet of an established or related connection (ct_state +trk and +est or
+//     +rel, both bits in the flow's mask) of a protocol other than SCTP (exact in the
+//     key): ConntrackState sends it past EgressPolicy and IngressPolicy admits it before
+//     any rule (NetworkPolicy is stateful; SCTP is checked on every packet).
+//
+// Anything else (new connections, invalid ones, SCTP, a key that does not say) may have
+// met a policy table.
+func policyBlind(f ovs.DatapathFlow) bool {
+	if strings.HasPrefix(f.Key, "recirc_id(0),") || strings.Contains(f.Key, ",recirc_id(0),") {
+		return true
+	}
+	m := ctStateField.FindStringSubmatch(f.Key)
+	if m == nil {
+		return false
+	}
+	value, err1 := strconv.ParseUint(m[1], 0, 8)
+	mask, err2 := strconv.ParseUint(m[2], 0, 8)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	set := value & mask
+	if set&ctTracked == 0 || set&(ctEstablished|ctRelated) == 0 {
+		return false
+	}
+	p := exactProto.FindStringSubmatch(f.Key)
+	return p != nil && p[1] != strconv.Itoa(int(pipeline.IPProtoSCTP))
+}
+
+// invalidateDatapathFlows deletes the datapath flows a policy change may have made
+// stale: every one but those policyBlind keeps. When the dump or a deletion fails, or
+// there are more than maxDatapathDeletes, it purges them all, as before (the purge is
+// what was seen to work; this only narrows it).
+func invalidateDatapathFlows(ctx context.Context, v datapathCaches) error {
+	flows, err := v.DumpDatapathFlows(ctx)
+	if err == nil {
+		var stale []string
+		for _, f := range flows {
+			if !policyBlind(f) {
+				stale = append(stale, f.UFID)
+			}
+		}
+		if len(stale) <= maxDatapathDeletes {
+			for _, ufid := range stale {
+				if err = v.DeleteDatapathFlow(ctx, ufid); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				return nil
+			}
+		}
+	}
+	if err != nil {
+		log.WithError(err).Warn("after a policy change: deleting the datapath flows it may affect failed; purging them all")
+	}
+	return v.PurgeDatapathFlows(ctx)
 }
 
 // flowDeleter deletes flows by cookie.
@@ -85,13 +175,21 @@ type flowDeleter interface {
 	DeleteFlows(ctx context.Context, cookie, mask uint64) error
 }
 
-func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev bool) error {
+// invalidatePolicyCaches invalidates the caches after a policy change: with narrow, only
+// the datapath flows that may have met a policy table (invalidateDatapathFlows,
+// --datapath-invalidation=narrow, experimental), otherwise every one (revalidator/purge,
+// the default).
+func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev, narrow bool) error {
 	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {
 			return fmt.Errorf("after a policy change: %w", err)
 		}
 	}
-	if err := v.PurgeDatapathFlows(ctx); err != nil {
+	purge := v.PurgeDatapathFlows
+	if narrow {
+		purge = func(ctx context.Context) error { return invalidateDatapathFlows(ctx, v) }
+	}
+	if err := purge(ctx); err != nil {
 		return fmt.Errorf("after a policy change: %w", err)
 	}
 	learned := pipeline.LearnedReplyFilter()

@@ -40,7 +40,8 @@ type trafficRig struct {
 // The pods: a, b, c and d at 10.244.1.10-13 on ofports 3-6, tap "p<name>".
 var trafficPods = []pipeline.PodPort{testPod("a", 3, 10), testPod("b", 4, 11), testPod("c", 5, 12), testPod("d", 6, 13)}
 
-func newTrafficRig(t *testing.T) *trafficRig {
+// newTrafficRig starts the rig with the agent's --datapath-invalidation set to mode.
+func newTrafficRig(t *testing.T, mode string) *trafficRig {
 	rig := ovstest.Start(t)
 	r := &trafficRig{t: t, rig: rig, sport: 20000, pods: map[string]pipeline.PodPort{}}
 	// The kernel sends nothing of its own through the taps (no IPv6 autoconfiguration).
@@ -79,7 +80,7 @@ func newTrafficRig(t *testing.T) *trafficRig {
 	for _, p := range trafficPods {
 		r.state.SetPod("p"+p.Name, p)
 	}
-	a := &Agent{of: of, netdev: true}
+	a := &Agent{of: of, netdev: true, cfg: Config{DatapathInvalidation: mode}}
 	r.syncer = NewFlowSyncer(OpenFlowSwitch(of), r.state.Desired, time.Hour)
 	r.syncer.OnApplied(a.invalidateAfterPolicyChange)
 	r.setPolicy(openShare())
@@ -336,9 +337,16 @@ func (r *trafficRig) probe(src, dst string, dport uint16, l *listener) (passed b
 // Established connections are never cut (policy is stateful): a flow of d's that started
 // before any policy keeps passing. Seen failing with ovs-vswitchd's revalidators paused
 // (revalidator/pause) and the agent's invalidation switched off: the stale allow let the
-// first connection after "the peer clause now holds a only" through.
+// first connection after "the peer clause now holds a only" through. Run with each
+// --datapath-invalidation.
 func TestPolicyChangeIsInForceOnTheNextPacket(t *testing.T) {
-	r := newTrafficRig(t)
+	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
+		t.Run(mode, func(t *testing.T) { policyChangeIsInForceOnTheNextPacket(t, mode) })
+	}
+}
+
+func policyChangeIsInForceOnTheNextPacket(t *testing.T, mode string) {
+	r := newTrafficRig(t, mode)
 	c := r.listen("c")
 	http := policy.Port{Protocol: policy.UDP, Port: 80}
 	steps := []struct {
@@ -378,4 +386,64 @@ func TestPolicyChangeIsInForceOnTheNextPacket(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A policy change leaves the datapath flows of established connections alone: they skip
+// policy (NetworkPolicy is stateful), so no change of it can change what they do, and
+// dropping them (revalidator/purge did, for every flow of ovs-vswitchd) sends the traffic
+// of every established connection on the node through upcalls again. Checked on the
+// datapath itself: the flows that carried d's established connection to c before the
+// change, by UFID, are still there after it, and carry its next packet. Seen failing with
+// the purge after every policy change (the flows were gone), which is why it runs with
+// --datapath-invalidation=narrow only (the default, purge, drops them).
+func TestPolicyChangeKeepsEstablishedDatapathFlows(t *testing.T) {
+	r := newTrafficRig(t, DatapathInvalidationNarrow)
+	c := r.listen("c")
+	established := r.send("d", "c", 80)
+	if !c.got(established, 2*time.Second) {
+		t.Fatal("d -> c with no policy did not arrive")
+	}
+	r.sendFrom("c", "d", 80, established) // c answers: established both ways
+	r.sendFrom("d", "c", established, 80)
+	if !c.got(established, 2*time.Second) {
+		t.Fatal("d's established flow to c did not arrive")
+	}
+	before := r.establishedTo("c")
+	if len(before) == 0 {
+		t.Fatalf("no datapath flow of d's established connection to c: nothing to check\n%s", r.rig.Appctl(t, "dpctl/dump-flows", "-m"))
+	}
+	for i, st := range []policy.NodeShare{cShare(true, []string{"d"}, policy.Port{Protocol: policy.UDP, Port: 80}), cShare(false, nil), openShare()} {
+		r.setPolicy(st)
+		after := r.establishedTo("c")
+		for ufid := range before {
+			if !after[ufid] {
+				t.Fatalf("change %d: the datapath flow %s of d's established connection to c is gone after the policy change\ndatapath now:\n%s",
+					i, ufid, r.rig.Appctl(t, "dpctl/dump-flows", "-m"))
+			}
+		}
+		r.sendFrom("d", "c", established, 80)
+		if !c.got(established, 2*time.Second) {
+			t.Fatalf("change %d: d's established flow to c was cut", i)
+		}
+	}
+}
+
+// establishedTo is the UFIDs of the datapath flows that deliver a connection's later
+// packets to pod: after conntrack (recirc_id not 0), output to its port, without the
+// commit of a new connection.
+func (r *trafficRig) establishedTo(pod string) map[string]bool {
+	r.t.Helper()
+	flows, err := ovs.ParseDatapathFlows(r.rig.Appctl(r.t, "dpctl/dump-flows", "-m"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	dst := "dst=" + r.pods[pod].IPs[0].String() + ","
+	ufids := map[string]bool{}
+	for _, f := range flows {
+		if strings.Contains(f.Key, dst) && !strings.Contains(f.Key, "recirc_id(0),") &&
+			!strings.Contains(f.Actions, "ct(commit") && strings.HasSuffix(strings.Split(f.Actions, ", ")[0], ",p"+pod) {
+			ufids[f.UFID] = true
+		}
+	}
+	return ufids
 }
