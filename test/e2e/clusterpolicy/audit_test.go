@@ -204,22 +204,8 @@ func testAuditFlood(t *testing.T, s *framework.Sandbox, flood, other *corev1.Pod
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromFlood := func() int {
-		n := 0
-		for _, r := range readLog(t, logPath) {
-			if r.SrcPod == "aud-c/flood" && r.Protocol == "UDP" && r.DstPort == 9 {
-				n += r.Count
-			}
-		}
-		return n
-	}
-	allCounts := func() int {
-		n := 0
-		for _, r := range readLog(t, logPath) {
-			n += r.Count
-		}
-		return n
-	}
+	fromFlood := func() int { return loggedCount(t, logPath, "aud-c/flood") }
+	allCounts := func() int { return loggedCount(t, logPath, "") }
 	meterIn := func() int {
 		out, err := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "meter-stats", s.BrIntTarget("node1"), fmt.Sprintf("meter=%d", pipeline.AuditMeterID)).CombinedOutput()
 		if err != nil {
@@ -428,4 +414,17 @@ func withDiagnosis(s *framework.Sandbox, err error) error {
 		}
 	}
 	return fmt.Errorf("%w%s", err, b.String())
+}
+
+// loggedCount adds up the Count of the log's lines: every line, or (floodPod set) only the
+// lines of that pod's UDP flood to port 9.
+func loggedCount(tb testing.TB, logPath, floodPod string) int {
+	tb.Helper()
+	n := 0
+	for _, r := range readLog(tb, logPath) {
+		if floodPod == "" || r.SrcPod == floodPod && r.Protocol == "UDP" && r.DstPort == 9 {
+			n += r.Count
+		}
+	}
+	return n
 }

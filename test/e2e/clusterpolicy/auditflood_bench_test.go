@@ -187,22 +187,8 @@ func BenchmarkAuditFlood(b *testing.B) {
 		}
 		return n
 	}
-	fromFlood := func() int {
-		n := 0
-		for _, r := range readLog(b, logPath) {
-			if r.SrcPod == "aud-fc/flood" && r.Protocol == "UDP" && r.DstPort == 9 {
-				n += r.Count
-			}
-		}
-		return n
-	}
-	allCounts := func() int {
-		n := 0
-		for _, r := range readLog(b, logPath) {
-			n += r.Count
-		}
-		return n
-	}
+	fromFlood := func() int { return loggedCount(b, logPath, "aud-fc/flood") }
+	allCounts := func() int { return loggedCount(b, logPath, "") }
 
 	type totals struct {
 		floodFlows         int
