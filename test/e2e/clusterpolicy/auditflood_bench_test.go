@@ -187,8 +187,10 @@ func BenchmarkAuditFlood(b *testing.B) {
 		}
 		return n
 	}
-	fromFlood := func() int { return loggedCount(b, logPath, "aud-fc/flood") }
-	allCounts := func() int { return loggedCount(b, logPath, "") }
+	fromFlood := func() int {
+		return loggedCount(b, logPath, func(r audit.Record) bool { return isFloodLine(r, "aud-fc/flood") })
+	}
+	allCounts := func() int { return loggedCount(b, logPath, func(audit.Record) bool { return true }) }
 
 	type totals struct {
 		floodFlows         int
