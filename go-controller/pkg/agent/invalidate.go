@@ -38,7 +38,13 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 
 // invalidateAfterPolicyChange makes a policy change take effect on traffic already
 // flowing, which caches of the datapath would otherwise hide:
-//   - cached datapath flows: ovs-vswitchd 3.1's revalidators were seen to keep a megaflow
+//   - cached datapath flows: the cause, found on 2026-12-05, is a bug of OVS 3.1.0's
+//     userspace datapath fixed in v3.1.3 ("dpif-netdev: Fix dpif_netdev_flow_put"): a
+//     revalidator's modify of a megaflow is applied to whichever overlapping megaflow a
+//     lookup by key finds first, not to the one its id names, and the intended flow keeps
+//     its old actions until it idles out (docs/upgrades.md, "Policy changes and traffic
+//     they do not concern"). What was seen before that:
+//     ovs-vswitchd 3.1's revalidators were seen to keep a megaflow
 //     that no longer matched the tables (a drop outliving its deny rule for minutes, an
 //     allow outliving its rule). Seen without any invalidation on 2026-12-04,
 //     intermittently: one of three IPv4 runs of the truth-table suite (test/e2e/netpol)
@@ -47,7 +53,8 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     policy). A wait for two revalidation rounds after each bundle (revalidator/wait)
 //     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
 //     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
-//     realization; 2026-12-05). The cause in OVS is not pinned down, so every datapath
+//     realization; 2026-12-05): the misdirected modify above, which no number of
+//     revalidation rounds repairs. Until the OVS kovs ships carries the fix, every datapath
 //     flow of ovs-vswitchd is purged (revalidator/purge, --datapath-invalidation=purge,
 //     the default), which sends every established connection of the node through upcalls
 //     again at each change (BenchmarkPolicyChurn counts them). With
