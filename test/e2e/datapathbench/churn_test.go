@@ -503,66 +503,11 @@ func (s *churnServer) run(ctx context.Context, clientNS string, addr netip.Addr,
 // server read, the longest time between two of its reads, and the sender's
 // retransmissions.
 func (s *churnServer) bulkFor(ctx context.Context, clientNS string, addr netip.Addr, d time.Duration) (bytes int64, gap time.Duration, retrans uint64, err error) {
-	type result struct {
-		bytes int64
-		gap   time.Duration
-		err   error
-	}
-	received := make(chan result, 1)
-	go func() {
-		var r result
-		_ = s.bulk.SetDeadline(time.Now().Add(d + 30*time.Second))
-		conn, err := s.bulk.AcceptTCP()
-		if err != nil {
-			r.err = fmt.Errorf("accept: %w", err)
-			received <- r
-			return
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(d + 30*time.Second))
-		buf := make([]byte, bulkChunk)
-		var last time.Time
-		for {
-			n, err := conn.Read(buf)
-			if n > 0 {
-				now := time.Now()
-				if !last.IsZero() {
-					r.gap = max(r.gap, now.Sub(last))
-				}
-				last = now
-				r.bytes += int64(n)
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				r.err = fmt.Errorf("bulk read after %d bytes: %w", r.bytes, err)
-				break
-			}
-		}
-		received <- r
-	}()
-	conn, err := dialFrom(ctx, clientNS, addr, churnBulkPort)
-	if err != nil {
-		_ = s.bulk.SetDeadline(time.Now())
-		<-received
-		return 0, 0, 0, err
-	}
-	defer conn.Close()
-	buf := make([]byte, bulkChunk)
-	end := time.Now().Add(d)
-	_ = conn.SetWriteDeadline(end.Add(30 * time.Second))
-	var sendErr error
-	for time.Now().Before(end) {
-		if _, err := conn.Write(buf); err != nil {
-			sendErr = fmt.Errorf("bulk send: %w", err)
-			break
-		}
-	}
-	_ = conn.CloseWrite()
-	r := <-received
-	retrans, rerr := retransmits(conn)
-	return r.bytes, r.gap, retrans, errors.Join(sendErr, r.err, rerr)
+	r, err := sendBulk(ctx, s.bulk, clientNS, addr, churnBulkPort, d, func(c *net.TCPConn) (err error) {
+		retrans, err = retransmits(c)
+		return err
+	})
+	return r.bytes, r.gap, retrans, err
 }
 
 // loopResult is what the request/response loop saw.

@@ -33,6 +33,7 @@ type server struct {
 type bulkResult struct {
 	bytes int64
 	took  time.Duration // from the first byte read to the sender's close
+	gap   time.Duration // the longest time between two reads
 	err   error
 }
 
@@ -98,12 +99,12 @@ func (s *server) serveRR() {
 	}
 }
 
-// receiveBulk accepts one connection on the bulk listener and reads it to its end.
-func (s *server) receiveBulk(timeout time.Duration) <-chan bulkResult {
+// receiveBulk accepts one connection on l and reads it to its end.
+func receiveBulk(l *net.TCPListener, timeout time.Duration) <-chan bulkResult {
 	out := make(chan bulkResult, 1)
 	go func() {
-		_ = s.bulk.SetDeadline(time.Now().Add(timeout))
-		conn, err := s.bulk.AcceptTCP()
+		_ = l.SetDeadline(time.Now().Add(timeout))
+		conn, err := l.AcceptTCP()
 		if err != nil {
 			out <- bulkResult{err: fmt.Errorf("accept: %w", err)}
 			return
@@ -112,11 +113,17 @@ func (s *server) receiveBulk(timeout time.Duration) <-chan bulkResult {
 		_ = conn.SetReadDeadline(time.Now().Add(timeout))
 		buf := make([]byte, bulkChunk)
 		var r bulkResult
-		var first time.Time
+		var first, last time.Time
 		for {
 			n, err := conn.Read(buf)
-			if n > 0 && first.IsZero() {
-				first = time.Now()
+			if n > 0 {
+				now := time.Now()
+				if first.IsZero() {
+					first = now
+				} else {
+					r.gap = max(r.gap, now.Sub(last))
+				}
+				last = now
 			}
 			r.bytes += int64(n)
 			if errors.Is(err, io.EOF) {
@@ -151,13 +158,29 @@ func dialFrom(ctx context.Context, netnsPath string, addr netip.Addr, port int) 
 // bulk sends as much as it can for d from the client namespace to the server at addr,
 // and returns what the server received.
 func bulk(ctx context.Context, srv *server, clientNS string, addr netip.Addr, d time.Duration) (bulkResult, error) {
-	received := srv.receiveBulk(d + 30*time.Second)
-	conn, err := dialFrom(ctx, clientNS, addr, bulkPort)
+	r, err := sendBulk(ctx, srv.bulk, clientNS, addr, bulkPort, d, nil)
 	if err != nil {
-		_ = srv.bulk.SetDeadline(time.Now()) // end the accept
+		return r, err
+	}
+	if r.bytes == 0 {
+		return r, fmt.Errorf("nothing received in %s", d)
+	}
+	return r, nil
+}
+
+// sendBulk sends as much as it can for d on one connection from the client namespace to
+// addr:port, where l accepts it, and returns what l's side received. sent, if set, is
+// called with the sender's connection once the receiver has read it to its end.
+func sendBulk(ctx context.Context, l *net.TCPListener, clientNS string, addr netip.Addr, port int, d time.Duration,
+	sent func(*net.TCPConn) error) (bulkResult, error) {
+	received := receiveBulk(l, d+30*time.Second)
+	conn, err := dialFrom(ctx, clientNS, addr, port)
+	if err != nil {
+		_ = l.SetDeadline(time.Now()) // end the accept
 		<-received
 		return bulkResult{}, err
 	}
+	defer conn.Close()
 	buf := make([]byte, bulkChunk)
 	end := time.Now().Add(d)
 	_ = conn.SetWriteDeadline(end.Add(30 * time.Second))
@@ -170,14 +193,11 @@ func bulk(ctx context.Context, srv *server, clientNS string, addr netip.Addr, d 
 	}
 	_ = conn.CloseWrite()
 	r := <-received
-	_ = conn.Close()
-	if err := errors.Join(sendErr, r.err); err != nil {
-		return r, err
+	var sentErr error
+	if sent != nil {
+		sentErr = sent(conn)
 	}
-	if r.bytes == 0 {
-		return r, fmt.Errorf("nothing received in %s", d)
-	}
-	return r, nil
+	return r, errors.Join(sendErr, r.err, sentErr)
 }
 
 // rrResult is the round-trip times of one request/response run, sorted.
