@@ -144,7 +144,7 @@ func (u *upRun) withLog(err error, process string) error {
 	if err == nil {
 		return nil
 	}
-	b, _ := os.ReadFile(filepath.Join(u.layout.LogDir(), process+".log"))
+	b, _ := os.ReadFile(u.layout.LogFile(process))
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > 8 {
 		lines = lines[len(lines)-8:]

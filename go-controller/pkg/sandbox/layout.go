@@ -61,6 +61,9 @@ func (l Layout) PidDir() string { return filepath.Join(l.Dir(), "pids") }
 // LogDir holds one log file per process.
 func (l Layout) LogDir() string { return filepath.Join(l.Dir(), "logs") }
 
+// LogFile is where the process started as name writes its output.
+func (l Layout) LogFile(name string) string { return filepath.Join(l.LogDir(), name+".log") }
+
 // PKIDir holds the generated CA, serving and client certificates and the SA key.
 func (l Layout) PKIDir() string { return filepath.Join(l.Dir(), "pki") }
 

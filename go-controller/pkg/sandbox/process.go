@@ -43,7 +43,7 @@ func (l Layout) start(p Process) (int, error) {
 	if err := os.WriteFile(filepath.Join(l.PidDir(), p.Name+".json"), spec, 0o644); err != nil {
 		return 0, err
 	}
-	logf, err := os.OpenFile(filepath.Join(l.LogDir(), p.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(l.LogFile(p.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, err
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -89,7 +88,7 @@ func TestNodePodCIDRsDualStack(t *testing.T) {
 	if out, err := s.Run("restart", "kovs-controller"); err != nil {
 		t.Fatalf("restart kovs-controller: %v\n%s", err, out)
 	}
-	logFile := filepath.Join(s.Layout.LogDir(), "kovs-controller.log")
+	logFile := s.Layout.LogFile("kovs-controller")
 	framework.Eventually(t, 60*time.Second, "kovs-controller refusing to start", func() error {
 		b, err := os.ReadFile(logFile)
 		if err != nil {

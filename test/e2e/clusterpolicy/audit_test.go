@@ -396,7 +396,7 @@ func withDiagnosis(s *framework.Sandbox, err error) error {
 		v, merr := s.AgentMetric("node1", m, nil)
 		fmt.Fprintf(&b, "\n%s %v %v", m, v, merr)
 	}
-	if log, rerr := os.ReadFile(filepath.Join(s.Layout.LogDir(), "node1-kovs-agent.log")); rerr == nil {
+	if log, rerr := os.ReadFile(s.Layout.LogFile("node1-kovs-agent")); rerr == nil {
 		for _, l := range strings.Split(string(log), "\n") {
 			if strings.Contains(l, "audit") {
 				b.WriteString("\n" + l)

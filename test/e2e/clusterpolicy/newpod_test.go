@@ -138,7 +138,7 @@ func restartController(t *testing.T, s *framework.Sandbox, extra ...string) {
 // processLog is a sandbox process's log so far.
 func processLog(t *testing.T, s *framework.Sandbox, process string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(s.Layout.LogDir(), process+".log"))
+	b, err := os.ReadFile(s.Layout.LogFile(process))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -280,7 +279,7 @@ func (c *cluster) agentLogSizes() map[string]int64 {
 }
 
 func (c *cluster) agentLog(node string) string {
-	return filepath.Join(c.s.Layout.LogDir(), node+"-kovs-agent.log")
+	return c.s.Layout.LogFile(node + "-kovs-agent")
 }
 
 // tookField is the duration kovs-agent logs with every flow sync that changed flows.

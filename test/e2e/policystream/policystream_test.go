@@ -109,7 +109,7 @@ func TestAgentsRealizePolicy(t *testing.T) {
 	s := framework.Up(t, env, "--nodes", "2", "--controller-replicas", "2")
 	c := newCluster(t, s)
 	for _, node := range []string{"node1", "node2"} {
-		log := filepath.Join(s.Layout.LogDir(), node+"-kovs-agent.log")
+		log := s.Layout.LogFile(node + "-kovs-agent")
 		framework.Eventually(t, 30*time.Second, node+"'s agent to receive its share", func() error {
 			b, err := os.ReadFile(log)
 			if err != nil {

@@ -131,7 +131,7 @@ func (c *cluster) checkOlderController(t *testing.T) {
 	for _, n := range []string{"node1", "node2"} {
 		c.s.CreatePod(t, framework.PodSpec{Namespace: podNS, Name: "on-" + n, Node: n})
 	}
-	emulatorLog := filepath.Join(c.s.Layout.LogDir(), "node1-emulator.log")
+	emulatorLog := c.s.Layout.LogFile("node1-emulator")
 	var refusal string
 	framework.Eventually(t, 60*time.Second, "node1's pod refused", func() error {
 		b, err := os.ReadFile(emulatorLog)
@@ -161,7 +161,7 @@ func (c *cluster) checkOlderController(t *testing.T) {
 
 	// node2's agent got past the wait after which an agent with no policy goes ahead with
 	// its pods closed, and held br-int as it was.
-	log := filepath.Join(c.s.Layout.LogDir(), proc+".log")
+	log := c.s.Layout.LogFile(proc)
 	framework.Eventually(t, 90*time.Second, "node2's agent holding br-int past its policy wait", func() error {
 		b, err := os.ReadFile(log)
 		if err != nil {
