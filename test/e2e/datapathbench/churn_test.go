@@ -217,15 +217,7 @@ func restartAgentsWith(b *testing.B, s *framework.Sandbox, nodes []string, mode 
 		if _, err := s.Layout.RestartAs(proc, spec.Path, args); err != nil {
 			b.Fatalf("restart %s with --datapath-invalidation=%s: %v", proc, mode, err)
 		}
-		// The process may still be in execve (the sandbox starts it through nsenter), when
-		// its command line reads empty: wait for the one it runs.
-		framework.Eventually(b, 10*time.Second, proc+" running with --datapath-invalidation "+mode, func() error {
-			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Layout.PID(proc)))
-			if err != nil || !strings.Contains(string(cmdline), "\x00--datapath-invalidation\x00"+mode+"\x00") {
-				return fmt.Errorf("%s runs %q (%v), want --datapath-invalidation %s", proc, strings.ReplaceAll(string(cmdline), "\x00", " "), err, mode)
-			}
-			return nil
-		})
+		s.WaitCommandLine(b, proc, "\x00--datapath-invalidation\x00"+mode+"\x00", "--datapath-invalidation "+mode)
 	}
 	for _, n := range nodes {
 		framework.Eventually(b, realizeTimeout, n+"'s restarted agent realizing its policy", func() error {

@@ -58,10 +58,7 @@ func (c *cluster) checkOlderAgent(t *testing.T) {
 		}
 	})
 	// (`ip netns exec` runs it: the command line names the binary before and after the exec.)
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.s.Layout.PID(proc)))
-	if err != nil || !strings.Contains(string(cmdline), old+"\x00") {
-		t.Fatalf("node2's agent runs %q (%v), want the previous release's %s", strings.ReplaceAll(string(cmdline), "\x00", " "), err, old)
-	}
+	c.s.WaitCommandLine(t, proc, old+"\x00", "the previous release's "+old)
 
 	nodes := []string{"node1", "node2"}
 	standIns := map[string]*sink{}
