@@ -64,7 +64,9 @@ type Config struct {
 	// node is programmed. Nil disables NetworkPolicy: no policy flows, no isolation.
 	PolicyFeed PolicyFeed
 	// PolicyWait bounds how long a CNI ADD waits for the new pod's NetworkPolicy to
-	// arrive and be installed (with a PolicyFeed).
+	// arrive and be installed (with a PolicyFeed), and how long a starting agent waits for
+	// its first snapshot before it programs the switch with its pods closed
+	// (0: DefaultPolicyWait).
 	PolicyWait time.Duration
 	// ServiceProxy is "kovs" (br-int load-balances Services) or "none" (kube-proxy does).
 	ServiceProxy string
@@ -153,7 +155,7 @@ func (c *Config) Defaults() {
 		c.AuditRate = DefaultAuditRate
 	}
 	if c.PolicyWait == 0 {
-		c.PolicyWait = 30 * time.Second
+		c.PolicyWait = DefaultPolicyWait
 	}
 	if c.LearnedFlowLimit == 0 {
 		c.LearnedFlowLimit = DefaultLearnedFlowLimit
@@ -187,6 +189,10 @@ const (
 	DatapathInvalidationNarrow = "narrow"
 )
 
+// DefaultPolicyWait is --policy-wait's default: how long a CNI ADD waits for the new pod's
+// policy, and a starting agent for its first snapshot, before going ahead closed.
+const DefaultPolicyWait = 30 * time.Second
+
 // DefaultLearnedFlowLimit is --learned-flow-limit's default: room for 32,768 SCTP
 // associations (or Service affinity clients) per learned table on one node.
 const DefaultLearnedFlowLimit = 32768
@@ -217,6 +223,8 @@ func (c *Config) Validate() error {
 	case c.FullResyncPeriod < c.ResyncPeriod:
 		return fmt.Errorf("--full-resync-period %s: use at least --resync-period (%s); %s is the default, --resync-period's value makes every resync a full one",
 			c.FullResyncPeriod, c.ResyncPeriod, DefaultFullResyncPeriod)
+	case c.PolicyWait < 0:
+		return fmt.Errorf("--policy-wait %s: use 0 (the default, %s) or more", c.PolicyWait, DefaultPolicyWait)
 	case c.ConntrackTCPEstablished < 0 || c.ConntrackTCPCloseWait < 0:
 		return fmt.Errorf("--conntrack-tcp-timeout-established %s, --conntrack-tcp-timeout-close-wait %s: use 0 (leave the node's) or more", c.ConntrackTCPEstablished, c.ConntrackTCPCloseWait)
 	case c.ProxyHealthTimeout < time.Second:

@@ -257,3 +257,22 @@ func changeFlowInPlace(sw *readsSwitch) (want, changed ovs.Flow) {
 	sw.mu.Unlock()
 	return want, changed
 }
+
+func TestConfigPolicyWait(t *testing.T) {
+	c := Config{NodeName: "node1", OVSDB: "unix:/run/db.sock", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		CNISocket: "/run/kovs/cni.sock", PolicyWait: -time.Second}
+	c.Defaults()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--policy-wait -1s") {
+		t.Errorf("Validate = %v, want an error naming --policy-wait", err)
+	}
+	c.PolicyWait = 0
+	c.Defaults()
+	if err := c.Validate(); err != nil || c.PolicyWait != DefaultPolicyWait {
+		t.Errorf("defaults: policy wait %s, Validate = %v; want %s and no error", c.PolicyWait, err, DefaultPolicyWait)
+	}
+	c.PolicyWait = 5 * time.Second
+	c.Defaults()
+	if err := c.Validate(); err != nil || c.PolicyWait != 5*time.Second {
+		t.Errorf("policy wait 5s: kept %s, Validate = %v", c.PolicyWait, err)
+	}
+}

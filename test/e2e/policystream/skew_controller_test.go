@@ -81,10 +81,16 @@ func (c *cluster) checkOlderController(t *testing.T) {
 	skewStart := time.Now()
 
 	// node2's agent as an agent rollout restarts it, node2's br-int as the agent before it
-	// left it.
+	// left it. Its policy wait is cut from the default 30 s: the hold checked below is
+	// logged once that wait is over.
 	const proc = "node2-kovs-agent"
+	const policyWait = 5 * time.Second
+	agentSpec, err := c.s.Layout.ProcessSpec(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	before := flowRounds(c.s.DumpFlows(t, "node2"))
-	if _, err := c.s.Layout.Restart(proc); err != nil {
+	if _, err := c.s.Layout.RestartAs(proc, agentSpec.Path, append(slices.Clone(agentSpec.Args), "--policy-wait="+policyWait.String())); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
