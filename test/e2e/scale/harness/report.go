@@ -38,6 +38,8 @@ func (r *Result) Markdown(w io.Writer, title string) {
 	r.cpuSection(p)
 	p("")
 	r.auditSection(p)
+	p("")
+	r.apiserverSection(p)
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
@@ -102,6 +104,9 @@ func (r *Result) summary(p func(string, ...any)) {
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
 	row("churn", "churn achieved", "%.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed)",
 		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)
+	if ph, ok := r.apiserverPhase("churn"); ok && r.completed("churn") {
+		p("| **kube-apiserver's writes under churn** (every client; its /metrics): the end-to-end times above hold while these meet the SLO | %s |", writeP99(ph.Metrics))
+	}
 	for _, u := range r.Processes {
 		if u.Name == "kovs-controller" {
 			p("| **kovs-controller CPU** (whole run) | **%.1f s** |", u.CPUSeconds)

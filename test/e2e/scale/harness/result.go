@@ -40,6 +40,18 @@ type Result struct {
 	Phases    []PhaseUsage
 	Processes []ProcessUsage
 	Audit     AuditCounts
+	// APIServer is kube-apiserver's own /metrics per phase: every client's requests.
+	APIServer []APIServerPhase
+}
+
+// apiserverPhase returns what kube-apiserver counted in the named phase.
+func (r *Result) apiserverPhase(name string) (APIServerPhase, bool) {
+	for _, p := range r.APIServer {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return APIServerPhase{}, false
 }
 
 // ChurnResult is the churn phase's measurements.
