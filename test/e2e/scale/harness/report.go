@@ -89,6 +89,11 @@ func (r *Result) summary(p func(string, ...any)) {
 	row("churn", "**policy change to realized on every concerned node, under churn**",
 		"**%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
+	if kc := ch.KovsClock; len(kc.Kovs) > 0 || kc.NoReceipt > 0 {
+		p("| ... **kovs's time**: kovs-controller's informer receiving the change (its own timestamp, --debug-receipts) to realized on every concerned node | **%s**; %d without a receipt (ring overwrote %d), %d received after realized |",
+			kc.Kovs.Summary(), kc.NoReceipt, kc.Overwritten, kc.ReceivedAfterRealized)
+		p("| ... from before the write to kovs-controller's informer receiving it (kube-apiserver's answer and watch) | %s |", kc.ToReceipt.Summary())
+	}
 	if sp := ch.PolicySplit; len(sp.Answered) > 0 {
 		p("| ... its write answered, from before the write | %s |", sp.Answered.Summary())
 		p("| ... delivered by the harness's own watch of NetworkPolicies, from before the write | %s |", sp.Seen.Summary())
@@ -192,7 +197,7 @@ func (r *Result) simulatedSection(p func(string, ...any)) {
 	p("- **kube-controller-manager runs only %s**: the ServiceAccount admission plugin refuses a pod until its namespace has its `default` ServiceAccount. Not run, and why the workload does not need them: the node lifecycle controller (no Lease renewals), the garbage collector (no object has an owner), the namespace controller (no namespace is deleted), the EndpointSlice and Endpoints controllers (no Services), the TTL controller (it writes every Node as the cluster grows), pod GC (every node stays), the root CA publisher (one ConfigMap per namespace; pods mount no token), the workload controllers (no Deployments, Jobs or DaemonSets).", "`"+strings.Join(sandbox.ScaleControllers(), "`, `")+"`")
 	p("- **No kube-scheduler**: every pod is created bound (`spec.nodeName`).")
 	p("- **Simulated**: the Nodes and their status (hollow kubelets: one process, one shared pod informer and %d status writers for every node, where a real kubelet watches its own pods), each pod's address allocated by kovs-agent's own allocator, and one agent per node (a real policy-stream client with its own TLS connection and node-bound token, applying its share in memory: no OVS to program).", kubeletWorkers)
-	p("- **Real**: etcd, kube-apiserver (its load attributed per phase below, from its own /metrics) and kovs-controller, with their defaults but for the controller's leader election timings (60/40/5 s).")
+	p("- **Real**: etcd, kube-apiserver (its load attributed per phase below, from its own /metrics) and kovs-controller, with their defaults but for the controller's leader election timings (60/40/5 s) and its `--debug-receipts 65536` (a ring of when its NetworkPolicy informer received each version, pulled after the churn: kovs's own clock).")
 }
 
 func (r *Result) cpuSection(p func(string, ...any)) {

@@ -74,7 +74,9 @@ type ChurnResult struct {
 	PolicyLatency                              Durations
 	PolicyLost, PolicyNoNode, PolicySuperseded int
 	PolicySplit                                PolicySplit
-	Traffic                                    []AgentTraffic
+	// KovsClock splits the same changes at kovs-controller's own receipt of them.
+	KovsClock KovsClock
+	Traffic   []AgentTraffic
 	// Reconciles is what kovs-controller's pod workers (bandwidth checks) did over the churn's
 	// writes (its /metrics read before and after), to tell a wait for a worker from a
 	// slow Reconcile.
