@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/receipts"
@@ -71,21 +68,12 @@ func splitAtReceipts(changes []finishedChange, dump receipts.Dump) KovsClock {
 // with --debug-receipts).
 func (h *Harness) controllerReceipts(ctx context.Context) (receipts.Dump, error) {
 	var d receipts.Dump
-	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(h.state.MetricsPort)) + receipts.Path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := h.controllerGet(ctx, receipts.Path)
 	if err != nil {
-		return d, err
+		return d, fmt.Errorf("%w (is kovs-controller run with --debug-receipts?)", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return d, fmt.Errorf("%s: %s (is kovs-controller run with --debug-receipts?)", url, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-		return d, fmt.Errorf("%s: %w", url, err)
+	if err := json.Unmarshal(body, &d); err != nil {
+		return d, fmt.Errorf("kovs-controller's %s: %w", receipts.Path, err)
 	}
 	return d, nil
 }

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -31,10 +32,10 @@ func TestSplitAtReceipts(t *testing.T) {
 		{Kind: "Pod", Namespace: "ns-3", Name: "churn-3", At: at(200)}, // another kind
 	}}
 	k := splitAtReceipts(changes, dump)
-	if got, want := k.Kovs, (Durations{200 * time.Millisecond, 200 * time.Millisecond, 150 * time.Millisecond}); !equalDurations(got, want) {
+	if got, want := k.Kovs, (Durations{200 * time.Millisecond, 200 * time.Millisecond, 150 * time.Millisecond}); !slices.Equal(got, want) {
 		t.Errorf("kovs's times = %v, want %v", got, want)
 	}
-	if got, want := k.ToReceipt, (Durations{700 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}); !equalDurations(got, want) {
+	if got, want := k.ToReceipt, (Durations{700 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}); !slices.Equal(got, want) {
 		t.Errorf("times to the receipt = %v, want %v", got, want)
 	}
 	if k.NoReceipt != 1 || k.Overwritten != 3 || k.ReceivedAfterRealized != 0 {
@@ -44,16 +45,4 @@ func TestSplitAtReceipts(t *testing.T) {
 	if late.ReceivedAfterRealized != 1 || len(late.Kovs) != 0 {
 		t.Errorf("a receipt after the realization was timed: %+v", late)
 	}
-}
-
-func equalDurations(a, b Durations) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
