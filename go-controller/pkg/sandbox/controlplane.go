@@ -132,7 +132,7 @@ func (u *upRun) controllerManager() Process {
 }
 
 // controlPlaneControllers are the processes started after kube-apiserver: both
-// controller processes, or in the scale mode kube-controller-manager alone (scaleControlPlane).
+// controller processes, or in the scale mode kube-controller-manager alone (scale.go).
 func (u *upRun) controlPlaneControllers() []Process {
 	if u.opts.ControlPlaneOnly {
 		return []Process{u.controllerManager()}
@@ -141,7 +141,7 @@ func (u *upRun) controlPlaneControllers() []Process {
 }
 
 // kcmControllers are kube-controller-manager's --controllers: every default one, or the
-// scale mode's few (scaleControlPlane).
+// scale mode's few (scaleControllers).
 func (u *upRun) kcmControllers() []string {
 	if u.opts.ControlPlaneOnly {
 		return scaleControllers(u.state.NodePodCIDRs)
