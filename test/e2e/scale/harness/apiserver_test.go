@@ -68,12 +68,36 @@ func TestAPIServerMetricsPerPhase(t *testing.T) {
 	r := &Result{APIServer: []APIServerPhase{{Name: "churn", Seconds: 10, Metrics: d}}}
 	r.apiserverSection(func(f string, a ...any) { b.WriteString(fmt.Sprintf(f, a...) + "\n") })
 	for _, want := range []string{"| churn | 50.2 | post pods 300, patch nodes/status 200, watch pods 2 | p99 ~1.95s (n=500), **above** its 1s SLO | post pods p99 ~1.97s (n=300) |",
-		"| churn | workload-low | 107 | ~", "| 7 |"} {
+		"| churn | system | 100 | ~15ms / ~25ms | 0 |", "| churn | workload-low | 107 | ~", "| 7 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("kube-apiserver's section lacks %q:\n%s", want, b.String())
 		}
 	}
 	if _, err := before.Sub(after); err == nil {
 		t.Errorf("counters that went down (kube-apiserver restarted) gave a difference")
+	}
+}
+
+// TestQuantileTextInTheFirstBucket: a quantile that falls in the first bucket is given as
+// at most its bound, not interpolated from zero.
+func TestQuantileTextInTheFirstBucket(t *testing.T) {
+	h := Histogram{Upper: []float64{0.005, 0.025}, Counts: []uint64{98, 100}, Count: 100}
+	if got := quantileText(h, 0.5); got != "<= 5ms" {
+		t.Errorf("p50 = %q, want <= 5ms", got)
+	}
+	if got := quantileText(h, 0.99); got != "~15ms" {
+		t.Errorf("p99 = %q, want ~15ms", got)
+	}
+}
+
+// TestQuantileTextOfNoWait: priority and fairness's histogram starts at le="0"; a
+// quantile there is no wait, not an interpolation.
+func TestQuantileTextOfNoWait(t *testing.T) {
+	h := Histogram{Upper: []float64{0, 0.005}, Counts: []uint64{60, 100}, Count: 100}
+	if got := quantileText(h, 0.5); got != "0" {
+		t.Errorf("p50 = %q, want 0", got)
+	}
+	if got := quantileText(h, 0.99); got != "~4.9ms" {
+		t.Errorf("p99 = %q, want ~4.9ms", got)
 	}
 }

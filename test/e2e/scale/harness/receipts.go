@@ -18,7 +18,8 @@ type KovsClock struct {
 	Kovs, ToReceipt Durations
 	// NoReceipt counts realized changes the ring held no receipt for (Overwritten says
 	// whether the ring dropped some); ReceivedAfterRealized those whose receipt came after
-	// the last agent applied it, which would mean a wrong match (none expected).
+	// the last agent applied it: a wrong match, or a deletion that looked realized because
+	// the churn had deleted the pods it selected on its last nodes.
 	NoReceipt, ReceivedAfterRealized int
 	Overwritten                      uint64
 }

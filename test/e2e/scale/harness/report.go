@@ -90,7 +90,7 @@ func (r *Result) summary(p func(string, ...any)) {
 		"**%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
 	if kc := ch.KovsClock; len(kc.Kovs) > 0 || kc.NoReceipt > 0 {
-		p("| ... **kovs's time**: kovs-controller's informer receiving the change (its own timestamp, --debug-receipts) to realized on every concerned node | **%s**; %d without a receipt (ring overwrote %d), %d received after realized |",
+		p("| ... **kovs's time**: kovs-controller's informer receiving the change (its own timestamp, --debug-receipts) to realized on every concerned node | **%s**; %d without a receipt (ring overwrote %d), %d received after realized (not timed: a deletion looks realized on a node once the churn deleted the pods it selected there) |",
 			kc.Kovs.Summary(), kc.NoReceipt, kc.Overwritten, kc.ReceivedAfterRealized)
 		p("| ... from before the write to kovs-controller's informer receiving it (kube-apiserver's answer and watch) | %s |", kc.ToReceipt.Summary())
 	}

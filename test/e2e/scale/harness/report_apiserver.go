@@ -33,6 +33,19 @@ func writeP99(m APIServerMetrics) string {
 	return fmt.Sprintf("p99 ~%s (n=%d), %s its %s SLO", roundEstimate(p99), w.Count, verdict, writeSLO)
 }
 
+// quantileText is h's q-quantile estimate, or "<= <first bound>" when it falls in the
+// first bucket, where interpolating from zero would invent a value; "0" when that bound is
+// 0 (priority and fairness's wait histogram starts with le="0": no wait at all).
+func quantileText(h Histogram, q float64) string {
+	if h.Count > 0 && len(h.Upper) > 0 && float64(h.Counts[0]) >= q*float64(h.Count) {
+		if h.Upper[0] == 0 {
+			return "0"
+		}
+		return "<= " + time.Duration(h.Upper[0]*float64(time.Second)).String()
+	}
+	return "~" + roundEstimate(h.Quantile(q)).String()
+}
+
 func roundEstimate(d time.Duration) time.Duration {
 	if d < 10*time.Millisecond {
 		return d.Round(100 * time.Microsecond)
@@ -66,6 +79,9 @@ func (r *Result) apiserverSection(p func(string, ...any)) {
 		p("| %s | %.1f | %s | %s | %s |", ph.Name, m.TotalRequests()/max(ph.Seconds, 1e-9), strings.Join(top, ", "), writeP99(m), worst)
 	}
 	p("")
+	p("")
+	p("Priority and fairness (kube-apiserver's defaults): the hollow kubelets impersonate `system:nodes` (levels `node-high` and `system`), kovs-controller is a ServiceAccount (`workload-high`, its leader Lease `leader-election`); the harness's own workload writes and reads use the admin's `system:masters` identity, which is exempt and queues nowhere.")
+	p("")
 	p("| phase | priority level | requests queued or run | wait p50 / p99 (estimates) | rejected |")
 	p("|---|---|---|---|---|")
 	for _, ph := range r.APIServer {
@@ -78,7 +94,7 @@ func (r *Result) apiserverSection(p func(string, ...any)) {
 		}
 		for _, l := range levels {
 			w := m.Wait[l]
-			p("| %s | %s | %d | ~%s / ~%s | %.0f |", ph.Name, l, w.Count, roundEstimate(w.Quantile(0.5)), roundEstimate(w.Quantile(0.99)), m.Rejected[l])
+			p("| %s | %s | %d | %s / %s | %.0f |", ph.Name, l, w.Count, quantileText(w, 0.5), quantileText(w, 0.99), m.Rejected[l])
 		}
 	}
 }
