@@ -79,25 +79,18 @@ func TestAPIServerMetricsPerPhase(t *testing.T) {
 }
 
 // TestQuantileTextInTheFirstBucket: a quantile that falls in the first bucket is given as
-// at most its bound, not interpolated from zero.
+// at most its bound, not interpolated from zero; priority and fairness's histogram starts
+// at le="0", where a quantile is no wait at all.
 func TestQuantileTextInTheFirstBucket(t *testing.T) {
-	h := Histogram{Upper: []float64{0.005, 0.025}, Counts: []uint64{98, 100}, Count: 100}
-	if got := quantileText(h, 0.5); got != "<= 5ms" {
-		t.Errorf("p50 = %q, want <= 5ms", got)
-	}
-	if got := quantileText(h, 0.99); got != "~15ms" {
-		t.Errorf("p99 = %q, want ~15ms", got)
-	}
-}
-
-// TestQuantileTextOfNoWait: priority and fairness's histogram starts at le="0"; a
-// quantile there is no wait, not an interpolation.
-func TestQuantileTextOfNoWait(t *testing.T) {
-	h := Histogram{Upper: []float64{0, 0.005}, Counts: []uint64{60, 100}, Count: 100}
-	if got := quantileText(h, 0.5); got != "0" {
-		t.Errorf("p50 = %q, want 0", got)
-	}
-	if got := quantileText(h, 0.99); got != "~4.9ms" {
-		t.Errorf("p99 = %q, want ~4.9ms", got)
+	for _, c := range []struct {
+		h                Histogram
+		wantP50, wantP99 string
+	}{
+		{Histogram{Upper: []float64{0.005, 0.025}, Counts: []uint64{98, 100}, Count: 100}, "<= 5ms", "~15ms"},
+		{Histogram{Upper: []float64{0, 0.005}, Counts: []uint64{60, 100}, Count: 100}, "0", "~4.9ms"},
+	} {
+		if p50, p99 := quantileText(c.h, 0.5), quantileText(c.h, 0.99); p50 != c.wantP50 || p99 != c.wantP99 {
+			t.Errorf("bounds %v counts %v: p50 %q, p99 %q; want %q, %q", c.h.Upper, c.h.Counts, p50, p99, c.wantP50, c.wantP99)
+		}
 	}
 }
