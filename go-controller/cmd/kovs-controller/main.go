@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/receipts"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/transition"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
@@ -54,6 +56,7 @@ func main() {
 	leaseDuration := flag.Duration("leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a leader's Lease holds without renewal before another replica takes over")
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
 	retryPeriod := flag.Duration("leader-elect-retry-period", controller.DefaultRetryPeriod, "wait between two attempts to take or renew the Lease")
+	debugReceipts := flag.Int("debug-receipts", 0, "keep when the NetworkPolicy informer received each of the last N object versions (kind, namespace/name, resourceVersion, time) and serve them as JSON at "+receipts.Path+" on --metrics-listen, loopback only (the scale harness's clock of kovs's own time); 0: off")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 	if *clusterMinSync < 0 {
@@ -111,7 +114,14 @@ func main() {
 	names, ips := splitSANs(*tlsSANs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	set, health, err := serveMetrics(ctx, *metricsListen)
+	if *debugReceipts < 0 {
+		fatal(fmt.Errorf("--debug-receipts %d: use 0 (off) or a positive count", *debugReceipts))
+	}
+	var ring *receipts.Ring
+	if *debugReceipts > 0 && *metricsListen != "" {
+		ring = receipts.NewRing(*debugReceipts)
+	}
+	set, health, err := serveMetrics(ctx, *metricsListen, ring)
 	if err != nil {
 		fatal(err)
 	}
@@ -124,7 +134,7 @@ func main() {
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
 			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight,
 			TransitionTimeout: *transitionTimeout},
-		Metrics: set, Health: health, Dynamic: dyn, PolicyAPI: policyAPI,
+		Metrics: set, Health: health, Dynamic: dyn, PolicyAPI: policyAPI, Receipts: ring,
 	}, client)
 	if err != nil {
 		fatal(err)
@@ -132,8 +142,9 @@ func main() {
 }
 
 // serveMetrics registers the controller's metrics on a registry of its own and serves
-// them with /healthz and /readyz on addr (nothing when addr is empty).
-func serveMetrics(ctx context.Context, addr string) (*metrics.Set, *metrics.Health, error) {
+// them with /healthz and /readyz on addr (nothing when addr is empty), and ring's
+// receipts if it is set.
+func serveMetrics(ctx context.Context, addr string, ring *receipts.Ring) (*metrics.Set, *metrics.Health, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -144,8 +155,12 @@ func serveMetrics(ctx context.Context, addr string) (*metrics.Set, *metrics.Heal
 		return nil, nil, err
 	}
 	health := metrics.NewHealth()
+	var debug map[string]http.Handler
+	if ring != nil {
+		debug = map[string]http.Handler{receipts.Path: ring}
+	}
 	go func() {
-		if err := metrics.Serve(ctx, addr, reg, health); err != nil {
+		if err := metrics.Serve(ctx, addr, reg, health, debug); err != nil {
 			fatal(err)
 		}
 	}()

@@ -30,6 +30,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/metrics"
+	"github.com/kovs-net/kovs/go-controller/pkg/controller/receipts"
 	"github.com/kovs-net/kovs/go-controller/pkg/reconcile"
 )
 
@@ -58,6 +59,9 @@ type Config struct {
 	// PolicyAPI is the client of sigs.k8s.io/network-policy-api (ClusterNetworkPolicy);
 	// nil: ClusterNetworkPolicy is not followed.
 	PolicyAPI versioned.Interface
+	// Receipts, if set, records when the NetworkPolicy informer received each version
+	// (--debug-receipts).
+	Receipts *receipts.Ring
 }
 
 // The leader election timings when Config leaves them unset: kube-controller-manager's.
@@ -207,6 +211,11 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 
 	if err := watchAuditAnnotations(factory.Core().V1().Namespaces().Informer(), recorder, audit.NamespaceVerdicts); err != nil {
 		return err
+	}
+	if cfg.Receipts != nil {
+		if _, err := factory.Networking().V1().NetworkPolicies().Informer().AddEventHandler(cfg.Receipts.Handler("NetworkPolicy")); err != nil {
+			return err
+		}
 	}
 	if cfg.PolicyAPI != nil && clusterPoliciesServed(cfg.PolicyAPI) {
 		// No share goes out without the cluster rules (served later: they come as a change).

@@ -66,7 +66,7 @@ func (u *upRun) controlPlane(ctx context.Context) error {
 	}); err != nil {
 		return u.withLog(err, "kube-apiserver")
 	}
-	for _, p := range []Process{u.controllerManager(), u.scheduler()} {
+	for _, p := range u.controlPlaneControllers() {
 		if _, err := l.start(p); err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func (u *upRun) controllerManager() Process {
 		"--kubeconfig", u.layout.Kubeconfig(), "--authentication-kubeconfig", u.layout.Kubeconfig(),
 		"--authorization-kubeconfig", u.layout.Kubeconfig(),
 		"--bind-address", "127.0.0.1", "--secure-port", "0",
-		"--leader-elect=false", "--controllers", "*",
+		"--leader-elect=false", "--controllers", strings.Join(u.kcmControllers(), ","),
 		"--service-account-private-key-file", filepath.Join(pki, saKey),
 		"--root-ca-file", filepath.Join(pki, caCert),
 		"--use-service-account-credentials=false",
@@ -129,6 +129,24 @@ func (u *upRun) controllerManager() Process {
 			"--node-cidr-mask-size-ipv4", "24", "--node-cidr-mask-size-ipv6", "64")
 	}
 	return p
+}
+
+// controlPlaneControllers are the processes started after kube-apiserver: both
+// controller processes, or in the scale mode kube-controller-manager alone (scale.go).
+func (u *upRun) controlPlaneControllers() []Process {
+	if u.opts.ControlPlaneOnly {
+		return []Process{u.controllerManager()}
+	}
+	return []Process{u.controllerManager(), u.scheduler()}
+}
+
+// kcmControllers are kube-controller-manager's --controllers: every default one, or the
+// scale mode's few (scaleControllers).
+func (u *upRun) kcmControllers() []string {
+	if u.opts.ControlPlaneOnly {
+		return scaleControllers(u.state.NodePodCIDRs)
+	}
+	return []string{"*"}
 }
 
 func (u *upRun) scheduler() Process {

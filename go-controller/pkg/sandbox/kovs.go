@@ -100,6 +100,7 @@ func (u *upRun) kovs() error {
 		}
 		if u.opts.ControlPlaneOnly {
 			args = append(args, scaleLeaderElection...)
+			args = append(args, scaleReceipts...)
 		}
 		if _, err := l.start(Process{Name: r.Process, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
 			return err

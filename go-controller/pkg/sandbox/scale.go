@@ -11,6 +11,34 @@ import (
 // alone: the Nodes, their kubelets and the agents are simulated by the scale harness
 // (test/e2e/scale), thousands of them in one process, with no namespaces or OVS.
 
+// The scale mode's control plane runs what the scale harness's workload needs and no more
+// (docs/scale.md, "What is simulated, and what is not"), so that kube-apiserver's load is
+// what reaches kovs: no kube-scheduler (the harness creates every pod bound) and
+// kube-controller-manager with scaleControllers only.
+
+// scaleControllers are kube-controller-manager's controllers in the scale mode:
+// serviceaccount-controller, because the ServiceAccount admission plugin refuses a pod
+// whose namespace has no "default" ServiceAccount yet (and Up waits for default's); with
+// nodePodCIDRs also node-ipam-controller, which allocates the spec.podCIDRs kovs-controller
+// then reads. Left out, and why the workload does not need them: namespace-controller (no
+// namespace is deleted during a run), garbage-collector-controller (no object has an
+// owner), endpointslice-controller and endpoints-controller (no Services), ttl-controller
+// (it writes an annotation to every Node as the cluster grows), pod-garbage-collector-
+// controller (no pod is orphaned: every node stays), root-ca-certificate-publisher-
+// controller (one ConfigMap per namespace; pods mount no token), node-lifecycle-controller
+// (see above) and the workload controllers (no Deployments, Jobs or DaemonSets).
+func scaleControllers(nodePodCIDRs bool) []string {
+	c := []string{"serviceaccount-controller"}
+	if nodePodCIDRs {
+		c = append(c, "node-ipam-controller")
+	}
+	return c
+}
+
+// ScaleControllers are kube-controller-manager's controllers in the scale mode, for the
+// scale harness's report.
+func ScaleControllers() []string { return scaleControllers(false) }
+
 // ScaleClusterCIDR is a pod address plan with room for 16,384 node blocks of /24, apart
 // from the service CIDR: what `make scale` runs kovs-controller with.
 const ScaleClusterCIDR = "100.64.0.0/10"
@@ -80,3 +108,9 @@ func (u *upRun) auditArgs() ([]string, error) {
 // an overloaded control plane would see its replicas fail over in a loop.
 var scaleLeaderElection = []string{"--leader-elect-lease-duration", "60s",
 	"--leader-elect-renew-deadline", "40s", "--leader-elect-retry-period", "5s"}
+
+// scaleReceipts has kovs-controller keep when its NetworkPolicy informer received each of
+// the last 65,536 versions (served at /debug/receipts on its metrics listener): the scale
+// harness starts kovs's own time of a change there. 65,536 holds a 5,000-node run's
+// 10,000 policies and its churn's changes.
+var scaleReceipts = []string{"--debug-receipts", "65536"}

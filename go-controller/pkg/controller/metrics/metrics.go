@@ -119,12 +119,16 @@ func (s slotSummary) Summary() realization.Summary {
 // addr until ctx ends. Health answers loopback clients only (kubelet probes 127.0.0.1:
 // the controller runs on the host network); /metrics answers whoever reaches addr, which
 // is loopback unless the operator chose to expose it (docs/configuration.md). Every
-// connection is bounded in time and number (package serving).
-func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, health *Health) error {
+// connection is bounded in time and number (package serving). debug adds handlers by path,
+// loopback only (the receipts of --debug-receipts).
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, health *Health, debug map[string]http.Handler) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("/healthz", serving.LoopbackOnly(http.HandlerFunc(health.serveLive)))
 	mux.Handle("/readyz", serving.LoopbackOnly(http.HandlerFunc(health.serveReady)))
+	for path, h := range debug {
+		mux.Handle(path, serving.LoopbackOnly(h))
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listener: %w", err)

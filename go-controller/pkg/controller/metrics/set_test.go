@@ -154,7 +154,7 @@ func TestServeHealthAndMetrics(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = Serve(ctx, addr, reg, h) }()
+	go func() { _ = Serve(ctx, addr, reg, h, nil) }()
 	get := func(path string) int {
 		for i := 0; i < 50; i++ {
 			resp, err := http.Get("http://" + addr + path)

@@ -155,7 +155,21 @@ func (h *Harness) reconcileStats(ctx context.Context, controller string) (Reconc
 
 // controllerMetrics reads kovs-controller's /metrics.
 func (h *Harness) controllerMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(h.state.MetricsPort)) + "/metrics"
+	body, err := h.controllerGet(ctx, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("kovs-controller's /metrics: %w", err)
+	}
+	return families, nil
+}
+
+// controllerGet reads path from kovs-controller's metrics listener.
+func (h *Harness) controllerGet(ctx context.Context, path string) ([]byte, error) {
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(h.state.MetricsPort)) + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -169,10 +183,8 @@ func (h *Harness) controllerMetrics(ctx context.Context) (map[string]*dto.Metric
 	if err != nil {
 		return nil, err
 	}
-	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", url, err)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return families, nil
+	return body, nil
 }

@@ -31,6 +31,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	h.alloc.results() // the churn's allocation sample starts empty
 	h.alloc.afterCreateResults()
 	h.alloc.splitResults()
+	h.realization.finishedResults() // the probes' changes are not the churn's
 	before := h.trafficByNode()
 	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-bandwidth")
 	split, splitErr := h.controllerSplit(ctx)
@@ -113,6 +114,11 @@ func (h *Harness) churn(ctx context.Context) error {
 	}
 	if splitErr != nil {
 		h.logf("kovs-controller's policy split metrics: %v", splitErr)
+	}
+	if dump, err := h.controllerReceipts(ctx); err != nil {
+		h.logf("kovs-controller's receipts: %v", err)
+	} else {
+		h.result.Churn.KovsClock = splitAtReceipts(h.realization.finishedResults(), dump)
 	}
 	h.result.Churn.PolicySuperseded = h.realization.supersededCount()
 	h.result.Churn.PolicySplit = h.realization.splitResults()

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -126,11 +127,13 @@ func (h *Harness) Run(ctx context.Context) (*Result, error) {
 		{"churn", h.churn},
 		{"final convergence", h.verifyFinal},
 	}
+	api := h.apiserverMark(ctx)
 	for _, p := range phases {
 		h.logf("phase %s", p.name)
 		mark := h.procs.mark(p.name)
 		err := p.run(ctx)
 		h.result.Phases = append(h.result.Phases, h.procs.since(mark))
+		api = h.apiserverPhase(ctx, p.name, api)
 		if err != nil {
 			err = fmt.Errorf("phase %s: %w", p.name, err)
 			h.result.Failure = err.Error()
@@ -151,6 +154,37 @@ func (h *Harness) finish() {
 		h.logf("audit log: %v", err)
 	}
 	h.result.Audit = audit
+}
+
+// apiserverReading is kube-apiserver's /metrics read at a phase boundary, or why it could
+// not be.
+type apiserverReading struct {
+	at      time.Time
+	metrics APIServerMetrics
+	err     error
+}
+
+func (h *Harness) apiserverMark(ctx context.Context) apiserverReading {
+	m, err := apiserverMetrics(ctx, h.workload)
+	return apiserverReading{at: time.Now(), metrics: m, err: err}
+}
+
+// apiserverPhase reads kube-apiserver's /metrics at the end of the phase that began at
+// start and adds what it counted in between to the result; it returns the new reading,
+// the next phase's start.
+func (h *Harness) apiserverPhase(ctx context.Context, name string, start apiserverReading) apiserverReading {
+	end := h.apiserverMark(ctx)
+	err := errors.Join(start.err, end.err)
+	if err == nil {
+		var d APIServerMetrics
+		if d, err = end.metrics.Sub(start.metrics); err == nil {
+			h.result.APIServer = append(h.result.APIServer, APIServerPhase{Name: name, Seconds: end.at.Sub(start.at).Seconds(), Metrics: d})
+		}
+	}
+	if err != nil {
+		h.logf("kube-apiserver's metrics for phase %s: %v", name, err)
+	}
+	return end
 }
 
 func (h *Harness) startInformers(ctx context.Context) {

@@ -26,7 +26,11 @@ func histogramOf(families map[string]*dto.MetricFamily, name string) (Histogram,
 	if !ok || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetHistogram() == nil {
 		return Histogram{}, fmt.Errorf("kovs-controller's /metrics has no histogram %s", name)
 	}
-	m := f.GetMetric()[0].GetHistogram()
+	return histogramOfSeries(f.GetMetric()[0].GetHistogram()), nil
+}
+
+// histogramOfSeries is one series of a histogram family.
+func histogramOfSeries(m *dto.Histogram) Histogram {
 	h := Histogram{Count: m.GetSampleCount(), Sum: m.GetSampleSum()}
 	for _, b := range m.GetBucket() {
 		if math.IsInf(b.GetUpperBound(), 1) {
@@ -35,7 +39,7 @@ func histogramOf(families map[string]*dto.MetricFamily, name string) (Histogram,
 		h.Upper = append(h.Upper, b.GetUpperBound())
 		h.Counts = append(h.Counts, b.GetCumulativeCount())
 	}
-	return h, nil
+	return h
 }
 
 // Sub is what was observed between an earlier read and h. It is an error when the two
@@ -57,6 +61,22 @@ func (h Histogram) Sub(earlier Histogram) (Histogram, error) {
 		d.Counts[i] = h.Counts[i] - earlier.Counts[i]
 	}
 	return d, nil
+}
+
+// Add merges two series of one histogram (the same buckets); the zero Histogram adds
+// nothing.
+func (h Histogram) Add(o Histogram) (Histogram, error) {
+	if h.Upper == nil && h.Count == 0 {
+		return o, nil
+	}
+	if !slices.Equal(h.Upper, o.Upper) {
+		return h, fmt.Errorf("cannot add histograms of other buckets (%v and %v)", h.Upper, o.Upper)
+	}
+	s := Histogram{Upper: h.Upper, Counts: slices.Clone(h.Counts), Count: h.Count + o.Count, Sum: h.Sum + o.Sum}
+	for i := range s.Counts {
+		s.Counts[i] += o.Counts[i]
+	}
+	return s, nil
 }
 
 // Quantile estimates the q-quantile (0 < q <= 1) as Prometheus's histogram_quantile does:

@@ -26,11 +26,12 @@ import (
 )
 
 // hollowKubelets do for every simulated node what kubemark's hollow kubelet does: register
-// the Node with its address, capacity and Ready condition, renew its Lease in
-// kube-node-lease, and report its pods Running with their addresses. The addresses come
-// from what a node's CNI ADD does: the node's own allocator, kovs-agent's (package
-// agent/podaddr, over the node's kovs.io/node-subnets blocks, its high water kept in
-// memory), with no API request on the way. Graceful deletions are completed (delete with
+// the Node with its address, capacity and Ready condition, create its Lease in
+// kube-node-lease (renewed only if Config.LeaseRenewInterval asks), and report its pods
+// Running with their addresses. The addresses come from what a node's CNI ADD does: the
+// node's own allocator, kovs-agent's (package agent/podaddr, over the node's
+// kovs.io/node-subnets blocks, its high water kept in memory), with no API request on the
+// way. Graceful deletions are completed (delete with
 // grace 0) as kubelet does once the containers stopped, and the pod's addresses released
 // as its CNI DEL does. One shared pod informer serves every node (a real kubelet watches
 // its own node's pods).

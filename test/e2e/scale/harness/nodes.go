@@ -24,7 +24,8 @@ const (
 	agentServiceAccount = "kovs-agent"
 )
 
-// registerNodes registers every node (hollow kubelets), starts their heartbeats, waits
+// registerNodes registers every node (hollow kubelets), starts their heartbeats if the
+// run renews Leases (Config.LeaseRenewInterval), waits
 // for kovs-controller to give each its blocks, and then does what each agent does once
 // its node is programmed: NetworkUnavailable=False.
 func (h *Harness) registerNodes(ctx context.Context) error {
@@ -38,7 +39,9 @@ func (h *Harness) registerNodes(ctx context.Context) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	h.wg.Go(func() { h.kubelets.heartbeat(ctx, h.nodes, h.cfg.LeaseRenewInterval) })
+	if h.cfg.LeaseRenewInterval > 0 {
+		h.wg.Go(func() { h.kubelets.heartbeat(ctx, h.nodes, h.cfg.LeaseRenewInterval) })
+	}
 	lister := h.factory.Core().V1().Nodes().Lister()
 	err := waitUntil(ctx, h.cfg.ConvergenceTimeout, time.Second, "kovs-controller to give every node its blocks", func() error {
 		nodes, err := lister.List(labels.SelectorFromSet(labels.Set{labelWorkload: "true"}))

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
 
 // Markdown writes the run's report: the table docs/scale.md holds.
@@ -24,6 +26,8 @@ func (r *Result) Markdown(w io.Writer, title string) {
 		p("")
 	}
 	r.summary(p)
+	p("")
+	r.simulatedSection(p)
 	if r.completed("span probes") {
 		p("")
 		r.spanSection(p)
@@ -34,6 +38,8 @@ func (r *Result) Markdown(w io.Writer, title string) {
 	r.cpuSection(p)
 	p("")
 	r.auditSection(p)
+	p("")
+	r.apiserverSection(p)
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
@@ -83,6 +89,11 @@ func (r *Result) summary(p func(string, ...any)) {
 	row("churn", "**policy change to realized on every concerned node, under churn**",
 		"**%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
+	if kc := ch.KovsClock; len(kc.Kovs) > 0 || kc.NoReceipt > 0 {
+		p("| ... **kovs's time**: kovs-controller's informer receiving the change (its own timestamp, --debug-receipts) to realized on every concerned node | **%s**; %d without a receipt (ring overwrote %d), %d received after realized (not timed: a deletion looks realized on a node once the churn deleted the pods it selected there) |",
+			kc.Kovs.Summary(), kc.NoReceipt, kc.Overwritten, kc.ReceivedAfterRealized)
+		p("| ... from before the write to kovs-controller's informer receiving it (kube-apiserver's answer and watch) | %s |", kc.ToReceipt.Summary())
+	}
 	if sp := ch.PolicySplit; len(sp.Answered) > 0 {
 		p("| ... its write answered, from before the write | %s |", sp.Answered.Summary())
 		p("| ... delivered by the harness's own watch of NetworkPolicies, from before the write | %s |", sp.Seen.Summary())
@@ -98,6 +109,9 @@ func (r *Result) summary(p func(string, ...any)) {
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
 	row("churn", "churn achieved", "%.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed)",
 		rate(ch.PodsCreated), rate(ch.PodsDeleted), rate(ch.PolicyChanges), ch.Failed)
+	if ph, ok := r.apiserverPhase("churn"); ok && r.completed("churn") {
+		p("| **kube-apiserver's writes under churn** (every client; its /metrics): the end-to-end times above hold while these meet the SLO | %s |", writeP99(ph.Metrics))
+	}
 	for _, u := range r.Processes {
 		if u.Name == "kovs-controller" {
 			p("| **kovs-controller CPU** (whole run) | **%.1f s** |", u.CPUSeconds)
@@ -168,8 +182,32 @@ func dist(t []AgentTraffic, f func(AgentTraffic) float64, format string) string 
 	return fmt.Sprintf("p50 "+format+", p99 "+format+", max "+format, nearestRank(v, 50), nearestRank(v, 99), slices.Max(v))
 }
 
+// simulatedSection lists the choices of the method: what of a real cluster the run
+// simulates, and what it leaves out because it never reaches kovs.
+func (r *Result) simulatedSection(p func(string, ...any)) {
+	p("## What is simulated, and what is not")
+	p("")
+	p("The run simulates what reaches kovs and leaves out what only loads kube-apiserver for nodes that do not exist:")
+	p("")
+	if iv := r.Config.LeaseRenewInterval; iv > 0 {
+		p("- **Node Leases renewed every %s** by every hollow kubelet (KOVS_SCALE_LEASE_RENEW; kubelet's own interval is 10 s), %.0f Lease updates/s; kovs-controller reads no node Lease.", iv, float64(r.Config.Nodes)/iv.Seconds())
+	} else {
+		p("- **No Lease renewals**: each hollow kubelet creates its node's Lease once, at registration, and never renews it (kubelet renews every 10 s; KOVS_SCALE_LEASE_RENEW=10s turns that back on). kovs-controller reads no node Lease, and nothing else here does: kube-controller-manager's node lifecycle controller does not run, so no node turns NotReady or is tainted.")
+	}
+	p("- **kube-controller-manager runs only %s**: the ServiceAccount admission plugin refuses a pod until its namespace has its `default` ServiceAccount. Not run, and why the workload does not need them: the node lifecycle controller (no Lease renewals), the garbage collector (no object has an owner), the namespace controller (no namespace is deleted), the EndpointSlice and Endpoints controllers (no Services), the TTL controller (it writes every Node as the cluster grows), pod GC (every node stays), the root CA publisher (one ConfigMap per namespace; pods mount no token), the workload controllers (no Deployments, Jobs or DaemonSets).", "`"+strings.Join(sandbox.ScaleControllers(), "`, `")+"`")
+	p("- **No kube-scheduler**: every pod is created bound (`spec.nodeName`).")
+	p("- **Simulated**: the Nodes and their status (hollow kubelets: one process, one shared pod informer and %d status writers for every node, where a real kubelet watches its own pods), each pod's address allocated by kovs-agent's own allocator, and one agent per node (a real policy-stream client with its own TLS connection and node-bound token, applying its share in memory: no OVS to program).", kubeletWorkers)
+	p("- **Real**: etcd, kube-apiserver (its load attributed per phase below, from its own /metrics) and kovs-controller, with their defaults but for the controller's leader election timings (60/40/5 s) and its `--debug-receipts 65536` (a ring of when its NetworkPolicy informer received each version, pulled after the churn: kovs's own clock).")
+}
+
 func (r *Result) cpuSection(p func(string, ...any)) {
-	names := append(append([]string(nil), measuredProcesses...), harnessProcess)
+	names := []string{}
+	for _, n := range measuredProcesses {
+		if r.ran(n) {
+			names = append(names, n)
+		}
+	}
+	names = append(names, harnessProcess)
 	p("## CPU seconds per phase and process (the machine has %s)", cpuCount())
 	p("")
 	p("| phase | wall | %s |", strings.Join(names, " | "))
@@ -215,4 +253,13 @@ func (r *Result) auditSection(p func(string, ...any)) {
 		}
 		p("| %s | %d | %s |", k.Kind, k.Count, k.Latency.Summary())
 	}
+}
+
+// ran reports whether the named process ran during the run (a run that failed early may
+// have measured none).
+func (r *Result) ran(name string) bool {
+	if len(r.Processes) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(r.Processes, func(u ProcessUsage) bool { return u.Name == name })
 }

@@ -58,3 +58,30 @@ func TestMarkdownOfAFailedRun(t *testing.T) {
 		t.Errorf("report has the span section of a phase never run:\n%s", out)
 	}
 }
+
+// TestMarkdownSaysWhatIsSimulated: the report lists the method's choices as the run made
+// them (Lease renewals off or at their interval, the controllers run) and leaves a process
+// that did not run (kube-scheduler in the scale mode) out of the CPU table.
+func TestMarkdownSaysWhatIsSimulated(t *testing.T) {
+	start := time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)
+	r := &Result{Config: TestSize(), WorkloadStart: start,
+		Phases:    []PhaseUsage{{Name: "nodes", Start: start, End: start.Add(time.Minute), CPUSeconds: map[string]float64{"kube-apiserver": 6}}},
+		Processes: []ProcessUsage{{Name: "kube-apiserver"}, {Name: "kube-controller-manager"}, {Name: harnessProcess}}}
+	render := func() string {
+		var b strings.Builder
+		r.Markdown(&b, "kovs at scale")
+		return b.String()
+	}
+	out := render()
+	for _, want := range []string{"## What is simulated, and what is not", "**No Lease renewals**",
+		"**kube-controller-manager runs only `serviceaccount-controller`**", "**No kube-scheduler**",
+		"| phase | wall | kube-apiserver | kube-controller-manager | " + harnessProcess + " |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	r.Config.LeaseRenewInterval = 10 * time.Second
+	if out := render(); !strings.Contains(out, "**Node Leases renewed every 10s** by every hollow kubelet") || strings.Contains(out, "No Lease renewals") {
+		t.Errorf("a run that renewed Leases is reported as one that did not:\n%s", out)
+	}
+}

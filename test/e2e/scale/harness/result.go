@@ -40,6 +40,18 @@ type Result struct {
 	Phases    []PhaseUsage
 	Processes []ProcessUsage
 	Audit     AuditCounts
+	// APIServer is kube-apiserver's own /metrics per phase: every client's requests.
+	APIServer []APIServerPhase
+}
+
+// apiserverPhase returns what kube-apiserver counted in the named phase.
+func (r *Result) apiserverPhase(name string) (APIServerPhase, bool) {
+	for _, p := range r.APIServer {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return APIServerPhase{}, false
 }
 
 // ChurnResult is the churn phase's measurements.
@@ -62,7 +74,9 @@ type ChurnResult struct {
 	PolicyLatency                              Durations
 	PolicyLost, PolicyNoNode, PolicySuperseded int
 	PolicySplit                                PolicySplit
-	Traffic                                    []AgentTraffic
+	// KovsClock splits the same changes at kovs-controller's own receipt of them.
+	KovsClock KovsClock
+	Traffic   []AgentTraffic
 	// Reconciles is what kovs-controller's pod workers (bandwidth checks) did over the churn's
 	// writes (its /metrics read before and after), to tell a wait for a worker from a
 	// slow Reconcile.

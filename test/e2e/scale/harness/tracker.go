@@ -31,6 +31,17 @@ type realizationTracker struct {
 	superseded int
 	deadline   time.Duration
 	split      PolicySplit
+	// finished are the changes realized since the last finishedResults, for the split at
+	// kovs-controller's receipt (receipts.go).
+	finished []finishedChange
+}
+
+// finishedChange is a realized change: before its write, and its last concerned node's
+// realization.
+type finishedChange struct {
+	policy          policyKey
+	create          bool
+	start, realized time.Time
 }
 
 // PolicySplit is where a sample of policy changes spent their time, as far as the harness
@@ -156,6 +167,7 @@ func (t *realizationTracker) finishIfDone(c *policyChange) {
 	}
 	if !c.realized.IsZero() {
 		t.latency = append(t.latency, c.realized.Sub(c.start))
+		t.finished = append(t.finished, finishedChange{policy: c.policy, create: c.create, start: c.start, realized: c.realized})
 		if c.seen.IsZero() {
 			t.split.RealizedUnseen++
 		} else {
@@ -214,6 +226,15 @@ func (t *realizationTracker) results() (Durations, int, int) {
 	d, lost, none := t.latency, t.lost, t.noNode
 	t.latency, t.lost, t.noNode, t.superseded, t.split = nil, 0, 0, 0, PolicySplit{}
 	return d, lost, none
+}
+
+// finishedResults returns the changes realized since the last call and starts anew.
+func (t *realizationTracker) finishedResults() []finishedChange {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.finished
+	t.finished = nil
+	return f
 }
 
 // supersededCount is how many creations were deleted before they were realized.

@@ -1,0 +1,122 @@
+// Package receipts keeps, behind kovs-controller's --debug-receipts flag, when its
+// informers received each of the last object versions: a bounded ring of (kind,
+// namespace/name, resourceVersion, deleted, received at) served as JSON at
+// /debug/receipts on the metrics listener. The scale harness pulls it after a run to
+// start kovs's own clock of a change at kovs-controller's receipt rather than before the
+// write (docs/scale.md): on one machine, the harness's realized times and these share a
+// clock.
+package receipts
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Path is where the ring is served on the metrics listener.
+const Path = "/debug/receipts"
+
+// Receipt is one object version as an informer handed it to kovs-controller.
+type Receipt struct {
+	Kind            string    `json:"kind"`
+	Namespace       string    `json:"namespace,omitempty"`
+	Name            string    `json:"name"`
+	ResourceVersion string    `json:"resourceVersion,omitempty"`
+	Deleted         bool      `json:"deleted,omitempty"`
+	At              time.Time `json:"at"`
+}
+
+// Dump is what Path serves: the receipts oldest first, and how many older ones the ring
+// overwrote (a reader that misses a receipt can tell overflow from loss).
+type Dump struct {
+	Receipts    []Receipt `json:"receipts"`
+	Overwritten uint64    `json:"overwritten"`
+}
+
+// Ring keeps the last receipts, at most its size; safe for concurrent use.
+type Ring struct {
+	mu          sync.Mutex
+	buf         []Receipt
+	next        int
+	full        bool
+	overwritten uint64
+	now         func() time.Time
+}
+
+// NewRing keeps the last size receipts (size >= 1).
+func NewRing(size int) *Ring {
+	return &Ring{buf: make([]Receipt, max(size, 1)), now: time.Now}
+}
+
+// Record notes that an informer handed over obj's version now.
+func (r *Ring) Record(kind string, obj metav1.Object, deleted bool) {
+	rec := Receipt{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Deleted: deleted}
+	r.add(rec)
+}
+
+func (r *Ring) add(rec Receipt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.At = r.now()
+	if r.full {
+		r.overwritten++
+	}
+	r.buf[r.next] = rec
+	r.next = (r.next + 1) % len(r.buf)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// Dump copies the ring, oldest first.
+func (r *Ring) Dump() Dump {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := Dump{Overwritten: r.overwritten}
+	if r.full {
+		d.Receipts = append(d.Receipts, r.buf[r.next:]...)
+	}
+	d.Receipts = append(d.Receipts, r.buf[:r.next]...)
+	return d
+}
+
+// Handler records every version an informer of kind delivers: additions, updates that
+// change the resourceVersion (a resync's does not), deletions (a tombstone's under its
+// key: the informer learned of the deletion late, and that is its receipt).
+func (r *Ring) Handler(kind string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(metav1.Object); ok {
+				r.Record(kind, o, false)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			o, ok := obj.(metav1.Object)
+			if old, okOld := oldObj.(metav1.Object); ok && (!okOld || old.GetResourceVersion() != o.GetResourceVersion()) {
+				r.Record(kind, o, false)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if o, ok := obj.(metav1.Object); ok {
+				r.Record(kind, o, true)
+				return
+			}
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				ns, name, err := cache.SplitMetaNamespaceKey(tomb.Key)
+				if err == nil {
+					r.add(Receipt{Kind: kind, Namespace: ns, Name: name, Deleted: true})
+				}
+			}
+		},
+	}
+}
+
+// ServeHTTP serves the Dump as JSON.
+func (r *Ring) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(r.Dump())
+}
