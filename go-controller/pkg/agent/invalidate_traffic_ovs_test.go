@@ -82,7 +82,11 @@ func newTrafficRig(t *testing.T, mode string) *trafficRig {
 	}
 	a := &Agent{of: of, netdev: true, cfg: Config{DatapathInvalidation: mode}}
 	r.syncer = NewFlowSyncer(OpenFlowSwitch(of), r.state.Desired, time.Hour)
-	r.syncer.OnApplied(a.invalidateAfterPolicyChange)
+	if mode == revalidationOnly {
+		r.syncer.OnApplied(r.onRevalidationOnly)
+	} else {
+		r.syncer.OnApplied(a.invalidateAfterPolicyChange)
+	}
 	r.setPolicy(openShare())
 	return r
 }
@@ -157,19 +161,25 @@ func udpFrame(src, dst pipeline.PodPort, sport, dport uint16) []byte {
 	s4, d4 := src.IPs[0].As4(), dst.IPs[0].As4()
 	copy(ip[12:], s4[:])
 	copy(ip[16:], d4[:])
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip))
 	udp := f[34:]
 	binary.BigEndian.PutUint16(udp[0:], sport)
 	binary.BigEndian.PutUint16(udp[2:], dport)
 	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
 	return f
+}
+
+// onesSum is the ones' complement sum of b's 16-bit words (the Internet checksum, not
+// inverted).
+func onesSum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return uint16(sum)
 }
 
 // listener receives what br-int sends out of one pod's port.
@@ -240,7 +250,12 @@ func (r *trafficRig) send(src, dst string, dport uint16) uint16 {
 
 func (r *trafficRig) sendFrom(src, dst string, sport, dport uint16) {
 	r.t.Helper()
-	frame := udpFrame(r.pods[src], r.pods[dst], sport, dport)
+	r.sendFrame(src, udpFrame(r.pods[src], r.pods[dst], sport, dport))
+}
+
+// sendFrame sends an Ethernet frame from pod src's port.
+func (r *trafficRig) sendFrame(src string, frame []byte) {
+	r.t.Helper()
 	r.inVswitchdNetns(func() error {
 		link, err := netlink.LinkByName("p" + src)
 		if err != nil {
