@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,24 +128,14 @@ func (r *trafficRig) newConnFlowsDToC(port uint16) (exact, wild []ovs.DatapathFl
 // tcpSYN is an Ethernet frame with a TCP SYN from pod src to pod dst through the
 // gateway, with valid checksums (the userspace conntrack checks them).
 func tcpSYN(src, dst pipeline.PodPort, sport, dport uint16) []byte {
-	f := make([]byte, 14+20+20)
-	copy(f[0:6], testNodeConfig().GatewayMAC)
-	copy(f[6:12], src.MAC)
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, 6
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
-	s4, d4 := src.IPs[0].As4(), dst.IPs[0].As4()
-	copy(ip[12:], s4[:])
-	copy(ip[16:], d4[:])
-	binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip))
+	f := ipv4Frame(src, dst, 6, 20)
 	tcp := f[34:]
 	binary.BigEndian.PutUint16(tcp[0:], sport)
 	binary.BigEndian.PutUint16(tcp[2:], dport)
 	binary.BigEndian.PutUint32(tcp[4:], 1)
 	tcp[12], tcp[13] = 5<<4, 0x02 // header of 5 words; SYN
 	binary.BigEndian.PutUint16(tcp[14:], 65535)
-	pseudo := append(append(append([]byte{}, s4[:]...), d4[:]...), 0, 6, 0, byte(len(tcp)))
+	pseudo := append(slices.Clone(f[26:34]), 0, 6, 0, byte(len(tcp))) // source, destination
 	binary.BigEndian.PutUint16(tcp[16:], ^onesSum(append(pseudo, tcp...)))
 	return f
 }

@@ -151,21 +151,28 @@ func cShare(rule bool, peers []string, ports ...policy.Port) policy.NodeShare {
 // udpFrame is an Ethernet frame with a UDP datagram (no checksum) from pod src to pod dst
 // through the gateway, as a pod sends it.
 func udpFrame(src, dst pipeline.PodPort, sport, dport uint16) []byte {
-	f := make([]byte, 14+20+8+16)
+	f := ipv4Frame(src, dst, 17, 8+16)
+	udp := f[34:]
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	return f
+}
+
+// ipv4Frame is an Ethernet frame with an IPv4 header (checksummed) of protocol proto from
+// pod src to pod dst through the gateway, and l4 zero bytes after it.
+func ipv4Frame(src, dst pipeline.PodPort, proto uint8, l4 int) []byte {
+	f := make([]byte, 14+20+l4)
 	copy(f[0:6], testNodeConfig().GatewayMAC)
 	copy(f[6:12], src.MAC)
 	binary.BigEndian.PutUint16(f[12:], 0x0800)
 	ip := f[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
+	ip[0], ip[8], ip[9] = 0x45, 64, proto
 	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
 	s4, d4 := src.IPs[0].As4(), dst.IPs[0].As4()
 	copy(ip[12:], s4[:])
 	copy(ip[16:], d4[:])
 	binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip))
-	udp := f[34:]
-	binary.BigEndian.PutUint16(udp[0:], sport)
-	binary.BigEndian.PutUint16(udp[2:], dport)
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
 	return f
 }
 
