@@ -18,8 +18,15 @@ import (
 // waiters keep waiting) until a later sync invalidates them, even one that finds nothing
 // left to install. Once, the failure was a warning and the generation was reported synced.
 // Real OVS (userspace datapath): the bundle goes through br-int.mgmt, the invalidation
-// through ovs-vswitchd's unixctl socket, which the test takes away and gives back.
+// through ovs-vswitchd's unixctl socket, which the test takes away and gives back. With
+// each --datapath-invalidation: narrow's dump and deletions go through that socket too.
 func TestFailedInvalidationKeepsThePolicyUnrealized(t *testing.T) {
+	for _, mode := range []string{DatapathInvalidationNarrow, DatapathInvalidationPurge} {
+		t.Run(mode, func(t *testing.T) { failedInvalidationKeepsThePolicyUnrealized(t, mode) })
+	}
+}
+
+func failedInvalidationKeepsThePolicyUnrealized(t *testing.T, mode string) {
 	rig := ovstest.Start(t)
 	rig.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev",
 		"fail_mode=secure", "protocols=OpenFlow13,OpenFlow14,OpenFlow15")
@@ -28,7 +35,7 @@ func TestFailedInvalidationKeepsThePolicyUnrealized(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer of.Close()
-	a := &Agent{of: of, netdev: true}
+	a := &Agent{of: of, netdev: true, cfg: Config{DatapathInvalidation: mode}}
 
 	// Generation g holds one policy flow per generation up to g.
 	gen := uint64(1)

@@ -58,8 +58,8 @@ func (r *recordingCaches) DumpDatapathFlows(context.Context) ([]ovs.DatapathFlow
 	return r.dp, nil
 }
 
-func (r *recordingCaches) DeleteDatapathFlow(_ context.Context, ufid string) error {
-	r.calls = append(r.calls, "del-flow "+ufid)
+func (r *recordingCaches) DeleteDatapathFlows(_ context.Context, ufids []string) error {
+	r.calls = append(r.calls, "del-flows "+strings.Join(ufids, " "))
 	return r.delErr
 }
 
@@ -80,8 +80,8 @@ func (r *recordingCaches) DeleteFlows(_ context.Context, cookie, mask uint64) er
 
 // TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows: only the replies (kind
 // 0, object 0), not the learned translations of stateless SCTP Services. With
-// --datapath-invalidation=purge (the default) every datapath flow is purged and none is
-// dumped; with narrow, the stale ones are dumped and deleted one by one.
+// --datapath-invalidation=purge every datapath flow is purged and none is dumped; with
+// narrow (the default), the stale ones are dumped and deleted in one batch.
 func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T) {
 	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
 		for _, netdev := range []bool{true, false} {
@@ -92,7 +92,7 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T
 			}
 			want := []string{"purge", "del-flows cookie=0x800000000000/0xffffffffffff"}
 			if mode == DatapathInvalidationNarrow {
-				want = []string{"dump-flows", "del-flow ufid:1", "del-flows cookie=0x800000000000/0xffffffffffff"}
+				want = []string{"dump-flows", "del-flows ufid:1", "del-flows cookie=0x800000000000/0xffffffffffff"}
 			}
 			if netdev {
 				want = append([]string{"flush-conntrack zone=65520 ct_nw_proto=132"}, want...)
@@ -104,7 +104,7 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T
 	}
 }
 
-// TestConfigDatapathInvalidation: empty is purge, purge and narrow are taken, anything
+// TestConfigDatapathInvalidation: empty is narrow, purge and narrow are taken, anything
 // else is refused with an error naming the flag and its values.
 func TestConfigDatapathInvalidation(t *testing.T) {
 	valid := func(mode string) Config {
@@ -113,8 +113,8 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 		c.Defaults()
 		return c
 	}
-	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationPurge || c.Validate() != nil {
-		t.Errorf("unset: %q (%v), want purge and valid", c.DatapathInvalidation, c.Validate())
+	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationNarrow || c.Validate() != nil {
+		t.Errorf("unset: %q (%v), want narrow and valid", c.DatapathInvalidation, c.Validate())
 	}
 	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
 		if c := valid(mode); c.DatapathInvalidation != mode || c.Validate() != nil {
@@ -123,7 +123,7 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 	}
 	for _, bad := range []string{"Narrow", "selective", "none"} {
 		c := valid(bad)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use purge", bad)) || !strings.Contains(err.Error(), "or narrow") {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use narrow", bad)) || !strings.Contains(err.Error(), "or purge") {
 			t.Errorf("%s: Validate = %v, want an error naming --datapath-invalidation and its values", bad, err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestPolicyBlindKeepsFirstPassesAndEstablishedConnections(t *testing.T) {
 	}
 }
 
-// A policy change deletes the datapath flows it may affect one by one; when a deletion
+// A policy change deletes the datapath flows it may affect in one batch; when a deletion
 // fails, or there are too many, it purges them all, and only a failed purge fails it.
 func TestInvalidateDatapathFlowsFallsBackToThePurge(t *testing.T) {
 	flows := func(n int) []ovs.DatapathFlow {
@@ -188,14 +188,14 @@ func TestInvalidateDatapathFlowsFallsBackToThePurge(t *testing.T) {
 	if err := invalidateDatapathFlows(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"dump-flows", "del-flow ufid:0", "del-flow ufid:1"}; !slices.Equal(r.calls, want) {
+	if want := []string{"dump-flows", "del-flows ufid:0 ufid:1"}; !slices.Equal(r.calls, want) {
 		t.Errorf("two stale flows: %q, want %q", r.calls, want)
 	}
 	r = &recordingCaches{dp: flows(2), delErr: fmt.Errorf("ovs-appctl: exit status 2")}
 	if err := invalidateDatapathFlows(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"dump-flows", "del-flow ufid:0", "purge"}; !slices.Equal(r.calls, want) {
+	if want := []string{"dump-flows", "del-flows ufid:0 ufid:1", "purge"}; !slices.Equal(r.calls, want) {
 		t.Errorf("a failed deletion: %q, want %q", r.calls, want)
 	}
 	r = &recordingCaches{dp: flows(maxDatapathDeletes + 1)}

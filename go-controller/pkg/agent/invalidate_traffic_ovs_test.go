@@ -82,7 +82,11 @@ func newTrafficRig(t *testing.T, mode string) *trafficRig {
 	}
 	a := &Agent{of: of, netdev: true, cfg: Config{DatapathInvalidation: mode}}
 	r.syncer = NewFlowSyncer(OpenFlowSwitch(of), r.state.Desired, time.Hour)
-	r.syncer.OnApplied(a.invalidateAfterPolicyChange)
+	if mode == revalidationOnly {
+		r.syncer.OnApplied(r.onRevalidationOnly)
+	} else {
+		r.syncer.OnApplied(a.invalidateAfterPolicyChange)
+	}
 	r.setPolicy(openShare())
 	return r
 }
@@ -147,29 +151,42 @@ func cShare(rule bool, peers []string, ports ...policy.Port) policy.NodeShare {
 // udpFrame is an Ethernet frame with a UDP datagram (no checksum) from pod src to pod dst
 // through the gateway, as a pod sends it.
 func udpFrame(src, dst pipeline.PodPort, sport, dport uint16) []byte {
-	f := make([]byte, 14+20+8+16)
-	copy(f[0:6], testNodeConfig().GatewayMAC)
-	copy(f[6:12], src.MAC)
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
-	s4, d4 := src.IPs[0].As4(), dst.IPs[0].As4()
-	copy(ip[12:], s4[:])
-	copy(ip[16:], d4[:])
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	f := ipv4Frame(src, dst, 17, 8+16)
 	udp := f[34:]
 	binary.BigEndian.PutUint16(udp[0:], sport)
 	binary.BigEndian.PutUint16(udp[2:], dport)
 	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
 	return f
+}
+
+// ipv4Frame is an Ethernet frame with an IPv4 header (checksummed) of protocol proto from
+// pod src to pod dst through the gateway, and l4 zero bytes after it.
+func ipv4Frame(src, dst pipeline.PodPort, proto uint8, l4 int) []byte {
+	f := make([]byte, 14+20+l4)
+	copy(f[0:6], testNodeConfig().GatewayMAC)
+	copy(f[6:12], src.MAC)
+	binary.BigEndian.PutUint16(f[12:], 0x0800)
+	ip := f[14:34]
+	ip[0], ip[8], ip[9] = 0x45, 64, proto
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
+	s4, d4 := src.IPs[0].As4(), dst.IPs[0].As4()
+	copy(ip[12:], s4[:])
+	copy(ip[16:], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], ^onesSum(ip))
+	return f
+}
+
+// onesSum is the ones' complement sum of b's 16-bit words (the Internet checksum, not
+// inverted).
+func onesSum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return uint16(sum)
 }
 
 // listener receives what br-int sends out of one pod's port.
@@ -240,7 +257,12 @@ func (r *trafficRig) send(src, dst string, dport uint16) uint16 {
 
 func (r *trafficRig) sendFrom(src, dst string, sport, dport uint16) {
 	r.t.Helper()
-	frame := udpFrame(r.pods[src], r.pods[dst], sport, dport)
+	r.sendFrame(src, udpFrame(r.pods[src], r.pods[dst], sport, dport))
+}
+
+// sendFrame sends an Ethernet frame from pod src's port.
+func (r *trafficRig) sendFrame(src string, frame []byte) {
+	r.t.Helper()
 	r.inVswitchdNetns(func() error {
 		link, err := netlink.LinkByName("p" + src)
 		if err != nil {
@@ -395,7 +417,7 @@ func policyChangeIsInForceOnTheNextPacket(t *testing.T, mode string) {
 // datapath itself: the flows that carried d's established connection to c before the
 // change, by UFID, are still there after it, and carry its next packet. Seen failing with
 // the purge after every policy change (the flows were gone), which is why it runs with
-// --datapath-invalidation=narrow only (the default, purge, drops them).
+// --datapath-invalidation=narrow only (the default; purge drops them).
 func TestPolicyChangeKeepsEstablishedDatapathFlows(t *testing.T) {
 	r := newTrafficRig(t, DatapathInvalidationNarrow)
 	c := r.listen("c")

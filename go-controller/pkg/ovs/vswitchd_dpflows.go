@@ -57,21 +57,38 @@ func (v *Vswitchd) DumpDatapathFlows(ctx context.Context) ([]DatapathFlow, error
 	return ParseDatapathFlows(out)
 }
 
-// DeleteDatapathFlow deletes one datapath flow by its UFID (dpctl/del-flow). A flow
-// already gone (expired, or deleted by a revalidator meanwhile) is no error. The
-// revalidators drop the flow's bookkeeping at their next sweep; until then the flow's
-// packets are forwarded by upcall, translated against the current tables.
-func (v *Vswitchd) DeleteDatapathFlow(ctx context.Context, ufid string) error {
-	if !strings.HasPrefix(ufid, "ufid:") {
-		return fmt.Errorf("delete datapath flow: %q is no UFID (want ufid:<32 hex digits>)", ufid)
+// DeleteDatapathFlows deletes datapath flows by their UFIDs (dpctl/del-flow), all over
+// one connection to ovs-vswitchd's unixctl socket, found again for this call (Ctl): one
+// ovs-appctl process per flow cost milliseconds each. A flow already gone (expired, or
+// deleted by a revalidator meanwhile) is no error; any other failure is, and names the
+// first flow that failed. The revalidators drop a deleted flow's bookkeeping at their next
+// sweep; until then its packets are forwarded by upcall, translated against the current
+// tables.
+func (v *Vswitchd) DeleteDatapathFlows(ctx context.Context, ufids []string) error {
+	if len(ufids) == 0 {
+		return nil
 	}
-	if _, err := v.run(ctx, "dpctl/del-flow", ufid); err != nil {
-		// What ovs-vswitchd answers for a UFID its datapath does not hold; an unreachable
-		// ovs-vswitchd says "No such file or directory" too, of its socket, and is an error.
-		if strings.Contains(err.Error(), "deleting flow (No such file or directory)") {
-			return nil
+	params := make([][]string, len(ufids))
+	for i, ufid := range ufids {
+		if !strings.HasPrefix(ufid, "ufid:") {
+			return fmt.Errorf("delete datapath flow: %q is no UFID (want ufid:<32 hex digits>)", ufid)
 		}
-		return fmt.Errorf("delete datapath flow %s: %w", ufid, err)
+		params[i] = []string{ufid}
+	}
+	ctl, err := DialUnixctl(ctx, v.Ctl(), v.rundir)
+	if err != nil {
+		return fmt.Errorf("delete %d datapath flows: %w", len(ufids), err)
+	}
+	defer ctl.Close()
+	errs, err := ctl.CallEach(ctx, "dpctl/del-flow", params)
+	if err != nil {
+		return fmt.Errorf("delete %d datapath flows: %w", len(ufids), err)
+	}
+	for i, err := range errs {
+		// What ovs-vswitchd answers for a UFID its datapath does not hold.
+		if err != nil && !strings.Contains(err.Error(), "deleting flow (No such file or directory)") {
+			return fmt.Errorf("delete datapath flow %s: %w", ufids[i], err)
+		}
 	}
 	return nil
 }

@@ -2,9 +2,9 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +48,12 @@ func TestTracerAgreesWithOVS(t *testing.T) {
 	checkGolden(t, filepath.Join(dir, packets[0].Flows), goldenPolicyFlows)
 	rig, _, _ := bridgeWithFlows(t)
 	addPorts(t, rig, packets)
-	ctl := dialUnixctl(t, rig.VswitchdCtl)
+	// One connection for every trace, where ovs-appctl would start a process for each.
+	ctl, err := ovs.DialUnixctl(context.Background(), rig.VswitchdCtl, rig.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
 	var disagree []string
 	bad := 0
 	loaded := ""
@@ -63,7 +68,7 @@ func TestTracerAgreesWithOVS(t *testing.T) {
 		for range 4 { // every conntrack lookup of the trace returns this state
 			args = append(args, "--ct-next", p.CTNext)
 		}
-		text, err := ctl.call("ofproto/trace", args...)
+		text, err := ctl.Call(context.Background(), "ofproto/trace", args...)
 		if err != nil {
 			t.Fatalf("%s: ofproto/trace %s: %v", p.What, p.Packet, err)
 		}
@@ -201,51 +206,4 @@ func addPorts(t *testing.T, rig *ovstest.Rig, packets []tracedPacket) {
 		name := fmt.Sprintf("p%d", n)
 		rig.Vsctl(t, "add-port", "br-int", name, "--", "set", "Interface", name, "type=internal", fmt.Sprintf("ofport_request=%d", n))
 	}
-}
-
-// unixctl is a client of ovs-vswitchd's unixctl server (JSON-RPC over its control socket):
-// one connection for every trace, where ovs-appctl would start a process for each.
-type unixctl struct {
-	conn net.Conn
-	dec  *json.Decoder
-	enc  *json.Encoder
-	id   int
-}
-
-func dialUnixctl(t *testing.T, path string) *unixctl {
-	t.Helper()
-	conn, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatalf("unixctl %s: %v", path, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &unixctl{conn: conn, dec: json.NewDecoder(conn), enc: json.NewEncoder(conn)}
-}
-
-// call runs one command and returns its text.
-func (c *unixctl) call(method string, params ...string) (string, error) {
-	c.id++
-	if err := c.conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		return "", err
-	}
-	if err := c.enc.Encode(map[string]any{"method": method, "params": params, "id": c.id}); err != nil {
-		return "", err
-	}
-	var reply struct {
-		Result *string `json:"result"`
-		Error  *string `json:"error"`
-		ID     int     `json:"id"`
-	}
-	if err := c.dec.Decode(&reply); err != nil {
-		return "", err
-	}
-	switch {
-	case reply.ID != c.id:
-		return "", fmt.Errorf("reply %d to request %d", reply.ID, c.id)
-	case reply.Error != nil:
-		return "", fmt.Errorf("%s", strings.TrimSpace(*reply.Error))
-	case reply.Result == nil:
-		return "", fmt.Errorf("empty reply")
-	}
-	return *reply.Result, nil
 }
