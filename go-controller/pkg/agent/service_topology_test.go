@@ -134,7 +134,7 @@ func TestTopologyAwareEndpoints(t *testing.T) {
 		cluster: []string{"10.0.0.0", "10.0.0.2"}, local: []string{"10.0.0.0", "10.0.0.1"},
 	}, {
 		name: "no ready endpoint: the serving terminating ones, hints or not", zone: "zone-a",
-		eps: []hintedEP{{ip: "10.0.0.0", serving: true, terminating: true, zones: b}, {ip: "10.0.0.1", serving: true, terminating: true, local: true, zones: a}},
+		eps:     []hintedEP{{ip: "10.0.0.0", serving: true, terminating: true, zones: b}, {ip: "10.0.0.1", serving: true, terminating: true, local: true, zones: a}},
 		cluster: []string{"10.0.0.0", "10.0.0.1"},
 	}, {
 		name: "iTP Cluster, eTP Local, terminating local endpoint", zone: "zone-a", policy: policy{etpLocal: true, nodePort: true},
