@@ -96,7 +96,8 @@ truth-tables: tools build
 ## conformance: the upstream NetworkPolicy suite, the sig-network [Conformance] tests, the rest of sig-network (Services, Networking)
 ## and the network-policy-api ClusterNetworkPolicy suite (its own Go module, test/e2e/conformance/netpolapi)
 ## on three real nodes, written to docs/conformance.md (about 70 minutes, the last about 20; make test runs subsets of the first and third;
-## KOVS_CONFORMANCE_ONLY=<part of a suite name> runs one suite alone)
+## KOVS_CONFORMANCE_ONLY=<part of a suite name> runs one suite alone; KOVS_CONFORMANCE_NODES=6 gives every zone two nodes,
+## which three Traffic Distribution tests want, not runnable on three)
 conformance: tools build images
 	KOVS_E2E=1 KOVS_CONFORMANCE=1 KOVS_CONFORMANCE_REPORT=$(CURDIR)/docs/conformance.md \
 		KOVS_BIN_DIR=$(BIN) KOVS_K8S_BIN_DIR=$(K8S_BIN) \

@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config, client kubernetes.Interface) error {
 	if err := a.setupNode(ctx, self); err != nil {
 		return err
 	}
-	if err := a.startServiceProxy(ctx); err != nil {
+	if err := a.startServiceProxy(ctx, nodeInformer.Informer()); err != nil {
 		return err
 	}
 	a.masquerade = a.startMasquerade(ctx, podFamilies(self))

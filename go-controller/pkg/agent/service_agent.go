@@ -7,6 +7,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // serviceSyncWait bounds how long the agent waits for the Service informers before its
@@ -14,8 +15,9 @@ import (
 const serviceSyncWait = 60 * time.Second
 
 // startServiceProxy starts load-balancing Services in br-int, unless they are left to
-// kube-proxy. It returns once every Service is in the desired state.
-func (a *Agent) startServiceProxy(ctx context.Context) error {
+// kube-proxy. It returns once every Service is in the desired state. The proxy follows the
+// node's zone (topology-aware routing) from nodes, the informer of Nodes.
+func (a *Agent) startServiceProxy(ctx context.Context, nodes cache.SharedIndexInformer) error {
 	if a.cfg.ServiceProxy == ServiceProxyNone {
 		log.WithField("node", a.cfg.NodeName).Info("services are left to kube-proxy (--service-proxy=none)")
 		removeServiceHost(a.cfg.GatewayName, a.tables)
@@ -40,11 +42,30 @@ func (a *Agent) startServiceProxy(ctx context.Context) error {
 	if a.cfg.ProxyModeListen != "" {
 		serveProxyURLs(ctx, a.cfg.ProxyModeListen, "/proxyMode", proxyModeHandler())
 	}
+	proxy.SetZone(nodeZone(a.ownNode()))
 	factory.Start(ctx.Done())
 	if err := proxy.Start(ctx, serviceSyncWait); err != nil {
 		return fmt.Errorf("service proxy: %w", err)
 	}
+	follow := func(o interface{}) {
+		if n, ok := o.(*corev1.Node); ok && n.Name == a.cfg.NodeName {
+			proxy.SetZone(nodeZone(n))
+		}
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: follow, UpdateFunc: func(_, o interface{}) { follow(o) },
+	}); err != nil {
+		return fmt.Errorf("service proxy: follow the node's zone: %w", err)
+	}
 	return nil
+}
+
+// nodeZone is the node's topology.kubernetes.io/zone label ("" for none, or no node).
+func nodeZone(n *corev1.Node) string {
+	if n == nil {
+		return ""
+	}
+	return n.Labels[corev1.LabelTopologyZone]
 }
 
 // ownNode is the agent's Node from the informer (nil: not known yet).

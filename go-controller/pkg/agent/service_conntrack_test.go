@@ -102,13 +102,13 @@ func TestServingEndpointsOfUDPPorts(t *testing.T) {
 			s.Spec.InternalTrafficPolicy = &local
 		})
 	}
-	ports := servicePorts(svc(corev1.ProtocolUDP), []*discoveryv1.EndpointSlice{slice(corev1.ProtocolUDP)}, "node-1",
+	ports := servicePorts(svc(corev1.ProtocolUDP), []*discoveryv1.EndpointSlice{slice(corev1.ProtocolUDP)}, proxyNode{name: "node-1"},
 		newGroupAllocator().forService("x/dns"), false)
 	want := []netip.AddrPort{netip.MustParseAddrPort("10.244.1.10:5353"), netip.MustParseAddrPort("10.244.2.10:5353")}
 	if len(ports) != 1 || !slices.Equal(ports[0].Serving, want) {
 		t.Fatalf("UDP port: %+v, want Serving %v", ports, want)
 	}
-	ports = servicePorts(svc(corev1.ProtocolTCP), []*discoveryv1.EndpointSlice{slice(corev1.ProtocolTCP)}, "node-1",
+	ports = servicePorts(svc(corev1.ProtocolTCP), []*discoveryv1.EndpointSlice{slice(corev1.ProtocolTCP)}, proxyNode{name: "node-1"},
 		newGroupAllocator().forService("x/dns"), false)
 	if len(ports) != 1 || ports[0].Serving != nil {
 		t.Errorf("TCP port: Serving %v, want none", ports[0].Serving)

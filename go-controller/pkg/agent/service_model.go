@@ -25,6 +25,10 @@ type serviceEndpoint struct {
 	ready       bool
 	serving     bool
 	terminating bool
+	// zoneHints and nodeHints are the slice's hints.forZones and hints.forNodes names.
+	zoneHints, nodeHints []string
+	// inTopology: Cluster-policy traffic of this node may use it (markTopology).
+	inTopology bool
 }
 
 // groupIDs hands out stable group IDs, one per Service port, family and traffic kind.
@@ -36,8 +40,10 @@ type groupIDs interface {
 // one per port and ClusterIP family. SCTP ports go through conntrack NAT only when sctp
 // is set (the kernel datapath); otherwise (the userspace datapath, whose conntrack cannot
 // NAT SCTP, see docs/services.md) they are translated statelessly, ClusterIP only, without
-// a NodePort. Headless and ExternalName Services have none.
-func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node string, ids groupIDs, sctp bool) []pipeline.ServicePort {
+// a NodePort. Headless and ExternalName Services have none. Cluster-policy traffic follows
+// the endpoints' topology hints for self (markTopology); Local-policy traffic does not, as
+// with kube-proxy.
+func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, self proxyNode, ids groupIDs, sctp bool) []pipeline.ServicePort {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
@@ -52,7 +58,8 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 			if !ok {
 				continue
 			}
-			eps := endpointsOf(slices, sp, vip.Is6(), node)
+			eps := endpointsOf(slices, sp, vip.Is6(), self.name)
+			markTopology(eps, self)
 			p := servicePort(svc, sp, vip, proto, eps, ids)
 			if proto == pipeline.IPProtoSCTP && !sctp {
 				// Translated without conntrack (see pipeline/flows_sctp_service.go). The
@@ -161,8 +168,10 @@ func hasNodePort(svc *corev1.Service) bool {
 }
 
 // usable picks the endpoints new connections may go to, as kube-proxy does: the ready
-// ones (of this node only, when local); if there are none, the serving ones that are
-// terminating, so a Service whose every pod is shutting down still answers.
+// ones (of this node only, when local; else those of this node's topology); if there are
+// none, the serving ones that are terminating, so a Service whose every pod is shutting
+// down still answers. (Topology never empties the ready ones: topologyMode falls back to
+// every endpoint when the hints leave this node none.)
 func usable(eps []serviceEndpoint, local bool) []netip.AddrPort {
 	var ready, terminating []netip.AddrPort
 	for _, e := range eps {
@@ -171,7 +180,9 @@ func usable(eps []serviceEndpoint, local bool) []netip.AddrPort {
 		}
 		switch {
 		case e.ready:
-			ready = append(ready, e.addr)
+			if local || e.inTopology {
+				ready = append(ready, e.addr)
+			}
 		case e.serving && e.terminating:
 			terminating = append(terminating, e.addr)
 		}
@@ -231,7 +242,10 @@ func endpointsOf(list []*discoveryv1.EndpointSlice, sp corev1.ServicePort, ipv6 
 				continue
 			}
 			c := e.Conditions
+			zones, nodes := endpointHints(e.Hints)
 			out = append(out, serviceEndpoint{
+				zoneHints:   zones,
+				nodeHints:   nodes,
 				addr:        netip.AddrPortFrom(ip, port),
 				local:       e.NodeName != nil && *e.NodeName == node,
 				ready:       c.Ready == nil || *c.Ready,

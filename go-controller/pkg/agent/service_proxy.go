@@ -56,6 +56,10 @@ type ServiceProxy struct {
 
 	mu      sync.Mutex
 	changed map[string]bool // Service keys (namespace/name) to recompute
+	// zone is this node's topology.kubernetes.io/zone label; rezone: it changed, so every
+	// Service is to be recomputed (their topology hints may now choose other endpoints).
+	zone    string
+	rezone  bool
 	runner  *runner.BoundedFrequencyRunner
 	ids     *groupAllocator
 	current map[string][]pipeline.ServicePort
@@ -166,6 +170,8 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 	}
 	p.mu.Lock()
 	p.changed = map[string]bool{}
+	p.rezone = false
+	self := proxyNode{name: p.node, zone: p.zone}
 	since := p.takeQueued()
 	p.mu.Unlock()
 	svcs, err := p.services.List(labels.Everything())
@@ -174,7 +180,7 @@ func (p *ServiceProxy) Start(ctx context.Context, wait time.Duration) error {
 	}
 	for _, svc := range svcs {
 		key := svc.Namespace + "/" + svc.Name
-		if ports := p.compute(key); len(ports) > 0 {
+		if ports := p.compute(key, self); len(ports) > 0 {
 			p.current[key] = ports
 		}
 	}
@@ -194,10 +200,15 @@ func (p *ServiceProxy) sync() {
 	p.mu.Lock()
 	keys := p.changed
 	p.changed = map[string]bool{}
+	self := proxyNode{name: p.node, zone: p.zone}
+	if p.rezone {
+		p.rezone = false
+		p.allServicesLocked(keys)
+	}
 	since := p.takeQueued()
 	p.mu.Unlock()
 	for key := range keys {
-		ports := p.compute(key)
+		ports := p.compute(key, self)
 		if len(ports) == 0 {
 			delete(p.current, key)
 			p.ids.release(key)
@@ -246,9 +257,41 @@ func (p *ServiceProxy) notify(full bool) {
 	}
 }
 
+// SetZone tells the proxy this node's topology.kubernetes.io/zone label ("" without it).
+// A new zone recomputes every Service, as kube-proxy resyncs when its node's topology
+// labels change. Before Start it only sets the zone Start uses.
+func (p *ServiceProxy) SetZone(zone string) {
+	p.mu.Lock()
+	if zone == p.zone {
+		p.mu.Unlock()
+		return
+	}
+	log.WithField("node", p.node).WithField("zone", zone).Info("service proxy: node zone changed")
+	p.zone, p.rezone = zone, true
+	if p.health != nil {
+		p.health.queued()
+	}
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+// allServicesLocked adds every Service the proxy serves or knows to keys (mu held).
+func (p *ServiceProxy) allServicesLocked(keys map[string]bool) {
+	for key := range p.current {
+		keys[key] = true
+	}
+	svcs, err := p.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, svc := range svcs {
+		keys[svc.Namespace+"/"+svc.Name] = true
+	}
+}
+
 // compute reads one Service and its EndpointSlices from the listers, and notes its
 // health check node port (if it has one).
-func (p *ServiceProxy) compute(key string) []pipeline.ServicePort {
+func (p *ServiceProxy) compute(key string, self proxyNode) []pipeline.ServicePort {
 	delete(p.healthCheck, key)
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -266,7 +309,7 @@ func (p *ServiceProxy) compute(key string) []pipeline.ServicePort {
 	if hc, ok := healthCheckOf(svc, list, p.node); ok {
 		p.healthCheck[key] = hc
 	}
-	ports := servicePorts(svc, list, p.node, p.ids.forService(key), p.sctp)
+	ports := servicePorts(svc, list, self, p.ids.forService(key), p.sctp)
 	// One Service the datapath cannot take must not keep the node's other flows out.
 	return slices.DeleteFunc(ports, func(sp pipeline.ServicePort) bool {
 		err := sp.Validate()

@@ -75,7 +75,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 		testSlice("web", "b", discoveryv1.AddressTypeIPv4, 9090, ready("10.244.3.10", "node-3")),
 		testSlice("web", "c", discoveryv1.AddressTypeIPv6, 8080, ready("fd00::1", "node-1")),
 	}
-	ports := servicePorts(testService("web", nil), all, "node-1", ids, false)
+	ports := servicePorts(testService("web", nil), all, proxyNode{name: "node-1"}, ids, false)
 	if len(ports) != 1 {
 		t.Fatalf("ports: %+v", ports)
 	}
@@ -98,7 +98,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](86400)}}
 	})
-	ports = servicePorts(local, all, "node-2", ids, false)
+	ports = servicePorts(local, all, proxyNode{name: "node-2"}, ids, false)
 	if len(ports) != 4 || !ports[2].ClusterIP.Is6() {
 		t.Fatalf("want two ports of each family, got %+v", ports)
 	}
@@ -109,7 +109,7 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.2.10:8080"}) {
 		t.Errorf("internalTrafficPolicy Local: %v", got)
 	}
-	if withSCTP := servicePorts(local, all, "node-2", ids, true); len(withSCTP) != 4 || withSCTP[1].IPProto != pipeline.IPProtoSCTP || withSCTP[1].Stateless {
+	if withSCTP := servicePorts(local, all, proxyNode{name: "node-2"}, ids, true); len(withSCTP) != 4 || withSCTP[1].IPProto != pipeline.IPProtoSCTP || withSCTP[1].Stateless {
 		t.Errorf("with a datapath that NATs SCTP, want the SCTP port too: %+v", withSCTP)
 	}
 	if got := eps(ports, 0, true); !slices.Equal(got, []string{"10.244.2.10:8080"}) || ports[0].NodePort != 30080 {
@@ -125,17 +125,17 @@ func TestServicePortsFromEndpointSlices(t *testing.T) {
 	// Terminating endpoints serve only when no endpoint is ready.
 	terminating := testSlice("web", "a", discoveryv1.AddressTypeIPv4, 8080,
 		sliceEP{"10.244.1.10", "node-1", false, true, true}, sliceEP{"10.244.1.11", "node-1", false, false, true})
-	ports = servicePorts(testService("web", nil), []*discoveryv1.EndpointSlice{terminating}, "node-1", ids, false)
+	ports = servicePorts(testService("web", nil), []*discoveryv1.EndpointSlice{terminating}, proxyNode{name: "node-1"}, ids, false)
 	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.1.10:8080"}) {
 		t.Errorf("only terminating: want the serving one, got %v", got)
 	}
 	withReady := append([]*discoveryv1.EndpointSlice{terminating}, testSlice("web", "b", discoveryv1.AddressTypeIPv4, 8080, ready("10.244.2.10", "node-2")))
-	ports = servicePorts(testService("web", nil), withReady, "node-1", ids, false)
+	ports = servicePorts(testService("web", nil), withReady, proxyNode{name: "node-1"}, ids, false)
 	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.2.10:8080"}) {
 		t.Errorf("ready and terminating: want the ready one only, got %v", got)
 	}
 	headless := testService("web", func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"None"} })
-	if ports := servicePorts(headless, all, "node-1", ids, false); len(ports) != 0 {
+	if ports := servicePorts(headless, all, proxyNode{name: "node-1"}, ids, false); len(ports) != 0 {
 		t.Errorf("headless Service: %+v", ports)
 	}
 }
@@ -176,8 +176,8 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	web := testService("web", nil)
 	db := testService("db", func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.20"} })
 	state.SetServices(map[string][]pipeline.ServicePort{
-		"x/web": servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, ready("10.244.1.10"), ready("10.244.2.10"))}, "node-1", ids.forService("x/web"), false),
-		"x/db":  servicePorts(db, []*discoveryv1.EndpointSlice{testSlice("db", "d", discoveryv1.AddressTypeIPv4, 5432, ready("10.244.3.10"))}, "node-1", ids.forService("x/db"), false),
+		"x/web": servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, ready("10.244.1.10"), ready("10.244.2.10"))}, proxyNode{name: "node-1"}, ids.forService("x/web"), false),
+		"x/db":  servicePorts(db, []*discoveryv1.EndpointSlice{testSlice("db", "d", discoveryv1.AddressTypeIPv4, 5432, ready("10.244.3.10"))}, proxyNode{name: "node-1"}, ids.forService("x/db"), false),
 	})
 	syncer.sync(ctx, true)
 	if _, err := syncer.Synced(); err != nil {
@@ -190,7 +190,7 @@ func TestServiceEndpointChangeRewritesOnlyItsGroup(t *testing.T) {
 	webGroup := state.services["x/web"][0].Internal.ID
 
 	// One endpoint of x/web is replaced.
-	state.SetService("x/web", servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, ready("10.244.1.10"), ready("10.244.2.11"))}, "node-1", ids.forService("x/web"), false))
+	state.SetService("x/web", servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, ready("10.244.1.10"), ready("10.244.2.11"))}, proxyNode{name: "node-1"}, ids.forService("x/web"), false))
 	syncer.sync(ctx, false)
 	bundle := of.last()
 	webCookie := pipeline.ObjectFilter(pipeline.CategoryService, pipeline.ServiceObjectID("x/web:web/TCP"))
@@ -253,9 +253,9 @@ func TestRenderedFlowsKeepUnchangedServices(t *testing.T) {
 		for _, e := range eps {
 			es = append(es, ready(e))
 		}
-		return servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, es...)}, "node-1", ids.forService("x/web"), false)
+		return servicePorts(web, []*discoveryv1.EndpointSlice{testSlice("web", "w", discoveryv1.AddressTypeIPv4, 8080, es...)}, proxyNode{name: "node-1"}, ids.forService("x/web"), false)
 	}
-	dbPorts := servicePorts(db, []*discoveryv1.EndpointSlice{testSlice("db", "d", discoveryv1.AddressTypeIPv4, 5432, ready("10.244.1.10"))}, "node-1", ids.forService("x/db"), false)
+	dbPorts := servicePorts(db, []*discoveryv1.EndpointSlice{testSlice("db", "d", discoveryv1.AddressTypeIPv4, 5432, ready("10.244.1.10"))}, proxyNode{name: "node-1"}, ids.forService("x/db"), false)
 	same := func(step string) {
 		t.Helper()
 		compiled, _, err := state.Compiled()
@@ -347,7 +347,7 @@ func TestServiceExternalIPsGetTheClusterGroup(t *testing.T) {
 		s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:10:96::a"}
 		s.Spec.ExternalIPs = []string{"203.0.113.250", "2001:db8::cb00:71fa", "203.0.113.250", "198.51.100.7"}
 	})
-	ports := servicePorts(svc, all, "node-1", ids, false)
+	ports := servicePorts(svc, all, proxyNode{name: "node-1"}, ids, false)
 	if len(ports) != 2 {
 		t.Fatalf("ports: %+v", ports)
 	}
@@ -359,7 +359,7 @@ func TestServiceExternalIPsGetTheClusterGroup(t *testing.T) {
 	}
 	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
 	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP})
-	ports = servicePorts(svc, all, "node-1", ids, false)
+	ports = servicePorts(svc, all, proxyNode{name: "node-1"}, ids, false)
 	p := ports[0]
 	if got := eps(ports, 0, false); !slices.Equal(got, []string{"10.244.1.10:8080"}) {
 		t.Errorf("internalTrafficPolicy Local: ClusterIP group %v", got)

@@ -37,6 +37,7 @@ func RunNodeEmulator(ctx context.Context, l Layout, node string) error {
 	cfg := emulator.Config{
 		NodeName:       n.Name,
 		NodeIPs:        n.IPs,
+		Zone:           n.Zone,
 		NodeNetNSPath:  NetNSPath(l.NodeNetNS(n.Name)),
 		PodNetNS:       func(uid string) string { return l.PodNetNS(n.Name, uid) },
 		PodNetNSPrefix: l.PodNetNSPrefix(n.Name),

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Where a real node's kubelet and containerd keep things, as seen inside the node's mount
@@ -84,10 +86,12 @@ maxPods: 110
 }
 
 // kubeletArgs run kubelet for node n: its name, its underlay addresses (kubelet refuses a
-// loopback node IP), its own kubeconfig and root directory.
+// loopback node IP), its own kubeconfig and root directory, and its zone: kubelet may set
+// topology.kubernetes.io/zone itself (NodeRestriction allows it, as a kubelet label), as a
+// cloud's kubelet does from its provider.
 func (u *upRun) kubeletArgs(n Node) []string {
 	l := u.layout
-	return []string{
+	args := []string{
 		"--config", filepath.Join(l.NodeDir(n.Name), "kubelet.yaml"),
 		"--kubeconfig", l.KubeletKubeconfig(n.Name),
 		"--hostname-override", n.Name,
@@ -95,6 +99,10 @@ func (u *upRun) kubeletArgs(n Node) []string {
 		"--root-dir", "/var/lib/kubelet",
 		"--v", "2",
 	}
+	if n.Zone != "" {
+		args = append(args, "--node-labels", corev1.LabelTopologyZone+"="+n.Zone)
+	}
+	return args
 }
 
 // writeRealNodeConfig writes node n's containerd and kubelet configurations and kubelet's

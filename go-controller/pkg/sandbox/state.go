@@ -51,6 +51,9 @@ type Node struct {
 	IPs []string `json:"ips"`
 	// MAC of br-ex, fixed so tunnel neighbours can be seeded.
 	MAC string `json:"mac"`
+	// Zone is the node's topology.kubernetes.io/zone label ("" in states saved before
+	// nodes had zones: no label).
+	Zone string `json:"zone,omitempty"`
 }
 
 // State is what Up decided, saved in the state directory for the other commands.
@@ -105,7 +108,7 @@ func planNodes(l Layout, count int, family IPFamily) []Node {
 	nodes := make([]Node, count)
 	for i := range nodes {
 		idx := i + 1
-		n := Node{Name: l.NodeName(idx), MAC: fmt.Sprintf("02:30:00:00:%02x:%02x", idx>>8, idx&0xff)}
+		n := Node{Name: l.NodeName(idx), MAC: fmt.Sprintf("02:30:00:00:%02x:%02x", idx>>8, idx&0xff), Zone: NodeZone(idx)}
 		if family.HasIPv4() {
 			n.IPs = append(n.IPs, nthAddr(underlayV4, idx).String())
 		}
@@ -116,6 +119,14 @@ func planNodes(l Layout, count int, family IPFamily) []Node {
 	}
 	return nodes
 }
+
+// NodeZones are the zones the sandbox spreads its nodes over, in turn: node 1 in
+// zone-a, node 2 in zone-b, node 3 in zone-c, node 4 in zone-a again. Three, because the
+// upstream Traffic Distribution tests want nodes in at least three zones.
+var NodeZones = []string{"zone-a", "zone-b", "zone-c"}
+
+// NodeZone is the zone of the idx-th node (1-based).
+func NodeZone(idx int) string { return NodeZones[(idx-1)%len(NodeZones)] }
 
 // nthAddr returns the n-th address of a prefix (n small).
 func nthAddr(p netip.Prefix, n int) netip.Addr {

@@ -226,6 +226,9 @@ type SliceEndpoint struct {
 	Pod *corev1.Pod
 	// Ready, Serving, Terminating are the endpoint's conditions.
 	Ready, Serving, Terminating bool
+	// Zones, if any, are the endpoint's hints.forZones (topology-aware routing), as
+	// kube-controller-manager would write them.
+	Zones []string
 }
 
 // ReadyEndpoint is the endpoint of a running, ready pod (first address of the family of
@@ -266,6 +269,12 @@ func EndpointSliceFor(svc *corev1.Service, name string, ports []discoveryv1.Endp
 			Ready: ptr.To(e.Ready), Serving: ptr.To(e.Serving), Terminating: ptr.To(e.Terminating)}}
 		if e.Node != "" {
 			ep.NodeName = ptr.To(e.Node)
+		}
+		if len(e.Zones) > 0 {
+			ep.Hints = &discoveryv1.EndpointHints{}
+			for _, z := range e.Zones {
+				ep.Hints.ForZones = append(ep.Hints.ForZones, discoveryv1.ForZone{Name: z})
+			}
 		}
 		if e.Pod != nil {
 			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: e.Pod.Namespace, Name: e.Pod.Name, UID: e.Pod.UID}

@@ -42,6 +42,7 @@ func TestServicesIPv4(t *testing.T) {
 	t.Run("HeadlessAndServiceProxyNameLabels", c.testProxyLabels)
 	t.Run("ProxyHealthURL", c.testProxyHealthURL)
 	t.Run("InternalTrafficPolicyLocal", c.testInternalTrafficPolicyLocal)
+	t.Run("TopologyHints", c.testTopologyHints)
 	t.Run("NodePortFromOwnNode", c.testNodePortFromOwnNode)
 	t.Run("NodePortFromOtherNode", c.testNodePortFromOtherNode)
 	t.Run("SCTPNodePort", c.testSCTPNodePort)

@@ -34,6 +34,9 @@ type Config struct {
 	NodeName string
 	// NodeIPs are the node's underlay addresses, primary family first.
 	NodeIPs []string
+	// Zone, if set, is the node's topology.kubernetes.io/zone label, which it gets when
+	// it registers (as a kubelet started with --node-labels does).
+	Zone string
 	// NodeNetNSPath is the node's network namespace ("host network").
 	NodeNetNSPath string
 	// PodNetNS names the network namespace of a pod on this node from its UID.

@@ -38,6 +38,9 @@ func (e *Emulator) register(ctx context.Context) error {
 			corev1.LabelArchStable: "amd64",
 		},
 	}}
+	if e.cfg.Zone != "" {
+		node.Labels[corev1.LabelTopologyZone] = e.cfg.Zone
+	}
 	_, err := e.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("register node %s: %w", e.cfg.NodeName, err)
