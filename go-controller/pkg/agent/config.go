@@ -46,7 +46,7 @@ type Config struct {
 	// DatapathInvalidation is what a policy change does to ovs-vswitchd's datapath flows
 	// (--datapath-invalidation): DatapathInvalidationPurge drops them all
 	// (revalidator/purge), DatapathInvalidationNarrow deletes only those that may have met
-	// a policy table (invalidateDatapathFlows). Empty: narrow.
+	// a policy table (invalidateDatapathFlows). Empty: purge.
 	DatapathInvalidation string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
@@ -149,7 +149,7 @@ func (c *Config) Defaults() {
 		c.HostPortBackend = HostPortBackendAuto
 	}
 	if c.DatapathInvalidation == "" {
-		c.DatapathInvalidation = DatapathInvalidationNarrow
+		c.DatapathInvalidation = DatapathInvalidationPurge
 	}
 	if c.AuditRate == 0 {
 		c.AuditRate = DefaultAuditRate
@@ -181,11 +181,11 @@ const (
 // What a policy change does to the datapath flows (--datapath-invalidation).
 const (
 	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
-	// (revalidator/purge), so every established connection of the node goes through
-	// upcalls again.
+	// (revalidator/purge): the default, the behaviour every truth-table run has passed with.
 	DatapathInvalidationPurge = "purge"
 	// DatapathInvalidationNarrow deletes only the datapath flows that may have met a
-	// policy table, and purges when that fails: the default (docs/upgrades.md).
+	// policy table, and purges when that fails. Experimental: truth-table runs with it
+	// failed allowed cells twice (docs/upgrades.md).
 	DatapathInvalidationNarrow = "narrow"
 )
 
@@ -248,7 +248,7 @@ func (c *Config) Validate() error {
 	switch c.DatapathInvalidation {
 	case DatapathInvalidationPurge, DatapathInvalidationNarrow:
 	default:
-		return fmt.Errorf("--datapath-invalidation %q: use narrow (the default: only the datapath flows a policy change may affect are deleted) or purge (every datapath flow dropped after a policy change)", c.DatapathInvalidation)
+		return fmt.Errorf("--datapath-invalidation %q: use purge (the default: every datapath flow dropped after a policy change) or narrow (experimental: only those a policy change may affect)", c.DatapathInvalidation)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

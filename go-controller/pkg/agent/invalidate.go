@@ -54,16 +54,17 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
 //     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
 //     realization; 2026-12-05): the misdirected modify above, which no number of
-//     revalidation rounds repairs (TestPolicyChangeOverOverlappingMegaflows makes it
-//     happen). Until the OVS kovs ships carries the fix, the flows that may have met a
-//     policy table are deleted (--datapath-invalidation=narrow, the default; policyBlind):
-//     every such flow is one of a new connection, an invalid one or SCTP, which is what
-//     all those failures were, and a misdirected modify can only land on such a flow (it
-//     overlaps the one meant, whose ct_state and recirc_id it shares). A purge of every
-//     datapath flow of ovs-vswitchd (revalidator/purge) is the fallback when that fails,
-//     and --datapath-invalidation=purge does only that, which sends every established
-//     connection of the node through upcalls again at each change (BenchmarkPolicyChurn
-//     counts them);
+//     revalidation rounds repairs. Until the OVS kovs ships carries the fix, every datapath
+//     flow of ovs-vswitchd is purged (revalidator/purge, --datapath-invalidation=purge,
+//     the default), which sends every established connection of the node through upcalls
+//     again at each change (BenchmarkPolicyChurn counts them). With
+//     --datapath-invalidation=narrow (experimental) only the flows that may have met a
+//     policy table are deleted (policyBlind): every such flow is one of a new connection,
+//     an invalid one or SCTP, which is what all those failures were; the purge is then the
+//     fallback when the selective deletion fails. Narrow is not the default: truth-table
+//     runs with it (2026-12-05) failed allowed cells twice that the purge's runs passed
+//     (docs/upgrades.md). TestPolicyChangeOverOverlappingMegaflows makes the misdirected
+//     modify happen, and passes with either mode;
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
@@ -84,10 +85,10 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) e
 	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev, a.narrowInvalidation())
 }
 
-// narrowInvalidation reports whether --datapath-invalidation is narrow, the default: all
-// but purge.
+// narrowInvalidation reports whether --datapath-invalidation is narrow (experimental);
+// anything else, the default included, purges.
 func (a *Agent) narrowInvalidation() bool {
-	return a.cfg.DatapathInvalidation != DatapathInvalidationPurge
+	return a.cfg.DatapathInvalidation == DatapathInvalidationNarrow
 }
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
@@ -179,10 +180,10 @@ type flowDeleter interface {
 	DeleteFlows(ctx context.Context, cookie, mask uint64) error
 }
 
-// invalidatePolicyCaches invalidates the caches after a policy change: with narrow (the
-// default), only the datapath flows that may have met a policy table
-// (invalidateDatapathFlows), otherwise every one (revalidator/purge,
-// --datapath-invalidation=purge).
+// invalidatePolicyCaches invalidates the caches after a policy change: with narrow, only
+// the datapath flows that may have met a policy table (invalidateDatapathFlows,
+// --datapath-invalidation=narrow, experimental), otherwise every one (revalidator/purge,
+// the default).
 func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev, narrow bool) error {
 	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {
