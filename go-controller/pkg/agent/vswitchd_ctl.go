@@ -1,10 +1,10 @@
 package agent
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/ovs"
 )
 
 // vswitchdCtl is the ovs-appctl target of the node's ovs-vswitchd, as a socket path. The
@@ -25,11 +25,10 @@ func vswitchdCtl(explicit, rundir string) string {
 	if _, err := os.Stat(fixed); err == nil {
 		return fixed
 	}
-	b, err := os.ReadFile(filepath.Join(rundir, "ovs-vswitchd.pid"))
+	byPid, err := ovs.UnixctlPath("ovs-vswitchd", rundir)
 	if err != nil {
 		return ""
 	}
-	byPid := filepath.Join(rundir, fmt.Sprintf("ovs-vswitchd.%s.ctl", strings.TrimSpace(string(b))))
 	if _, err := os.Stat(byPid); err == nil {
 		return byPid
 	}

@@ -26,7 +26,7 @@ type Unixctl struct {
 // finds it: a path, or a daemon's name, whose socket is <rundir>/<name>.<pid>.ctl with
 // the pid read from <rundir>/<name>.pid (rundir "" is $OVS_RUNDIR or /var/run/openvswitch).
 func DialUnixctl(ctx context.Context, target, rundir string) (*Unixctl, error) {
-	path, err := unixctlPath(target, rundir)
+	path, err := UnixctlPath(target, rundir)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,10 @@ func DialUnixctl(ctx context.Context, target, rundir string) (*Unixctl, error) {
 	return c, nil
 }
 
-func unixctlPath(target, rundir string) (string, error) {
+// UnixctlPath is the socket ovs-appctl -t target would use: target itself if it is a
+// path, else <rundir>/<target>.<pid>.ctl with the pid read from <rundir>/<target>.pid
+// (rundir "" is $OVS_RUNDIR or /var/run/openvswitch).
+func UnixctlPath(target, rundir string) (string, error) {
 	if strings.Contains(target, "/") {
 		return target, nil
 	}
