@@ -51,6 +51,11 @@ type serviceHost struct {
 	lastNFT  string
 	lastVIPs map[netip.Addr]bool
 	tables   *hostTables
+	// cleanedNodePorts are the UDP NodePorts whose untranslated host conntrack entries were
+	// deleted once their rules were written (service_host_conntrack.go);
+	// deleteNodePortEntries deletes them (nil: in the host's conntrack, over netlink).
+	cleanedNodePorts      map[nodePortFrontend]bool
+	deleteNodePortEntries func([]nodePortFrontend) (uint, error)
 }
 
 // serviceHostHook is what the node's host networking does when Services change.
@@ -74,7 +79,7 @@ func (a *Agent) serviceHostHook() func(map[string][]pipeline.ServicePort, bool) 
 // them even if the Services did not change.
 func (h *serviceHost) sync(all map[string][]pipeline.ServicePort, full bool) {
 	if full {
-		h.lastNFT, h.lastVIPs = "", nil
+		h.lastNFT, h.lastVIPs, h.cleanedNodePorts = "", nil, nil
 	}
 	var ports []pipeline.ServicePort
 	for _, key := range slices.Sorted(maps.Keys(all)) {
@@ -88,16 +93,16 @@ func (h *serviceHost) sync(all map[string][]pipeline.ServicePort, full bool) {
 		log.WithError(err).Warn("service routes")
 	}
 	script := h.nftScript(ports)
-	if script == h.lastNFT {
-		return
-	}
-	if err := h.tables.write(script); err != nil {
-		if !errors.Is(err, errHostTablesRemoved) {
-			log.WithError(err).Warn("service nftables rules")
+	if script != h.lastNFT {
+		if err := h.tables.write(script); err != nil {
+			if !errors.Is(err, errHostTablesRemoved) {
+				log.WithError(err).Warn("service nftables rules")
+			}
+			return
 		}
-		return
+		h.lastNFT = script
 	}
-	h.lastNFT = script
+	h.cleanNodePortEntries(ports)
 }
 
 // nftScript is the whole table, replaced atomically.
@@ -126,6 +131,12 @@ func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 		if len(p.Internal.Endpoints) == 0 && !p.DropWithoutEndpoints {
 			reject = append(reject, fmt.Sprintf("%s daddr %s %s dport %d %s", fam, p.ClusterIP, l4, p.Port, how))
 		}
+		if p.NodePort != 0 && !hasAnyEndpoint(p) {
+			// NodePort traffic, DNATed above, of a port without endpoints anywhere: rejected
+			// as kube-proxy does, on its first pass through the host (br-int would hand it
+			// back, and the client would wait for its timeout).
+			reject = append(reject, fmt.Sprintf("%s daddr %s %s dport %d %s", fam, p.ClusterIP, l4, p.NodePort, how))
+		}
 		if len(p.Cluster.Endpoints) == 0 {
 			// A pod's connection to an external IP without endpoints, as kube-proxy
 			// rejects it (br-int hands it to the host untranslated).
@@ -147,6 +158,16 @@ func (h *serviceHost) nftScript(ports []pipeline.ServicePort) string {
 	chain(&b, "no_endpoints_local", "type filter hook output priority 0", append(reject, unknown...))
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// hasAnyEndpoint reports whether the port has a usable endpoint on any node, as far as its
+// groups tell: External holds them all under externalTrafficPolicy Cluster, Cluster under
+// Local (a stateless port has no Cluster group: it counts as having one).
+func hasAnyEndpoint(p pipeline.ServicePort) bool {
+	if !p.ExternalLocal {
+		return len(p.External.Endpoints) > 0
+	}
+	return p.Cluster.ID == 0 || len(p.Cluster.Endpoints) > 0
 }
 
 // unknownPorts reject connections to a ClusterIP on a port that is no port of its
