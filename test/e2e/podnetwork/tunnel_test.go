@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
@@ -317,7 +318,7 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 			return err
 		}
 		if n != 1 {
-			return fmt.Errorf("kovs_agent_tunnel_peers_rejected is %v, want 1 (node3)", n)
+			return fmt.Errorf("kovs_agent_tunnel_peers_rejected is %v, want 1 (node3); %s", n, c.peersSeen(ctx, "node1", "node3"))
 		}
 		return nil
 	})
@@ -355,6 +356,31 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 
 // badSubnets is a node-subnets record like good whose IPv4 block lies outside the
 // cluster CIDRs.
+// peersSeen says what node's agent has for peer (its /status) and what the API holds
+// for peer's records: what a failed wait on a peer needs to tell its cause.
+func (c *cluster) peersSeen(ctx context.Context, node, peer string) string {
+	var out []string
+	if b, err := c.s.AgentGet(node, "/status"); err != nil {
+		out = append(out, err.Error())
+	} else {
+		var st nodestatus.Status
+		if err := json.Unmarshal(b, &st); err != nil {
+			out = append(out, fmt.Sprintf("%s's /status: %v", node, err))
+		} else {
+			out = append(out, fmt.Sprintf("%s's agent: peers %+v, rejected %+v, flows at generation %d of %d",
+				node, st.Peers, st.RejectedPeers, st.Flows.InstalledGeneration, st.Flows.DesiredGeneration))
+		}
+	}
+	if n, err := c.s.Client.CoreV1().Nodes().Get(ctx, peer, metav1.GetOptions{}); err != nil {
+		out = append(out, err.Error())
+	} else {
+		out = append(out, fmt.Sprintf("%s in the API (resourceVersion %s): %s=%s, %s=%s, addresses %v", peer, n.ResourceVersion,
+			ipam.NodeSubnetsAnnotationKey, n.Annotations[ipam.NodeSubnetsAnnotationKey],
+			ipam.NodeAddressesAnnotationKey, n.Annotations[ipam.NodeAddressesAnnotationKey], n.Status.Addresses))
+	}
+	return strings.Join(out, "; ")
+}
+
 func badSubnets(t *testing.T, good string) string {
 	ann, err := ipam.ParseNodeSubnetsAnnotation(good)
 	if err != nil {
