@@ -14,6 +14,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
@@ -314,15 +315,22 @@ func (h *serviceHost) syncRoutes(ports []pipeline.ServicePort) error {
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
+	current := map[netip.Addr]netlink.Route{}
 	for _, r := range have {
 		if r.Dst == nil {
 			continue
 		}
-		if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && !want[a.Unmap()] {
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		if !want[a.Unmap()] {
 			if err := netlink.RouteDel(&r); err != nil {
 				log.WithError(err).WithField("route", r.Dst).Warn("remove service route")
 			}
+			continue
 		}
+		current[a.Unmap()] = r
 	}
 	for vip := range want {
 		hop := serviceNextHop4
@@ -331,12 +339,29 @@ func (h *serviceHost) syncRoutes(ports []pipeline.ServicePort) error {
 		}
 		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(vip.BitLen(), vip.BitLen())},
 			Gw: hop.AsSlice(), Protocol: routeProtoKovs, MTU: h.mtu, Flags: int(netlink.FLAG_ONLINK)}
+		if have, ok := current[vip]; ok && sameServiceRoute(have, *r) {
+			continue
+		}
 		if err := netlink.RouteReplace(r); err != nil {
 			return fmt.Errorf("route %s via %s: %w", vip, h.gateway, err)
 		}
 	}
 	h.lastVIPs = want
 	return nil
+}
+
+// sameServiceRoute reports whether the host's route have is already the ClusterIP route
+// want, so that syncRoutes leaves it alone. Replacing an IPv6 route with an identical one
+// is not a no-op as it is for IPv4: the kernel announces it (RTM_NEWROUTE), and
+// ovs-vswitchd, which follows the host's routes for its tunnels, then flushes its route
+// table and reads it back; a packet whose upcall falls in between finds no route to its
+// tunnel peer and is dropped. Every hostResync on every dual-stack or IPv6 node did that
+// (seen as SYNs of one node's pods to other nodes lost at once, answered only after their
+// retransmission, in the dual-stack truth table).
+func sameServiceRoute(have, want netlink.Route) bool {
+	return have.LinkIndex == want.LinkIndex && have.Gw.Equal(want.Gw) && have.MTU == want.MTU &&
+		have.Flags&int(netlink.FLAG_ONLINK) == want.Flags&int(netlink.FLAG_ONLINK) &&
+		(have.Table == 0 || have.Table == unix.RT_TABLE_MAIN)
 }
 
 // removeServiceHost undoes what serviceHost programmed (an earlier run with
