@@ -127,7 +127,8 @@ func (s *slowCells) record(o outcome) {
 // as a rule rather than by the odd stall. What is known (2026-12-06, dual-stack cases 00
 // to 29, each slow probe logged with its time): they come in bursts, several cells within
 // a few milliseconds, at a step's or a reset's first round, cross-node, often of pairs
-// whose verdict the step did not change (17 and 46 in two runs of 39,804); the pods'
+// whose verdict the step did not change (17 and 46 in two runs of 39,804 with the purge,
+// 10 in one with narrow invalidation, so not the purge's alone); the pods'
 // listen queues dropped nothing (nstat), no OVS interface counted a drop, and ovs-vswitchd
 // counted no tunnel, upcall or recirculation drop, only drop_action_of_pipeline (which the
 // policies' own drops swell too). A source-port range that wraps every 4,000 probes gave
