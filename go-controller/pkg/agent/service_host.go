@@ -14,7 +14,6 @@ import (
 
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/pipeline"
 )
@@ -360,8 +359,7 @@ func (h *serviceHost) syncRoutes(ports []pipeline.ServicePort) error {
 // retransmission, in the dual-stack truth table).
 func sameServiceRoute(have, want netlink.Route) bool {
 	return have.LinkIndex == want.LinkIndex && have.Gw.Equal(want.Gw) && have.MTU == want.MTU &&
-		have.Flags&int(netlink.FLAG_ONLINK) == want.Flags&int(netlink.FLAG_ONLINK) &&
-		(have.Table == 0 || have.Table == unix.RT_TABLE_MAIN)
+		have.Flags&int(netlink.FLAG_ONLINK) == want.Flags&int(netlink.FLAG_ONLINK)
 }
 
 // removeServiceHost undoes what serviceHost programmed (an earlier run with

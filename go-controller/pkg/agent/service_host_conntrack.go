@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -126,16 +125,12 @@ func (h *serviceHost) cleanNodePortEntries(ports []pipeline.ServicePort) {
 	if deleteEntries == nil {
 		deleteEntries = deleteUntranslatedNodePortEntries
 	}
-	n, err := deleteEntries(fresh)
-	if err != nil {
+	if n, err := deleteEntries(fresh); err != nil {
 		log.WithError(err).Warn("untranslated UDP NodePort conntrack entries (again at the next Service sync)")
-		h.cleanedNodePorts = maps.Clone(now)
 		for _, fe := range fresh {
-			delete(h.cleanedNodePorts, fe)
+			delete(now, fe)
 		}
-		return
-	}
-	if n > 0 {
+	} else if n > 0 {
 		log.WithField("deleted", n).Info("deleted the host's untranslated UDP NodePort conntrack entries")
 	}
 	h.cleanedNodePorts = now

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -27,15 +26,13 @@ func TestServiceRoutesResyncQuietly(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a network namespace")
 	}
-	name := fmt.Sprintf("kovs-ut-routes-%d", os.Getpid())
+	name := scratchNetNS(t)
 	ip := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	ip("netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	ip("-n", name, "link", "add", "kovs-gw0", "type", "veth", "peer", "name", "gw-peer")
 	ip("-n", name, "link", "set", "kovs-gw0", "up")
 	// The gateway has the node's pod addresses (an IPv4 next hop on-link needs one).

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"runtime"
@@ -20,13 +18,7 @@ func TestRemoveBridgeDevices(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces and tap devices")
 	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "kovs-ut-" + hex.EncodeToString(b)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	name := scratchNetNS(t)
 	netns, err := ns.GetNS("/run/netns/" + name)
 	if err != nil {
 		t.Fatal(err)
