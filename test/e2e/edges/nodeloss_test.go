@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
-	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
 
@@ -115,13 +113,9 @@ func (c *edges) checkNodeLoss(t *testing.T) {
 // hasPeer reports whether node's agent lists peer as a tunnel peer (its /status).
 func (c *edges) hasPeer(t *testing.T, node, peer string) bool {
 	t.Helper()
-	b, err := c.s.AgentGet(node, "/status")
+	st, err := c.s.AgentStatus(node)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var st nodestatus.Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("%s's agent /status: %v", node, err)
 	}
 	for _, p := range st.Peers {
 		if p.Node == peer {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
 
@@ -110,6 +111,19 @@ type AgentPolicy struct {
 	ReceivedGeneration uint64 `json:"receivedGeneration"`
 	RealizedGeneration uint64 `json:"realizedGeneration"`
 	Rules              int    `json:"rules"`
+}
+
+// AgentStatus reads node's agent's /status.
+func (s *Sandbox) AgentStatus(node string) (nodestatus.Status, error) {
+	var st nodestatus.Status
+	b, err := s.AgentGet(node, "/status")
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s agent /status: %w", node, err)
+	}
+	return st, nil
 }
 
 // AgentPolicyStatus reads the policy part of node's agent's /status; an agent that

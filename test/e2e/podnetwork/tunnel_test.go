@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
-	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 	"github.com/kovs-net/kovs/test/e2e/framework"
 )
@@ -360,16 +359,11 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 // for peer's records: what a failed wait on a peer needs to tell its cause.
 func (c *cluster) peersSeen(ctx context.Context, node, peer string) string {
 	var out []string
-	if b, err := c.s.AgentGet(node, "/status"); err != nil {
+	if st, err := c.s.AgentStatus(node); err != nil {
 		out = append(out, err.Error())
 	} else {
-		var st nodestatus.Status
-		if err := json.Unmarshal(b, &st); err != nil {
-			out = append(out, fmt.Sprintf("%s's /status: %v", node, err))
-		} else {
-			out = append(out, fmt.Sprintf("%s's agent: peers %+v, rejected %+v, flows at generation %d of %d",
-				node, st.Peers, st.RejectedPeers, st.Flows.InstalledGeneration, st.Flows.DesiredGeneration))
-		}
+		out = append(out, fmt.Sprintf("%s's agent: peers %+v, rejected %+v, flows at generation %d of %d",
+			node, st.Peers, st.RejectedPeers, st.Flows.InstalledGeneration, st.Flows.DesiredGeneration))
 	}
 	if n, err := c.s.Client.CoreV1().Nodes().Get(ctx, peer, metav1.GetOptions{}); err != nil {
 		out = append(out, err.Error())
