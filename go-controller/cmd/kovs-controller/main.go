@@ -88,6 +88,9 @@ func main() {
 	if *workers < 1 {
 		fatal(fmt.Errorf("--workers %d: use at least 1", *workers))
 	}
+	if *debugReceipts < 0 {
+		fatal(fmt.Errorf("--debug-receipts %d: use 0 (off) or a positive count", *debugReceipts))
+	}
 	cfg.QPS, cfg.Burst = float32(*apiQPS), *apiBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -114,9 +117,6 @@ func main() {
 	names, ips := splitSANs(*tlsSANs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if *debugReceipts < 0 {
-		fatal(fmt.Errorf("--debug-receipts %d: use 0 (off) or a positive count", *debugReceipts))
-	}
 	var ring *receipts.Ring
 	if *debugReceipts > 0 && *metricsListen != "" {
 		ring = receipts.NewRing(*debugReceipts)

@@ -107,10 +107,7 @@ func policyChangeOverOverlappingMegaflows(t *testing.T, mode string) {
 // conntrack, that match port: those that match it exactly and those that wildcard it.
 func (r *trafficRig) newConnFlowsDToC(port uint16) (exact, wild []ovs.DatapathFlow) {
 	r.t.Helper()
-	flows, err := ovs.ParseDatapathFlows(r.rig.Appctl(r.t, "dpctl/dump-flows", "-m"))
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	flows := r.parsedDatapathFlows()
 	for _, f := range flows {
 		if !strings.Contains(f.Key, "ct_state(0x21/") || !strings.Contains(f.Key, "ipv4(src=10.244.1.13,dst=10.244.1.12,proto=17,") {
 			continue

@@ -450,15 +450,22 @@ func TestPolicyChangeKeepsEstablishedDatapathFlows(t *testing.T) {
 	}
 }
 
-// establishedTo is the UFIDs of the datapath flows that deliver a connection's later
-// packets to pod: after conntrack (recirc_id not 0), output to its port, without the
-// commit of a new connection.
-func (r *trafficRig) establishedTo(pod string) map[string]bool {
+// parsedDatapathFlows are the switch's datapath flows now, parsed (dpctl/dump-flows -m).
+func (r *trafficRig) parsedDatapathFlows() []ovs.DatapathFlow {
 	r.t.Helper()
 	flows, err := ovs.ParseDatapathFlows(r.rig.Appctl(r.t, "dpctl/dump-flows", "-m"))
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	return flows
+}
+
+// establishedTo is the UFIDs of the datapath flows that deliver a connection's later
+// packets to pod: after conntrack (recirc_id not 0), output to its port, without the
+// commit of a new connection.
+func (r *trafficRig) establishedTo(pod string) map[string]bool {
+	r.t.Helper()
+	flows := r.parsedDatapathFlows()
 	dst := "dst=" + r.pods[pod].IPs[0].String() + ","
 	ufids := map[string]bool{}
 	for _, f := range flows {

@@ -17,11 +17,8 @@ func TestScaleControlPlaneIsTrimmed(t *testing.T) {
 		return n
 	}
 	controllers := func(p Process) string {
-		i := slices.Index(p.Args, "--controllers")
-		if i < 0 || i+1 >= len(p.Args) {
-			return ""
-		}
-		return p.Args[i+1]
+		v, _ := flagValue(p.Args, "--controllers")
+		return v
 	}
 	normal := &upRun{opts: Options{}, state: &State{}}
 	if got := names(normal.controlPlaneControllers()); !slices.Equal(got, []string{"kube-controller-manager", "kube-scheduler"}) {

@@ -159,10 +159,15 @@ func (h *Harness) controllerMetrics(ctx context.Context) (map[string]*dto.Metric
 	if err != nil {
 		return nil, err
 	}
+	return parseFamilies(body, "kovs-controller")
+}
+
+// parseFamilies reads the /metrics text of who.
+func parseFamilies(body []byte, who string) (map[string]*dto.MetricFamily, error) {
 	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("kovs-controller's /metrics: %w", err)
+		return nil, fmt.Errorf("%s's /metrics: %w", who, err)
 	}
 	return families, nil
 }

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	pmodel "github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -50,15 +47,19 @@ type APIServerMetrics struct {
 	Rejected map[string]float64
 }
 
+// newAPIServerMetrics is an empty read, its maps made.
+func newAPIServerMetrics() APIServerMetrics {
+	return APIServerMetrics{Requests: map[RequestKey]float64{}, Duration: map[RequestKey]Histogram{},
+		Wait: map[string]Histogram{}, Rejected: map[string]float64{}}
+}
+
 // parseAPIServerMetrics reads kube-apiserver's /metrics text.
 func parseAPIServerMetrics(text []byte) (APIServerMetrics, error) {
-	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
+	families, err := parseFamilies(text, "kube-apiserver")
 	if err != nil {
-		return APIServerMetrics{}, fmt.Errorf("kube-apiserver's /metrics: %w", err)
+		return APIServerMetrics{}, err
 	}
-	m := APIServerMetrics{Requests: map[RequestKey]float64{}, Duration: map[RequestKey]Histogram{},
-		Wait: map[string]Histogram{}, Rejected: map[string]float64{}}
+	m := newAPIServerMetrics()
 	for _, s := range families["apiserver_request_total"].GetMetric() {
 		m.Requests[requestKey(s)] += s.GetCounter().GetValue()
 	}
@@ -118,8 +119,7 @@ func addHistogram[K comparable](to map[K]Histogram, k K, s *dto.Metric) error {
 // Sub is what kube-apiserver counted between an earlier read and m. A series absent from
 // the earlier read (first seen since) counts from zero.
 func (m APIServerMetrics) Sub(earlier APIServerMetrics) (APIServerMetrics, error) {
-	d := APIServerMetrics{Requests: map[RequestKey]float64{}, Duration: map[RequestKey]Histogram{},
-		Wait: map[string]Histogram{}, Rejected: map[string]float64{}}
+	d := newAPIServerMetrics()
 	var errs []error
 	for k, v := range m.Requests {
 		if n := v - earlier.Requests[k]; n > 0 {

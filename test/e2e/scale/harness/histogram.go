@@ -102,17 +102,21 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	return time.Duration(h.Upper[len(h.Upper)-1] * float64(time.Second))
 }
 
+// roundEstimate rounds a histogram's estimate to what its buckets can tell: 100 µs below
+// 10 ms, 1 ms above.
+func roundEstimate(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
 // Summary is the estimated p50 and p99, the mean and the count.
 func (h Histogram) Summary() string {
 	if h.Count == 0 {
 		return "no samples"
 	}
-	r := func(x time.Duration) time.Duration {
-		if x < 10*time.Millisecond {
-			return x.Round(100 * time.Microsecond)
-		}
-		return x.Round(time.Millisecond)
-	}
+	r := roundEstimate
 	mean := time.Duration(h.Sum / float64(h.Count) * float64(time.Second))
 	return fmt.Sprintf("p50 ~%s, p99 ~%s, mean %s (n=%d)", r(h.Quantile(0.5)), r(h.Quantile(0.99)), r(mean), h.Count)
 }

@@ -46,13 +46,6 @@ func quantileText(h Histogram, q float64) string {
 	return "~" + roundEstimate(h.Quantile(q)).String()
 }
 
-func roundEstimate(d time.Duration) time.Duration {
-	if d < 10*time.Millisecond {
-		return d.Round(100 * time.Microsecond)
-	}
-	return d.Round(time.Millisecond)
-}
-
 // apiserverSection is kube-apiserver's load per phase from its own /metrics: every
 // client's requests, the write latency against the SLO, priority and fairness's queues.
 func (r *Result) apiserverSection(p func(string, ...any)) {
