@@ -308,6 +308,7 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 			t.Fatalf("set node3's subnets to %s: %v", value, err)
 		}
 	}
+	history := c.recordPeer(t, "node1", "node3", node3.ResourceVersion)
 	setSubnets(badSubnets(t, good))
 	defer setSubnets(good)
 	// node1's agent has seen node3's bad record once it counts node3 as a rejected peer.
@@ -317,7 +318,7 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 			return err
 		}
 		if n != 1 {
-			return fmt.Errorf("kovs_agent_tunnel_peers_rejected is %v, want 1 (node3); %s", n, c.peersSeen(ctx, "node1", "node3"))
+			return fmt.Errorf("kovs_agent_tunnel_peers_rejected is %v, want 1 (node3); %s\n%s", n, c.peersSeen(ctx, "node1", "node3"), history)
 		}
 		return nil
 	})
@@ -342,7 +343,7 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 		return nil
 	})
 	if n, err := c.s.AgentMetric("node1", "kovs_agent_tunnel_peers_rejected", nil); err != nil || n != 1 {
-		t.Errorf("node1's agent reports %v rejected peers (%v), want node3", n, err)
+		t.Errorf("node1's agent reports %v rejected peers (%v), want node3; %s\n%s", n, err, c.peersSeen(ctx, "node1", "node3"), history)
 	}
 	setSubnets(good)
 	framework.Eventually(t, 30*time.Second, "node1 reaches node3's pod once its record is good again", func() error {
