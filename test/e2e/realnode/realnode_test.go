@@ -23,8 +23,9 @@ const ns = "realnode"
 // TestRealNodes is the real-node smoke of `make test`: install from dist/ (done by up) of
 // the previous release and the upgrade to this one (upUpgraded), pods of a Deployment on
 // every node, the network model's guarantees between them, a NetworkPolicy, a ClusterIP
-// Service, the ovs image, install-cni during a CNI ADD, pods
-// starting while kovs-controller is down, and `kubectl delete -k` leaving the nodes clean.
+// Service, the ovs image, install-cni during a CNI ADD, a hung kovs-controller leader,
+// pods starting while kovs-controller is down, and `kubectl delete -k` leaving the nodes
+// clean.
 func TestRealNodes(t *testing.T) {
 	env := framework.Require(t)
 	s := upUpgraded(t, env)
@@ -51,6 +52,7 @@ func TestRealNodes(t *testing.T) {
 	t.Run("install-cni while a CNI ADD is in flight", func(t *testing.T) { checkInstallDuringAdd(t, s) })
 	t.Run("kovs's ports are closed to pods", func(t *testing.T) { checkPortsClosedToPods(t, s) })
 	t.Run("the agent's token is bound to its node", func(t *testing.T) { checkAgentTokenIsNodeBound(t, s) })
+	t.Run("the leading kovs-controller hangs", func(t *testing.T) { checkControllerFailover(t, s, web) })
 	t.Run("pods start while kovs-controller is down", func(t *testing.T) { checkControllerOutage(t, s, web) })
 	t.Run("kubectl delete -k leaves the nodes clean", func(t *testing.T) { checkUninstall(t, s) })
 }
@@ -223,7 +225,16 @@ spec:
 			}
 		}
 	}
-	s.Apply(`apiVersion: networking.k8s.io/v1
+	s.Apply(webFromAccess)
+	waitRealized(t, s, ns, "web-from-access")
+	for round := 1; round <= 3; round++ {
+		checkWebFromAccess(t, s, web, fmt.Sprintf("round %d", round), "client-yes")
+	}
+	kubectlOK(t, s, "-n", ns, "delete", "networkpolicy", "web-from-access")
+}
+
+// webFromAccess isolates the web pods: only pods labelled access=yes reach them, on 8080.
+const webFromAccess = `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: web-from-access, namespace: ` + ns + `}
 spec:
@@ -232,36 +243,39 @@ spec:
   ingress:
     - from: [{podSelector: {matchLabels: {access: "yes"}}}]
       ports: [{port: 8080, protocol: TCP}]
-`)
-	waitRealized(t, s, ns, "web-from-access")
-	for round := 1; round <= 3; round++ {
-		for node, p := range web {
-			ip := framework.PodIPs(&p)[0]
-			if v, err := connect(s, ns, "client-yes", ip, 8080); err != nil || v != "CONNECTED" {
-				t.Errorf("round %d: allowed client -> web on %s: %s %v", round, node, v, err)
-			}
-			// Denied only on evidence: web's deny flow on its node counted the attempt.
-			deny := nodeDenyPackets(s, podEnd{name: p.Name, namespace: ns, node: node})
-			var v string
-			var err error
-			probe := func() responder.Result {
-				v, err = connect(s, ns, "client-no", ip, 8080)
-				return responder.Result{Connected: v == "CONNECTED", TimedOut: err == nil && v == "TIMEOUT"}
-			}
-			_, denied, replaced, why := framework.ProbeDenied(deny, probe)
-			if replaced { // the deny flow was installed during the probe: no evidence either way
-				t.Logf("round %d: web on %s: its deny flow was replaced during the probe; probing again", round, node)
-				_, denied, _, why = framework.ProbeDenied(deny, probe)
-			}
-			switch {
-			case err != nil || v != "TIMEOUT":
-				t.Errorf("round %d: denied client -> web on %s: %s %v, want TIMEOUT (dropped)", round, node, v, err)
-			case !denied:
-				t.Errorf("round %d: denied client -> web on %s timed out, but not on evidence: %s", round, node, why)
+`
+
+// checkWebFromAccess: with web-from-access in force, the allowed clients reach web on
+// every node and client-no does not, denied on evidence (web's deny flow on its node
+// counted the attempt).
+func checkWebFromAccess(t *testing.T, s *framework.Sandbox, web map[string]corev1.Pod, what string, allowed ...string) {
+	t.Helper()
+	for node, p := range web {
+		ip := framework.PodIPs(&p)[0]
+		for _, c := range allowed {
+			if v, err := connect(s, ns, c, ip, 8080); err != nil || v != "CONNECTED" {
+				t.Errorf("%s: allowed %s -> web on %s: %s %v", what, c, node, v, err)
 			}
 		}
+		deny := nodeDenyPackets(s, podEnd{name: p.Name, namespace: ns, node: node})
+		var v string
+		var err error
+		probe := func() responder.Result {
+			v, err = connect(s, ns, "client-no", ip, 8080)
+			return responder.Result{Connected: v == "CONNECTED", TimedOut: err == nil && v == "TIMEOUT"}
+		}
+		_, denied, replaced, why := framework.ProbeDenied(deny, probe)
+		if replaced { // the deny flow was installed during the probe: no evidence either way
+			t.Logf("%s: web on %s: its deny flow was replaced during the probe; probing again", what, node)
+			_, denied, _, why = framework.ProbeDenied(deny, probe)
+		}
+		switch {
+		case err != nil || v != "TIMEOUT":
+			t.Errorf("%s: denied client -> web on %s: %s %v, want TIMEOUT (dropped)", what, node, v, err)
+		case !denied:
+			t.Errorf("%s: denied client -> web on %s timed out, but not on evidence: %s", what, node, why)
+		}
 	}
-	kubectlOK(t, s, "-n", ns, "delete", "networkpolicy", "web-from-access")
 }
 
 // checkClusterIP: a ClusterIP Service in front of the web pods answers from a pod, and
