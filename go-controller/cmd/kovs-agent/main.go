@@ -93,8 +93,10 @@ func main() {
 	if cfg.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
 		log.WithError(err).Fatal("kubernetes client")
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	var conns agent.FeedConnections
-	feed, err := policyFeed(pf, client, cfg.NodeName, &conns)
+	feed, err := policyFeed(ctx, pf, client, cfg.NodeName, &conns)
 	if err != nil {
 		log.WithError(err).Fatal("policy stream")
 	}
@@ -104,8 +106,6 @@ func main() {
 	}
 	cfg.Registry = prometheus.NewRegistry()
 	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if err := agent.Run(ctx, cfg, client); err != nil {
 		log.WithError(err).Fatal("kovs-agent")
 	}

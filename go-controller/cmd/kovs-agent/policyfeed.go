@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -23,8 +24,10 @@ type policyFlags struct {
 }
 
 // policyFeed returns the client of kovs-controller's policy stream, or nil when no
-// controller address is given: the agent then enforces no NetworkPolicy.
-func policyFeed(f policyFlags, client kubernetes.Interface, node string, conns *agent.FeedConnections) (*stream.Client, error) {
+// controller address is given: the agent then enforces no NetworkPolicy. With a Service
+// address, the client follows the replicas' Lease, which dist names as the Service: it
+// dials the leader's pod first and leaves a connection as soon as another replica leads.
+func policyFeed(ctx context.Context, f policyFlags, client kubernetes.Interface, node string, conns *agent.FeedConnections) (*stream.Client, error) {
 	if f.address == "" {
 		log.WithField("node", node).Warn("no --controller-address: NetworkPolicy is NOT enforced on this node")
 		return nil, nil
@@ -42,17 +45,25 @@ func policyFeed(f policyFlags, client kubernetes.Interface, node string, conns *
 	if err != nil {
 		return nil, err
 	}
+	var leader *stream.LeaseLeader
 	if isService {
 		// The Service's name only labels the connection; its endpoints are dialed.
 		address = net.JoinHostPort(svcName+"."+svcNS+".svc", strconv.Itoa(stream.DefaultPort))
-		dial = stream.ServiceDialer(client, svcNS, svcName, stream.StreamPortName, dial)
+		if leader, err = stream.FollowLease(ctx, client, svcNS, svcName); err != nil {
+			return nil, fmt.Errorf("follow kovs-controller's Lease %s/%s: %w", svcNS, svcName, err)
+		}
+		dial = stream.ServiceDialer(client, svcNS, svcName, stream.StreamPortName, leader.Pod, dial)
 	}
-	return stream.NewClient(stream.ClientConfig{
+	cfg := stream.ClientConfig{
 		Node:       node,
 		Address:    address,
 		ServerName: f.serverName,
 		Token:      stream.TokenFile(f.tokenFile),
 		RootCAs:    stream.CAFromConfigMap(client, ns, name),
 		Dial:       conns.Dial(dial),
-	})
+	}
+	if leader != nil { // a nil *LeaseLeader would make a non-nil interface
+		cfg.Leader = leader
+	}
+	return stream.NewClient(cfg)
 }

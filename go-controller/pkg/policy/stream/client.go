@@ -46,6 +46,10 @@ type ClientConfig struct {
 	// ReportPoll is how often Sink.Realized is read (default 250 ms) and ReportRefresh
 	// the longest time between two reports (default 30 s).
 	ReportPoll, ReportRefresh time.Duration
+	// Leader, if set, follows which controller replica leads: a connection begun under
+	// one leader ends as soon as another takes over, and the client reconnects at once.
+	// Without it, a hung leader's connection (open, silent) ends only at IdleTimeout.
+	Leader Leader
 }
 
 // RealizedNotifier is implemented by a Sink that signals when Realized changes: the
@@ -92,6 +96,39 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // client reconnects at once.
 var errResync = errors.New("a fresh snapshot is needed")
 
+// leaderChangedError ends a session begun under another leader: the controller at its
+// other end no longer leads (a hung one keeps the connection open and sends nothing), so
+// the client reconnects at once, to the new leader.
+type leaderChangedError struct{ from, to string }
+
+func (e *leaderChangedError) Error() string {
+	return fmt.Sprintf("kovs-controller's leader changed from %s to %s", e.from, e.to)
+}
+
+// followLeader ends the session (end) once leader names a replica other than the one
+// that led when it began; it returns when ctx ends. A leader unknown at first (or a
+// Lease released on the way) is not a change: the first replica named takes its place.
+func followLeader(ctx context.Context, leader Leader, end context.CancelCauseFunc) {
+	began, changed := leader.Leader()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		var now string
+		now, changed = leader.Leader()
+		switch {
+		case now == "" || now == began:
+		case began == "":
+			began = now
+		default:
+			end(&leaderChangedError{from: began, to: now})
+			return
+		}
+	}
+}
+
 // Run follows the stream until ctx ends, reconnecting after every failure.
 func (c *Client) Run(ctx context.Context, sink policy.Sink) error {
 	wait := c.cfg.MinBackoff
@@ -100,9 +137,14 @@ func (c *Client) Run(ctx context.Context, sink policy.Sink) error {
 		if ctx.Err() != nil {
 			break
 		}
+		var changed *leaderChangedError
 		switch {
 		case errors.Is(err, errResync):
 			c.log.WithError(err).Info("policy stream: reconnecting for a fresh snapshot")
+			wait = c.cfg.MinBackoff
+			continue
+		case errors.As(err, &changed):
+			c.log.WithError(err).Info("policy stream: reconnecting to the new leader")
 			wait = c.cfg.MinBackoff
 			continue
 		case snapshot:
@@ -133,6 +175,9 @@ type conn struct {
 func (c *Client) session(ctx context.Context, sink policy.Sink) (bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if c.cfg.Leader != nil {
+		go followLeader(ctx, c.cfg.Leader, cancel)
+	}
 	cn, err := c.dial(ctx, cancel)
 	if err != nil {
 		return false, err
@@ -140,6 +185,9 @@ func (c *Client) session(ctx context.Context, sink policy.Sink) (bool, error) {
 	defer cn.http.CloseIdleConnections()
 	resp, err := cn.do(ctx, http.MethodGet, PolicyPath(c.cfg.Node), nil)
 	if err != nil {
+		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
+			err = cause // the leader changed while connecting
+		}
 		return false, err
 	}
 	defer resp.Body.Close()

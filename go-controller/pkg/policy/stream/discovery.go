@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,16 +37,31 @@ func ParseServiceAddress(address string) (namespace, name string, ok bool, err e
 // ServiceDialer dials the ready endpoints of a Service's port portName, read from its
 // EndpointSlices on every dial: the agent runs on the host network, before any Service
 // proxy or cluster DNS works on the node, so it cannot use the Service's name or
-// ClusterIP. The addr it is asked to dial is ignored.
-func ServiceDialer(client kubernetes.Interface, namespace, service, portName string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// ClusterIP. The addr it is asked to dial is ignored. prefer, if set, names the pod to
+// dial first (the leading replica's: a hung leader's pod stays a ready endpoint, labelled,
+// until its readiness probe fails, and a connection to it opens and then hears nothing).
+func ServiceDialer(client kubernetes.Interface, namespace, service, portName string, prefer func() string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, _ string) (net.Conn, error) {
 		targets, err := serviceEndpoints(ctx, client, namespace, service, portName)
 		if err != nil {
 			return nil, err
 		}
+		if prefer != nil {
+			if pod := prefer(); pod != "" {
+				slices.SortStableFunc(targets, func(a, b endpointTarget) int {
+					switch {
+					case a.pod == pod && b.pod != pod:
+						return -1
+					case b.pod == pod && a.pod != pod:
+						return 1
+					}
+					return 0
+				})
+			}
+		}
 		var errs []error
 		for _, t := range targets {
-			c, err := dial(ctx, network, t)
+			c, err := dial(ctx, network, t.addr)
 			if err == nil {
 				return c, nil
 			}
@@ -55,15 +71,18 @@ func ServiceDialer(client kubernetes.Interface, namespace, service, portName str
 	}
 }
 
-// serviceEndpoints lists host:port of every ready endpoint of the Service's named port.
-func serviceEndpoints(ctx context.Context, client kubernetes.Interface, namespace, service, portName string) ([]string, error) {
-	slices, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
+// endpointTarget is one ready endpoint: its host:port and the pod behind it ("" if none).
+type endpointTarget struct{ addr, pod string }
+
+// serviceEndpoints lists every ready endpoint of the Service's named port.
+func serviceEndpoints(ctx context.Context, client kubernetes.Interface, namespace, service, portName string) ([]endpointTarget, error) {
+	list, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=" + service})
 	if err != nil {
 		return nil, fmt.Errorf("endpoints of Service %s/%s: %w", namespace, service, err)
 	}
-	var out []string
-	for _, s := range slices.Items {
+	var out []endpointTarget
+	for _, s := range list.Items {
 		port := slicePort(s.Ports, portName)
 		if port == 0 {
 			continue
@@ -72,8 +91,12 @@ func serviceEndpoints(ctx context.Context, client kubernetes.Interface, namespac
 			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
 				continue
 			}
+			pod := ""
+			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
+				pod = ep.TargetRef.Name
+			}
 			for _, a := range ep.Addresses {
-				out = append(out, net.JoinHostPort(a, strconv.Itoa(int(port))))
+				out = append(out, endpointTarget{addr: net.JoinHostPort(a, strconv.Itoa(int(port))), pod: pod})
 			}
 		}
 	}

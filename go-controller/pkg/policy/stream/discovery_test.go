@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -56,7 +57,7 @@ func TestServiceDialerDialsReadyEndpointsOfTheNamedPort(t *testing.T) {
 		slice("other", "something-else", 9443, endpoint("10.9.9.9", ptr.To(true))),
 	)
 	var tried []string
-	dial := ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, func(_ context.Context, _, addr string) (net.Conn, error) {
+	dial := ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, nil, func(_ context.Context, _, addr string) (net.Conn, error) {
 		tried = append(tried, addr)
 		return nil, errors.New("refused")
 	})
@@ -72,7 +73,7 @@ func TestServiceDialerDialsReadyEndpointsOfTheNamedPort(t *testing.T) {
 	c1, c2 := net.Pipe()
 	defer c1.Close()
 	defer c2.Close()
-	dial = ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, func(_ context.Context, _, addr string) (net.Conn, error) {
+	dial = ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, nil, func(_ context.Context, _, addr string) (net.Conn, error) {
 		tried = append(tried, addr)
 		if addr == "10.0.0.3:9443" {
 			return c1, nil
@@ -86,12 +87,45 @@ func TestServiceDialerDialsReadyEndpointsOfTheNamedPort(t *testing.T) {
 
 func TestServiceDialerWithoutEndpointsSaysWhy(t *testing.T) {
 	client := fake.NewSimpleClientset(slice("ctl", "kovs-controller", 9443, endpoint("10.0.0.1", ptr.To(false))))
-	dial := ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, func(context.Context, string, string) (net.Conn, error) {
+	dial := ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, nil, func(context.Context, string, string) (net.Conn, error) {
 		t.Fatal("dialed although no endpoint is ready")
 		return nil, nil
 	})
 	_, err := dial(context.Background(), "tcp", "x:1")
 	if err == nil || !strings.Contains(err.Error(), "no ready endpoint of Service kube-system/kovs-controller") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func podEndpoint(addr, pod string) discoveryv1.Endpoint {
+	e := endpoint(addr, ptr.To(true))
+	e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "kube-system", Name: pod}
+	return e
+}
+
+// A hung leader's pod stays a ready, labelled endpoint until its readiness probe fails:
+// the dialer tries the pod the Lease names first, whatever the slices' order.
+func TestServiceDialerDialsTheLeadersPodFirst(t *testing.T) {
+	client := fake.NewSimpleClientset(slice("ctl", "kovs-controller", 9443,
+		podEndpoint("10.0.0.1", "kovs-controller-a"), podEndpoint("10.0.0.2", "kovs-controller-b"), endpoint("10.0.0.3", nil)))
+	for _, tc := range []struct {
+		leader string
+		want   []string
+	}{
+		{"kovs-controller-b", []string{"10.0.0.2:9443", "10.0.0.1:9443", "10.0.0.3:9443"}},
+		{"kovs-controller-a", []string{"10.0.0.1:9443", "10.0.0.2:9443", "10.0.0.3:9443"}},
+		{"", []string{"10.0.0.1:9443", "10.0.0.2:9443", "10.0.0.3:9443"}},
+		{"gone", []string{"10.0.0.1:9443", "10.0.0.2:9443", "10.0.0.3:9443"}},
+	} {
+		var tried []string
+		dial := ServiceDialer(client, "kube-system", "kovs-controller", StreamPortName, func() string { return tc.leader },
+			func(_ context.Context, _, addr string) (net.Conn, error) {
+				tried = append(tried, addr)
+				return nil, errors.New("refused")
+			})
+		_, _ = dial(context.Background(), "tcp", "x:1")
+		if !reflect.DeepEqual(tried, tc.want) {
+			t.Errorf("leader %q: dialed %v, want %v", tc.leader, tried, tc.want)
+		}
 	}
 }
