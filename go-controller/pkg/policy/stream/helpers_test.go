@@ -349,9 +349,15 @@ func (ts *testServer) restart(between func()) {
 // runClient runs a client for node with token until the test ends.
 func runClient(t *testing.T, ts *testServer, node, token string, sink policy.Sink) {
 	t.Helper()
-	c, err := NewClient(ClientConfig{Node: node, Address: ts.addr, Token: func() (string, error) { return token, nil },
+	runClientWith(t, ClientConfig{Node: node, Address: ts.addr, Token: func() (string, error) { return token, nil },
 		RootCAs:    func(context.Context) (*x509.CertPool, error) { return ts.pki.roots, nil },
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, ReportPoll: 20 * time.Millisecond})
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, ReportPoll: 20 * time.Millisecond}, sink)
+}
+
+// runClientWith runs a client of cfg until the test ends.
+func runClientWith(t *testing.T, cfg ClientConfig, sink policy.Sink) {
+	t.Helper()
+	c, err := NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,19 +114,9 @@ func TestClientLeavesAControllerThatNoLongerLeads(t *testing.T) {
 		KeepaliveInterval: time.Hour}, newTestPKI(t))
 	leader := &LeaseLeader{}
 	leader.set("kovs-controller-a_1")
-	c, err := NewClient(ClientConfig{Node: "node1", Address: ts.addr, Token: func() (string, error) { return "agent-node1", nil },
+	runClientWith(t, ClientConfig{Node: "node1", Address: ts.addr, Token: func() (string, error) { return "agent-node1", nil },
 		RootCAs: func(context.Context) (*x509.CertPool, error) { return ts.pki.roots, nil }, IdleTimeout: time.Hour,
-		MinBackoff: time.Hour, Leader: leader})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(ctx, newRecordingSink())
-	}()
-	defer func() { cancel(); <-done }()
+		MinBackoff: time.Hour, Leader: leader}, newRecordingSink())
 	eventually(t, "the first subscription", func() error {
 		if n := src.watchCount("node1"); n != 1 {
 			return fmt.Errorf("%d subscriptions", n)
