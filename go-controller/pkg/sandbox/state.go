@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // IPFamily selects the address families of the underlay, the services and the pods.
@@ -172,6 +173,51 @@ func (l Layout) LoadState() (*State, error) {
 		return nil, fmt.Errorf("parse %s: %w", l.StateFile(), err)
 	}
 	return &s, nil
+}
+
+// loopbackPorts are the root namespace's loopback ports the sandbox's listeners use.
+func (s *State) loopbackPorts() []int {
+	return append([]int{s.EtcdPort, s.EtcdPeerPort, s.APIServerPort, s.ControllerPort, s.MetricsPort}, s.ReplicaMetricsPorts...)
+}
+
+// otherSandboxPorts are the loopback ports in the saved state of every sandbox under l's
+// root but l's own (a sandbox whose state cannot be read holds none).
+func otherSandboxPorts(l Layout) (map[int]bool, error) {
+	taken := map[int]bool{}
+	entries, err := os.ReadDir(l.Root)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == l.Name {
+			continue
+		}
+		other := Layout{Name: e.Name(), Root: l.Root}
+		st, err := other.LoadState()
+		if err != nil {
+			continue
+		}
+		for _, p := range st.loopbackPorts() {
+			taken[p] = true
+		}
+	}
+	return taken, nil
+}
+
+// lockFile takes an exclusive lock of path (created if missing) and returns its release.
+func lockFile(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 // freePort picks a free loopback TCP port for one of the sandbox's listeners, none of

@@ -155,14 +155,11 @@ func (u *upRun) run() error {
 			return err
 		}
 	}
-	state, err := u.plan()
+	state, err := u.planAndSave()
 	if err != nil {
 		return err
 	}
 	u.state = state
-	if err := l.saveState(state); err != nil {
-		return err
-	}
 	for _, s := range u.steps() {
 		start := time.Now()
 		if err := s.do(); err != nil {
@@ -214,14 +211,34 @@ type upStep struct {
 	do   func() error
 }
 
-func (u *upRun) plan() (*State, error) {
+// planAndSave plans the sandbox and saves its state while it holds the root's port lock,
+// its ports chosen apart from those of every other sandbox's state: two sandboxes coming
+// up at once could otherwise pick one port, free when each looked, and the second to bind
+// it fails (kube-apiserver: "address already in use", seen in make test).
+func (u *upRun) planAndSave() (*State, error) {
+	unlock, err := lockFile(filepath.Join(u.layout.Root, ".ports.lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	taken, err := otherSandboxPorts(u.layout)
+	if err != nil {
+		return nil, err
+	}
+	state, err := u.plan(taken)
+	if err != nil {
+		return nil, err
+	}
+	return state, u.layout.saveState(state)
+}
+
+func (u *upRun) plan(taken map[int]bool) (*State, error) {
 	s := &State{Name: u.layout.Name, Family: u.opts.Family, ServiceCIDRs: serviceCIDRs(u.opts.Family),
 		Nodes: planNodes(u.layout, u.opts.Nodes, u.opts.Family), KubeProxy: u.opts.KubeProxy, Runtime: u.opts.Runtime,
 		NodePodCIDRs: u.opts.NodePodCIDRs, ClusterCIDRs: u.opts.ClusterCIDRs}
 	if len(s.ClusterCIDRs) == 0 {
 		s.ClusterCIDRs = clusterCIDRs[u.opts.Family]
 	}
-	taken := map[int]bool{}
 	for _, p := range []*int{&s.EtcdPort, &s.EtcdPeerPort, &s.APIServerPort, &s.ControllerPort, &s.MetricsPort} {
 		port, err := freePort(taken)
 		if err != nil {
