@@ -51,6 +51,13 @@ func Run(ctx context.Context, cfg Config) error {
 	removeStaleCtlLinks(cfg)
 	var db, vswitchd *daemon
 	defer func() {
+		if ctx.Err() != nil && vswitchd != nil {
+			// Signalled, also while the daemons were still coming up (a probe can pass
+			// before this supervisor saw them answer): an uninstalling agent is waited
+			// for all the same.
+			awaitUninstall(cfg)
+			cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
+		}
 		vswitchd.stop(cfg.StopTimeout, cfg.Log)
 		db.stop(cfg.StopTimeout, cfg.Log)
 	}()
@@ -85,9 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 	for {
 		select {
 		case <-ctx.Done():
-			awaitUninstall(cfg)
-			cfg.Log.Info("signalled: stopping ovs-vswitchd, then ovsdb-server")
-			return nil
+			return nil // the deferred stop waits for an uninstalling agent
 		case <-vswitchd.done:
 			return vswitchd.exitError()
 		case <-restoreDeadline:
