@@ -192,7 +192,10 @@ func otherSandboxPorts(l Layout) (map[int]bool, error) {
 		if !e.IsDir() || e.Name() == l.Name {
 			continue
 		}
-		other := Layout{Name: e.Name(), Root: l.Root}
+		other, err := NewLayout(e.Name(), l.Root)
+		if err != nil {
+			continue // not a sandbox's directory
+		}
 		st, err := other.LoadState()
 		if err != nil {
 			continue

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/ipam"
+	"github.com/kovs-net/kovs/go-controller/pkg/nodestatus"
 )
 
 // peerHistory records, while a test changes a peer's records, every version of the peer's
@@ -54,7 +55,7 @@ func (c *cluster) recordPeer(t *testing.T, node, peer, since string) *peerHistor
 			if st, err := c.s.AgentStatus(node); err != nil {
 				view = err.Error()
 			} else {
-				view = fmt.Sprintf("peers %v, rejected %v", st.Peers, st.RejectedPeers)
+				view = peerView(st)
 			}
 			if view != last {
 				h.add("%s's agent: %s", node, view)
@@ -73,6 +74,11 @@ func (c *cluster) recordPeer(t *testing.T, node, peer, since string) *peerHistor
 	}
 	t.Cleanup(h.stop)
 	return h
+}
+
+// peerView is what an agent's /status says of its tunnel peers.
+func peerView(st nodestatus.Status) string {
+	return fmt.Sprintf("peers %+v, rejected %+v", st.Peers, st.RejectedPeers)
 }
 
 func (h *peerHistory) add(format string, args ...any) {

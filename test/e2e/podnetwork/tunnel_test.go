@@ -354,8 +354,6 @@ func (c *cluster) checkBadPeer(t *testing.T) {
 	})
 }
 
-// badSubnets is a node-subnets record like good whose IPv4 block lies outside the
-// cluster CIDRs.
 // peersSeen says what node's agent has for peer (its /status) and what the API holds
 // for peer's records: what a failed wait on a peer needs to tell its cause.
 func (c *cluster) peersSeen(ctx context.Context, node, peer string) string {
@@ -363,8 +361,8 @@ func (c *cluster) peersSeen(ctx context.Context, node, peer string) string {
 	if st, err := c.s.AgentStatus(node); err != nil {
 		out = append(out, err.Error())
 	} else {
-		out = append(out, fmt.Sprintf("%s's agent: peers %+v, rejected %+v, flows at generation %d of %d",
-			node, st.Peers, st.RejectedPeers, st.Flows.InstalledGeneration, st.Flows.DesiredGeneration))
+		out = append(out, fmt.Sprintf("%s's agent: %s, flows at generation %d of %d",
+			node, peerView(st), st.Flows.InstalledGeneration, st.Flows.DesiredGeneration))
 	}
 	if n, err := c.s.Client.CoreV1().Nodes().Get(ctx, peer, metav1.GetOptions{}); err != nil {
 		out = append(out, err.Error())
@@ -376,6 +374,8 @@ func (c *cluster) peersSeen(ctx context.Context, node, peer string) string {
 	return strings.Join(out, "; ")
 }
 
+// badSubnets is a node-subnets record like good whose IPv4 block lies outside the
+// cluster CIDRs.
 func badSubnets(t *testing.T, good string) string {
 	ann, err := ipam.ParseNodeSubnetsAnnotation(good)
 	if err != nil {
