@@ -59,8 +59,8 @@ type Config struct {
 	// PolicyAPI is the client of sigs.k8s.io/network-policy-api (ClusterNetworkPolicy);
 	// nil: ClusterNetworkPolicy is not followed.
 	PolicyAPI versioned.Interface
-	// Receipts, if set, records when the NetworkPolicy informer received each version
-	// (--debug-receipts).
+	// Receipts, if set, records when the NetworkPolicy and Pod informers received each
+	// version (--debug-receipts).
 	Receipts *receipts.Ring
 }
 
@@ -214,6 +214,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	}
 	if cfg.Receipts != nil {
 		if _, err := factory.Networking().V1().NetworkPolicies().Informer().AddEventHandler(cfg.Receipts.Handler("NetworkPolicy")); err != nil {
+			return err
+		}
+		if _, err := podInformer.Informer().AddEventHandler(cfg.Receipts.Handler("Pod")); err != nil {
 			return err
 		}
 	}

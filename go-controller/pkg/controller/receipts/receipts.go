@@ -1,5 +1,5 @@
 // Package receipts keeps, behind kovs-controller's --debug-receipts flag, when its
-// informers received each of the last object versions: a bounded ring of (kind,
+// informers received each of the last object versions: a bounded ring per kind of (kind,
 // namespace/name, resourceVersion, deleted, received at) served as JSON at
 // /debug/receipts on the metrics listener. The scale harness pulls it after a run to
 // start kovs's own clock of a change at kovs-controller's receipt rather than before the
@@ -10,6 +10,7 @@ package receipts
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,26 +31,34 @@ type Receipt struct {
 	At              time.Time `json:"at"`
 }
 
-// Dump is what Path serves: the receipts oldest first, and how many older ones the ring
-// overwrote (a reader that misses a receipt can tell overflow from loss).
+// Dump is what Path serves: the receipts oldest first, and how many older ones of each
+// kind the rings overwrote (a reader that misses a receipt can tell overflow from loss).
 type Dump struct {
-	Receipts    []Receipt `json:"receipts"`
-	Overwritten uint64    `json:"overwritten"`
+	Receipts    []Receipt         `json:"receipts"`
+	Overwritten map[string]uint64 `json:"overwritten,omitempty"`
 }
 
-// Ring keeps the last receipts, at most its size; safe for concurrent use.
+// Ring keeps the last receipts of each kind, at most its size per kind, so that a kind
+// with many versions (Pods under churn) does not push out another's (NetworkPolicies);
+// safe for concurrent use.
 type Ring struct {
-	mu          sync.Mutex
+	mu    sync.Mutex
+	size  int
+	kinds map[string]*kindRing
+	now   func() time.Time
+}
+
+// kindRing is one kind's receipts.
+type kindRing struct {
 	buf         []Receipt
 	next        int
 	full        bool
 	overwritten uint64
-	now         func() time.Time
 }
 
-// NewRing keeps the last size receipts (size >= 1).
+// NewRing keeps the last size receipts of each kind (size >= 1).
 func NewRing(size int) *Ring {
-	return &Ring{buf: make([]Receipt, max(size, 1)), now: time.Now}
+	return &Ring{size: max(size, 1), kinds: map[string]*kindRing{}, now: time.Now}
 }
 
 // Record notes that an informer handed over obj's version now.
@@ -62,25 +71,39 @@ func (r *Ring) add(rec Receipt) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec.At = r.now()
-	if r.full {
-		r.overwritten++
+	k := r.kinds[rec.Kind]
+	if k == nil {
+		k = &kindRing{buf: make([]Receipt, r.size)}
+		r.kinds[rec.Kind] = k
 	}
-	r.buf[r.next] = rec
-	r.next = (r.next + 1) % len(r.buf)
-	if r.next == 0 {
-		r.full = true
+	if k.full {
+		k.overwritten++
+	}
+	k.buf[k.next] = rec
+	k.next = (k.next + 1) % len(k.buf)
+	if k.next == 0 {
+		k.full = true
 	}
 }
 
-// Dump copies the ring, oldest first.
+// Dump copies the rings, every kind's receipts together, oldest first.
 func (r *Ring) Dump() Dump {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := Dump{Overwritten: r.overwritten}
-	if r.full {
-		d.Receipts = append(d.Receipts, r.buf[r.next:]...)
+	var d Dump
+	for kind, k := range r.kinds {
+		if k.full {
+			d.Receipts = append(d.Receipts, k.buf[k.next:]...)
+		}
+		d.Receipts = append(d.Receipts, k.buf[:k.next]...)
+		if k.overwritten > 0 {
+			if d.Overwritten == nil {
+				d.Overwritten = map[string]uint64{}
+			}
+			d.Overwritten[kind] = k.overwritten
+		}
 	}
-	d.Receipts = append(d.Receipts, r.buf[:r.next]...)
+	slices.SortStableFunc(d.Receipts, func(a, b Receipt) int { return a.At.Compare(b.At) })
 	return d
 }
 

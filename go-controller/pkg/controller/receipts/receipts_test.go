@@ -3,6 +3,7 @@ package receipts
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestHandlerRecordsEachVersionOnce(t *testing.T) {
 		{Kind: "NetworkPolicy", Namespace: "ns-1", Name: "np-2", Deleted: true, At: t0.Add(4 * time.Second)},
 	}
 	got := r.Dump()
-	if len(got.Receipts) != len(want) || got.Overwritten != 0 {
+	if len(got.Receipts) != len(want) || len(got.Overwritten) != 0 {
 		t.Fatalf("receipts = %+v, want %+v", got, want)
 	}
 	for i := range want {
@@ -69,10 +70,34 @@ func TestRingKeepsTheLastOnes(t *testing.T) {
 	for _, x := range d.Receipts {
 		names = append(names, x.Name)
 	}
-	if len(names) != 3 || names[0] != "c" || names[1] != "d" || names[2] != "e" || d.Overwritten != 2 {
-		t.Errorf("served %v, %d overwritten; want [c d e], 2", names, d.Overwritten)
+	if len(names) != 3 || names[0] != "c" || names[1] != "d" || names[2] != "e" || d.Overwritten["NetworkPolicy"] != 2 {
+		t.Errorf("served %v, %v overwritten; want [c d e], 2", names, d.Overwritten)
 	}
 	if d.Receipts[2].ResourceVersion != "5" || d.Receipts[2].At.IsZero() {
 		t.Errorf("last receipt %+v: want resourceVersion 5 and its time", d.Receipts[2])
+	}
+}
+
+// TestEachKindKeepsItsOwnLastOnes: a flood of one kind's versions (Pods under churn) does
+// not push another kind's (NetworkPolicies) out of the ring; the dump interleaves both
+// by time.
+func TestEachKindKeepsItsOwnLastOnes(t *testing.T) {
+	r, _ := clocked(2)
+	r.Record("NetworkPolicy", policy("np-1", "1"), false)
+	for i := range 10 {
+		r.Record("Pod", &metav1.ObjectMeta{Namespace: "ns-1", Name: "pod", ResourceVersion: string(rune('a' + i))}, false)
+	}
+	r.Record("NetworkPolicy", policy("np-2", "2"), false)
+	d := r.Dump()
+	var got []string
+	for _, x := range d.Receipts {
+		got = append(got, x.Kind+"/"+x.Name+"@"+x.ResourceVersion)
+	}
+	want := []string{"NetworkPolicy/np-1@1", "Pod/pod@i", "Pod/pod@j", "NetworkPolicy/np-2@2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("dump %v, want %v", got, want)
+	}
+	if d.Overwritten["Pod"] != 8 || d.Overwritten["NetworkPolicy"] != 0 {
+		t.Errorf("overwritten %v, want 8 Pods and no NetworkPolicy", d.Overwritten)
 	}
 }

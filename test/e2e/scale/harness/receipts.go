@@ -43,7 +43,7 @@ func splitAtReceipts(changes []finishedChange, dump receipts.Dump) KovsClock {
 		k := receiptKey{policyKey{r.Namespace, r.Name}, r.Deleted}
 		first[k] = append(first[k], r.At)
 	}
-	k := KovsClock{Overwritten: dump.Overwritten}
+	k := KovsClock{Overwritten: dump.Overwritten["NetworkPolicy"]}
 	for _, c := range changes {
 		var at time.Time
 		for _, t := range first[receiptKey{c.policy, !c.create}] {

@@ -24,7 +24,7 @@ func TestSplitAtReceipts(t *testing.T) {
 	rec := func(p policyKey, deleted bool, ms int) receipts.Receipt {
 		return receipts.Receipt{Kind: "NetworkPolicy", Namespace: p.Namespace, Name: p.Name, Deleted: deleted, At: at(ms)}
 	}
-	dump := receipts.Dump{Overwritten: 3, Receipts: []receipts.Receipt{
+	dump := receipts.Dump{Overwritten: map[string]uint64{"NetworkPolicy": 3}, Receipts: []receipts.Receipt{
 		rec(a, false, 700), // a's creation received 700 ms after its write began: kovs 200 ms
 		rec(b, true, 50),   // a deletion of b before its creation's write: not its receipt
 		rec(b, false, 250), // b's creation: kovs 150 ms
