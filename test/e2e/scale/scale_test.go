@@ -67,6 +67,12 @@ func TestScaleCorrectness(t *testing.T) {
 	if res.Verified != cfg.Nodes {
 		t.Fatalf("%d of %d agents verified", res.Verified, cfg.Nodes)
 	}
+	// The changes that reach every node reached every node.
+	if fo := res.FanOut; cfg.FanOutProbes > 0 && (fo.Nodes != cfg.Nodes || fo.PolicyLost > 0 || fo.Lost > 0 ||
+		len(fo.Policy) != 2*cfg.FanOutProbes || len(fo.Added) != cfg.FanOutProbes || len(fo.Removed) != cfg.FanOutProbes) {
+		t.Errorf("fan-out: %d of %d nodes held the peers' policy; %d policy changes realized everywhere, %d lost; %d address additions and %d removals applied everywhere, %d lost; want %d nodes, %d, %d and %d, none lost",
+			fo.Nodes, cfg.Nodes, len(fo.Policy), fo.PolicyLost, len(fo.Added), len(fo.Removed), fo.Lost, cfg.Nodes, 2*cfg.FanOutProbes, cfg.FanOutProbes, cfg.FanOutProbes)
+	}
 }
 
 // TestScaleBenchmark is `make scale`: the full size unless KOVS_SCALE_* say otherwise;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ type Agent struct {
 	have     bool
 	policies map[policyKey]int // rules of each policy in the share
 	changed  chan struct{}
+	// addrLog, while it is not nil, is when each address first entered and first left
+	// the share's address sets (the fan-out phase's address probes read it).
+	addrLog map[netip.Addr]addrTimes
 
 	snapshots, deltas, deltaBytes, wireBytes atomic.Int64
 	snapshotAt                               atomic.Int64 // unix ns of the first snapshot
@@ -58,6 +62,9 @@ func (a *Agent) Snapshot(share policy.NodeShare) error {
 	}
 	now := time.Now()
 	a.mu.Lock()
+	if a.addrLog != nil {
+		a.logAddresses(addressesOf(a.share.AddressSets, nil), addressesOf(share.AddressSets, nil), now)
+	}
 	old := a.policies
 	a.share, a.have, a.policies = share, true, map[policyKey]int{}
 	for _, r := range share.Rules {
@@ -80,11 +87,16 @@ func (a *Agent) Delta(d policy.Delta) error {
 	}
 	now := time.Now()
 	a.mu.Lock()
-	before := map[policyKey]int{}
+	counts := map[policyKey]int{}
 	touch := func(k policyKey) {
-		if _, ok := before[k]; !ok {
-			before[k] = a.policies[k]
+		if _, ok := counts[k]; !ok {
+			counts[k] = a.policies[k]
 		}
+	}
+	var mentioned, before map[netip.Addr]bool
+	if a.addrLog != nil {
+		mentioned = deltaAddresses(a.share, d)
+		before = presence(a.share, mentioned)
 	}
 	for _, id := range d.RemovedRules {
 		if r, ok := a.share.Rules[id]; ok {
@@ -97,13 +109,16 @@ func (a *Agent) Delta(d policy.Delta) error {
 		a.mu.Unlock()
 		return err
 	}
+	if a.addrLog != nil {
+		a.logAddresses(before, presence(a.share, mentioned), now)
+	}
 	for _, r := range d.AddedRules {
 		k := policyKey{r.Policy.Namespace, r.Policy.Name}
 		touch(k)
 		a.policies[k]++
 	}
 	after := map[policyKey]int{}
-	for k := range before {
+	for k := range counts {
 		after[k] = a.policies[k]
 		if a.policies[k] == 0 {
 			delete(a.policies, k)
@@ -113,8 +128,101 @@ func (a *Agent) Delta(d policy.Delta) error {
 	a.deltas.Add(1)
 	a.deltaBytes.Add(int64(len(b)))
 	a.lastApplied.Store(time.Now().UnixNano())
-	a.notify(presenceFlips(before, after), now)
+	a.notify(presenceFlips(counts, after), now)
 	return nil
+}
+
+// addrTimes is when an address first entered and first left a share's address sets.
+type addrTimes struct{ Added, Removed time.Time }
+
+// startAddressLog begins (anew) the log of addresses entering and leaving the share.
+func (a *Agent) startAddressLog() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.addrLog = map[netip.Addr]addrTimes{}
+}
+
+// stopAddressLog ends the log.
+func (a *Agent) stopAddressLog() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.addrLog = nil
+}
+
+// addressTimes is what the log says of ip.
+func (a *Agent) addressTimes(ip netip.Addr) addrTimes {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addrLog[ip]
+}
+
+// logAddresses notes the addresses whose presence differs between before and after (an
+// address missing from a map is absent). a.mu is held.
+func (a *Agent) logAddresses(before, after map[netip.Addr]bool, at time.Time) {
+	for ip, in := range after {
+		if t := a.addrLog[ip]; in && !before[ip] && t.Added.IsZero() {
+			t.Added = at
+			a.addrLog[ip] = t
+		}
+	}
+	for ip, in := range before {
+		if t := a.addrLog[ip]; in && !after[ip] && t.Removed.IsZero() {
+			t.Removed = at
+			a.addrLog[ip] = t
+		}
+	}
+}
+
+// addressesOf adds the single addresses of sets to into (a new map if nil), present.
+func addressesOf(sets map[string]policy.AddressSet, into map[netip.Addr]bool) map[netip.Addr]bool {
+	if into == nil {
+		into = map[netip.Addr]bool{}
+	}
+	for _, s := range sets {
+		for _, p := range s.Addresses {
+			if p.IsSingleIP() {
+				into[p.Addr()] = true
+			}
+		}
+	}
+	return into
+}
+
+// deltaAddresses are the single addresses d adds to or removes from share's sets.
+func deltaAddresses(share policy.NodeShare, d policy.Delta) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	single := func(ps []netip.Prefix) {
+		for _, p := range ps {
+			if p.IsSingleIP() {
+				out[p.Addr()] = true
+			}
+		}
+	}
+	for _, s := range d.AddedAddressSets {
+		single(s.Addresses)
+	}
+	for _, u := range d.UpdatedAddressSets {
+		single(u.Added)
+		single(u.Removed)
+	}
+	for _, id := range d.RemovedAddressSets {
+		single(share.AddressSets[id].Addresses)
+	}
+	return out
+}
+
+// presence says which of addrs some address set of share holds.
+func presence(share policy.NodeShare, addrs map[netip.Addr]bool) map[netip.Addr]bool {
+	out := make(map[netip.Addr]bool, len(addrs))
+	for ip := range addrs {
+		for _, s := range share.AddressSets {
+			if s.Contains(ip) {
+				out[ip] = true
+				break
+			}
+		}
+	}
+	return out
 }
 
 // presenceFlip is a policy whose rules appeared (Present) or vanished.

@@ -20,6 +20,10 @@ type Config struct {
 	PolicyChurnPerSec int
 	ChurnDuration     time.Duration
 	SpanProbes        int // isolated policy changes measured one at a time
+	// FanOutProbes is how many changes that reach every node the fan-out phase makes of
+	// each kind (a policy over one pod on every node; a pod entering and leaving the peers
+	// of such a policy); 0 skips the phase.
+	FanOutProbes int
 	// LeaseRenewInterval is how often each hollow kubelet renews its node's Lease; 0 (the
 	// default) renews none: kovs-controller reads no node Lease and the scale mode runs no
 	// node lifecycle controller, so renewals would only load kube-apiserver (kubelet's
@@ -35,6 +39,7 @@ type Config struct {
 func FullSize() Config {
 	return Config{Nodes: 5000, PodsPerNode: 10, Namespaces: 5000, PoliciesPerNS: 2,
 		PodChurnPerSecond: 100, PolicyChurnPerSec: 10, ChurnDuration: 5 * time.Minute, SpanProbes: 20,
+		FanOutProbes: 5,
 		Seed: 17, CreateConcurrency: 32,
 		ConvergenceTimeout: 30 * time.Minute, RealizationDeadline: 60 * time.Second}
 }
@@ -44,17 +49,19 @@ func TestSize() Config {
 	c := FullSize()
 	c.Nodes, c.Namespaces = 200, 200
 	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes = 20, 10, 20*time.Second, 5
+	c.FanOutProbes = 2
 	c.ConvergenceTimeout = 2 * time.Minute
 	return c
 }
 
 // FromEnv overrides c with the KOVS_SCALE_* variables that are set: NODES, PODS_PER_NODE,
 // NAMESPACES, POLICIES_PER_NS, POD_CHURN, POLICY_CHURN (per second), CHURN_DURATION (a
-// Go duration), SPAN_PROBES, SEED, LEASE_RENEW (a Go duration; 0 renews no Lease).
+// Go duration), SPAN_PROBES, FANOUT_PROBES, SEED, LEASE_RENEW (a Go duration; 0 renews no
+// Lease).
 func (c Config) FromEnv() (Config, error) {
 	ints := map[string]*int{"NODES": &c.Nodes, "PODS_PER_NODE": &c.PodsPerNode, "NAMESPACES": &c.Namespaces,
 		"POLICIES_PER_NS": &c.PoliciesPerNS, "POD_CHURN": &c.PodChurnPerSecond, "POLICY_CHURN": &c.PolicyChurnPerSec,
-		"SPAN_PROBES": &c.SpanProbes}
+		"SPAN_PROBES": &c.SpanProbes, "FANOUT_PROBES": &c.FanOutProbes}
 	for name, p := range ints {
 		v, ok := os.LookupEnv("KOVS_SCALE_" + name)
 		if !ok {
@@ -99,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("namespaces %d: use at least 1", c.Namespaces)
 	case c.PoliciesPerNS < 0 || c.PoliciesPerNS > 2:
 		return fmt.Errorf("policies per namespace %d: use 0, 1 or 2 (np-1 and np-2 of bench shape (a))", c.PoliciesPerNS)
+	case c.SpanProbes < 0 || c.FanOutProbes < 0:
+		return fmt.Errorf("span probes %d, fan-out probes %d: must not be negative", c.SpanProbes, c.FanOutProbes)
 	case c.PodChurnPerSecond < 0 || c.PolicyChurnPerSec < 0 || c.ChurnDuration < 0:
 		return fmt.Errorf("churn rates and duration must not be negative")
 	case c.LeaseRenewInterval < 0 || c.CreateConcurrency < 1:

@@ -43,6 +43,7 @@ type Harness struct {
 	kubelets    *hollowKubelets
 	realization *realizationTracker
 	alloc       *allocationTracker
+	addresses   podAddresses
 	procs       *procSampler
 
 	nodes    []string
@@ -124,6 +125,7 @@ func (h *Harness) Run(ctx context.Context) (*Result, error) {
 		{"workload", h.createWorkload},
 		{"first convergence", h.waitFirstConvergence},
 		{"span probes", h.probeSpans},
+		{"fan-out", h.fanOut},
 		{"churn", h.churn},
 		{"final convergence", h.verifyFinal},
 	}
@@ -194,6 +196,7 @@ func (h *Harness) startInformers(ctx context.Context) {
 	h.kubelets = newHollowKubelets(h.kubelet, pods.Lister(), nodes.Lister(), h.alloc.allocated)
 	onPod := func(obj any) {
 		if pod, ok := obj.(*corev1.Pod); ok {
+			h.addresses.observe(pod)
 			h.kubelets.admit(ctx, pod)
 		}
 	}

@@ -49,6 +49,15 @@ func (m *model) place(ref podRef, app int) podPlace {
 	return p
 }
 
+// placeOn records a pod on the given node.
+func (m *model) placeOn(ref podRef, app int, node string) podPlace {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := podPlace{Node: node, App: app}
+	m.add(ref, p)
+	return p
+}
+
 func (m *model) add(ref podRef, p podPlace) {
 	m.pods[ref] = p
 	sel := selector{ref.Namespace, p.App}

@@ -32,6 +32,10 @@ func (r *Result) Markdown(w io.Writer, title string) {
 		p("")
 		r.spanSection(p)
 	}
+	if r.Config.FanOutProbes > 0 && r.completed("fan-out") {
+		p("")
+		r.fanOutSection(p)
+	}
 	p("")
 	r.churnTrafficSection(p)
 	p("")
@@ -86,6 +90,18 @@ func (r *Result) summary(p func(string, ...any)) {
 			rc.Reconciles, float64(rc.Reconciles)/ch.Duration.Seconds(), rc.MeanReconcile().Round(time.Millisecond), rc.MeanWait().Round(time.Millisecond))
 	}
 	row("span probes", "policy change to realized on every concerned node, isolated probes", "%s; %d lost", r.ProbeLatency.Summary(), r.ProbeLost)
+	if fo := r.FanOut; r.Config.FanOutProbes > 0 {
+		row("fan-out", "**a policy over one pod on every node**, created or deleted, to realized on every node, isolated probes", "**%s**; %d lost", fo.Policy.Summary(), fo.PolicyLost)
+		if len(fo.PolicyClock.Kovs) > 0 || fo.PolicyClock.NoReceipt > 0 {
+			row("fan-out", "... **kovs's time**: kovs-controller's informer receiving the change to realized on every node", "**%s**; %d without a receipt", fo.PolicyClock.Kovs.Summary(), fo.PolicyClock.NoReceipt)
+		}
+		row("fan-out", fmt.Sprintf("**a pod's address into an address set all %d nodes hold** (a pod created while a policy's peers select it), from before its Create call to the last node", fo.Nodes),
+			"**%s**; %d address changes lost (creations and deletions)", fo.Added.Summary(), fo.Lost)
+		row("fan-out", "... from before the Create call to the harness's informer delivering the pod's address (kube-apiserver, the hollow kubelet's allocation and status write, the watch)", "%s", fo.Seen.Summary())
+		row("fan-out", "... **kovs's time**: kovs-controller's informer receiving the pod version with the address to the last node", "**%s**; %d changes without a receipt", fo.AddedKovs.Summary(), fo.NoReceipt)
+		row("fan-out", "**that pod deleted: its address out of every node's sets**, from before the Delete call", "**%s**", fo.Removed.Summary())
+		row("fan-out", "... **kovs's time**: kovs-controller's first receipt of the pod after the Delete call to the last node", "**%s**", fo.RemovedKovs.Summary())
+	}
 	row("churn", "**policy change to realized on every concerned node, under churn**",
 		"**%s**; %d not realized within %s, %d concerned no node, %d creations deleted before realized",
 		ch.PolicyLatency.Summary(), ch.PolicyLost, r.Config.RealizationDeadline, ch.PolicyNoNode, ch.PolicySuperseded)
@@ -140,6 +156,27 @@ func (r *Result) spanSection(p func(string, ...any)) {
 	with, total := Unconcerned(r.SpanSamples)
 	p("")
 	p("Agents with no pod selected by the change: **%d of %d** agent-changes received something for it.", with, total)
+}
+
+func (r *Result) fanOutSection(p func(string, ...any)) {
+	fo := r.FanOut
+	p("## Changes that reach every node (fan-out)")
+	p("")
+	p("The shape-(a) workload's changes concern a few nodes each. This phase makes the changes that reach every node, one at a time with nothing else changing: a namespace `%s` with one pod on each of the %d nodes; %d policies over all of them, each created and deleted (every node concerned: a rule for its pod and the address set of its peers, all %d pods); then, with one such policy in force, %d pods of that namespace, each created and deleted (its address enters and leaves the peers' address set on every node). Traffic per agent per change, counted as for the isolated probes (until realized everywhere plus %s):",
+		wideNamespace, r.Config.Nodes, r.Config.FanOutProbes, r.Config.Nodes, r.Config.FanOutProbes, settle)
+	p("")
+	p("| change | agent-changes | messages per agent-change | bytes per agent-change | max bytes |")
+	p("|---|---|---|---|---|")
+	for _, row := range SpanTable(fo.PolicyTraffic) {
+		p("| a policy over one pod on every node (span %d) | %d | %.2f | %.0f | %d |", row.Span, row.Samples, row.Messages, row.Bytes, row.MaxBytes)
+	}
+	var addr []SpanSample
+	for _, t := range fo.AddressTraffic {
+		addr = append(addr, SpanSample{Span: 1, Traffic: t})
+	}
+	for _, row := range SpanTable(addr) {
+		p("| an address into or out of the peers' set | %d | %.2f | %.0f | %d |", row.Samples, row.Messages, row.Bytes, row.MaxBytes)
+	}
 }
 
 func (r *Result) churnTrafficSection(p func(string, ...any)) {

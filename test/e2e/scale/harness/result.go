@@ -30,6 +30,8 @@ type Result struct {
 	ProbeLatency Durations
 	ProbeLost    int
 	SpanSamples  []SpanSample
+	// FanOut is the changes that reach every node.
+	FanOut FanOutResult
 
 	Churn ChurnResult
 	// FinalConvergence is the wait, after the churn, for every agent's share to equal the

@@ -69,9 +69,14 @@ func (w *writeCount) count(err error) error {
 	return err
 }
 
-// createPod places a pod in the model and creates it, timing its address allocation.
+// createPod places a pod in the model on a uniformly drawn node and creates it, timing
+// its address allocation.
 func (h *Harness) createPod(ctx context.Context, ref podRef, app int) error {
-	place := h.model.place(ref, app)
+	return h.createPlaced(ctx, ref, h.model.place(ref, app))
+}
+
+// createPlaced creates a pod the model has placed, timing its address allocation.
+func (h *Harness) createPlaced(ctx context.Context, ref podRef, place podPlace) error {
 	h.alloc.creating(ref)
 	err := retryWrite(ctx, func() error {
 		_, err := h.workload.CoreV1().Pods(ref.Namespace).Create(ctx, podObject(ref, place), metav1.CreateOptions{})
