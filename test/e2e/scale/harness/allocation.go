@@ -22,6 +22,7 @@ func AllocationSize() Config {
 	c := FullSize()
 	c.Nodes, c.PodsPerNode, c.Namespaces, c.PoliciesPerNS = 100, 20, 10, 0
 	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes, c.FanOutProbes = 0, 0, 0, 0, 0
+	c.ChurnSteps = nil
 	c.ConvergenceTimeout = 10 * time.Minute
 	return c
 }

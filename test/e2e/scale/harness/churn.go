@@ -28,6 +28,14 @@ type churnCounts struct {
 // churn creates and deletes pods at PodChurnPerSecond each and changes policies at
 // PolicyChurnPerSec for ChurnDuration, then waits for the last changes to be realized.
 func (h *Harness) churn(ctx context.Context) error {
+	var err error
+	h.result.Churn, err = h.churnAt(ctx, h.cfg.PodChurnPerSecond, h.cfg.PolicyChurnPerSec, h.cfg.ChurnDuration, "churn")
+	return err
+}
+
+// churnAt churns at the given rates for d; its pods and policies are named after prefix.
+func (h *Harness) churnAt(ctx context.Context, podsPerSecond, policiesPerSecond int, d time.Duration, prefix string) (ChurnResult, error) {
+	var res ChurnResult
 	h.alloc.results() // the churn's allocation sample starts empty
 	h.alloc.afterCreateResults()
 	h.alloc.splitResults()
@@ -36,7 +44,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	reconciles, reconcilesErr := h.reconcileStats(ctx, "pod-bandwidth")
 	split, splitErr := h.controllerSplit(ctx)
 	start := time.Now()
-	stop := start.Add(h.cfg.ChurnDuration)
+	stop := start.Add(d)
 	slots := make(chan struct{}, maxInFlight)
 	var writes sync.WaitGroup
 	var counts churnCounts
@@ -67,19 +75,18 @@ func (h *Harness) churn(ctx context.Context) error {
 			}
 		})
 	}
-	every(h.cfg.PodChurnPerSecond, func(n int) {
+	every(podsPerSecond, func(n int) {
 		sel := h.model.randomSelector()
-		ref := podRef{sel.Namespace, fmt.Sprintf("churn-%d", n)}
+		ref := podRef{sel.Namespace, fmt.Sprintf("%s-%d", prefix, n)}
 		spawn(func() error { return h.createPod(ctx, ref, sel.App) }, &counts.PodsCreated)
 	})
-	every(h.cfg.PodChurnPerSecond, func(int) {
+	every(podsPerSecond, func(int) {
 		if ref, ok := h.model.randomPod(); ok {
 			spawn(func() error { return h.deletePod(ctx, ref) }, &counts.PodsDeleted)
 		}
 	})
-	queue := &policyQueue{}
-	every(h.cfg.PolicyChurnPerSec, func(n int) {
-		name, sel, create := queue.next(n, h.model.randomSelector)
+	every(policiesPerSecond, func(n int) {
+		name, sel, create := h.churnPolicies.next(fmt.Sprintf("%s-%d", prefix, n), h.model.randomSelector)
 		spawn(func() error {
 			_, err := h.changePolicy(ctx, name, sel, create, h.model.spans(sel))
 			return err
@@ -90,12 +97,12 @@ func (h *Harness) churn(ctx context.Context) error {
 	writes.Wait()
 	after, afterErr := h.reconcileStats(ctx, "pod-bandwidth")
 	reconcilesErr = errors.Join(reconcilesErr, afterErr)
-	h.result.Churn = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
+	res = ChurnResult{Duration: time.Since(start), PodsCreated: counts.PodsCreated.Load(),
 		PodsDeleted: counts.PodsDeleted.Load(), PolicyChanges: counts.PolicyChanges.Load(), Failed: counts.Failed.Load()}
 	if reconcilesErr != nil {
 		h.logf("kovs-controller's reconcile metrics: %v", reconcilesErr)
 	} else {
-		h.result.Churn.Reconciles = after.Sub(reconciles)
+		res.Reconciles = after.Sub(reconciles)
 	}
 	h.realization.sweep(time.Now(), h.model.hosts)
 	err := waitUntil(ctx, h.cfg.RealizationDeadline+5*time.Second, 500*time.Millisecond, "the churn's policy changes to be realized", func() error {
@@ -110,7 +117,7 @@ func (h *Harness) churn(ctx context.Context) error {
 	splitAfter, splitAfterErr := h.controllerSplit(ctx)
 	splitErr = errors.Join(splitErr, splitAfterErr)
 	if splitErr == nil {
-		h.result.Churn.ControllerSplit, splitErr = splitAfter.Sub(split)
+		res.ControllerSplit, splitErr = splitAfter.Sub(split)
 	}
 	if splitErr != nil {
 		h.logf("kovs-controller's policy split metrics: %v", splitErr)
@@ -118,16 +125,16 @@ func (h *Harness) churn(ctx context.Context) error {
 	if dump, err := h.controllerReceipts(ctx); err != nil {
 		h.logf("kovs-controller's receipts: %v", err)
 	} else {
-		h.result.Churn.KovsClock = splitAtReceipts(h.realization.finishedResults(), dump)
+		res.KovsClock = splitAtReceipts(h.realization.finishedResults(), dump)
 	}
-	h.result.Churn.PolicySuperseded = h.realization.supersededCount()
-	h.result.Churn.PolicySplit = h.realization.splitResults()
-	h.result.Churn.PolicyLatency, h.result.Churn.PolicyLost, h.result.Churn.PolicyNoNode = h.realization.results()
-	h.result.Churn.AllocationAfterCreate = h.alloc.afterCreateResults()
-	h.result.Churn.Delivery, h.result.Churn.OnNode = h.alloc.splitResults()
-	h.result.Churn.Allocation, h.result.Churn.AllocationPending, h.result.Churn.DeletedBeforeAllocation = h.alloc.results()
-	h.result.Churn.Traffic = h.agentTraffic(before)
-	return err
+	res.PolicySuperseded = h.realization.supersededCount()
+	res.PolicySplit = h.realization.splitResults()
+	res.PolicyLatency, res.PolicyLost, res.PolicyNoNode = h.realization.results()
+	res.AllocationAfterCreate = h.alloc.afterCreateResults()
+	res.Delivery, res.OnNode = h.alloc.splitResults()
+	res.Allocation, res.AllocationPending, res.DeletedBeforeAllocation = h.alloc.results()
+	res.Traffic = h.agentTraffic(before)
+	return res, err
 }
 
 // sweepRealization sweeps the tracker every second until the returned stop is called.
@@ -161,9 +168,9 @@ type churnPolicy struct {
 	sel  selector
 }
 
-// next is the n-th policy change: a creation while fewer than livePolicies exist, else
-// the deletion of the oldest.
-func (q *policyQueue) next(n int, pick func() selector) (string, selector, bool) {
+// next is the next policy change: a creation (of a policy named name) while fewer than
+// livePolicies exist, else the deletion of the oldest.
+func (q *policyQueue) next(name string, pick func() selector) (string, selector, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.live) >= livePolicies {
@@ -171,7 +178,7 @@ func (q *policyQueue) next(n int, pick func() selector) (string, selector, bool)
 		q.live = q.live[1:]
 		return p.name, p.sel, false
 	}
-	p := churnPolicy{name: fmt.Sprintf("churn-%d", n), sel: pick()}
+	p := churnPolicy{name: name, sel: pick()}
 	q.live = append(q.live, p)
 	return p.name, p.sel, true
 }

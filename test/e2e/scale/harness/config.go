@@ -3,7 +3,9 @@ package harness
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -24,6 +26,11 @@ type Config struct {
 	// each kind (a policy over one pod on every node; a pod entering and leaving the peers
 	// of such a policy); 0 skips the phase.
 	FanOutProbes int
+	// ChurnSteps are churn rates, as factors of the churn's (PodChurnPerSecond and
+	// PolicyChurnPerSec), run for StepDuration each after the final check, in order, until
+	// one finds kube-apiserver's writes above their 1 s SLO; none: no steps.
+	ChurnSteps   []float64
+	StepDuration time.Duration
 	// LeaseRenewInterval is how often each hollow kubelet renews its node's Lease; 0 (the
 	// default) renews none: kovs-controller reads no node Lease and the scale mode runs no
 	// node lifecycle controller, so renewals would only load kube-apiserver (kubelet's
@@ -39,7 +46,7 @@ type Config struct {
 func FullSize() Config {
 	return Config{Nodes: 5000, PodsPerNode: 10, Namespaces: 5000, PoliciesPerNS: 2,
 		PodChurnPerSecond: 100, PolicyChurnPerSec: 10, ChurnDuration: 5 * time.Minute, SpanProbes: 20,
-		FanOutProbes: 5,
+		FanOutProbes: 5, ChurnSteps: []float64{0.25, 0.5, 1, 2, 4}, StepDuration: time.Minute,
 		Seed: 17, CreateConcurrency: 32,
 		ConvergenceTimeout: 30 * time.Minute, RealizationDeadline: 60 * time.Second}
 }
@@ -49,15 +56,15 @@ func TestSize() Config {
 	c := FullSize()
 	c.Nodes, c.Namespaces = 200, 200
 	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes = 20, 10, 20*time.Second, 5
-	c.FanOutProbes = 2
+	c.FanOutProbes, c.ChurnSteps, c.StepDuration = 2, []float64{2}, 10*time.Second
 	c.ConvergenceTimeout = 2 * time.Minute
 	return c
 }
 
 // FromEnv overrides c with the KOVS_SCALE_* variables that are set: NODES, PODS_PER_NODE,
 // NAMESPACES, POLICIES_PER_NS, POD_CHURN, POLICY_CHURN (per second), CHURN_DURATION (a
-// Go duration), SPAN_PROBES, FANOUT_PROBES, SEED, LEASE_RENEW (a Go duration; 0 renews no
-// Lease).
+// Go duration), SPAN_PROBES, FANOUT_PROBES, CHURN_STEPS (factors, comma-separated; empty:
+// none), STEP_DURATION, SEED, LEASE_RENEW (a Go duration; 0 renews no Lease).
 func (c Config) FromEnv() (Config, error) {
 	ints := map[string]*int{"NODES": &c.Nodes, "PODS_PER_NODE": &c.PodsPerNode, "NAMESPACES": &c.Namespaces,
 		"POLICIES_PER_NS": &c.PoliciesPerNS, "POD_CHURN": &c.PodChurnPerSecond, "POLICY_CHURN": &c.PolicyChurnPerSec,
@@ -73,7 +80,8 @@ func (c Config) FromEnv() (Config, error) {
 		}
 		*p = n
 	}
-	durations := map[string]*time.Duration{"CHURN_DURATION": &c.ChurnDuration, "LEASE_RENEW": &c.LeaseRenewInterval}
+	durations := map[string]*time.Duration{"CHURN_DURATION": &c.ChurnDuration, "LEASE_RENEW": &c.LeaseRenewInterval,
+		"STEP_DURATION": &c.StepDuration}
 	for name, p := range durations {
 		v, ok := os.LookupEnv("KOVS_SCALE_" + name)
 		if !ok {
@@ -84,6 +92,19 @@ func (c Config) FromEnv() (Config, error) {
 			return c, fmt.Errorf("KOVS_SCALE_%s=%q: want a duration like 5m: %w", name, v, err)
 		}
 		*p = d
+	}
+	if v, ok := os.LookupEnv("KOVS_SCALE_CHURN_STEPS"); ok {
+		c.ChurnSteps = nil
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			x, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				return c, fmt.Errorf("KOVS_SCALE_CHURN_STEPS=%q: want factors of the churn rates like 0.5,1,2: %w", v, err)
+			}
+			c.ChurnSteps = append(c.ChurnSteps, x)
+		}
 	}
 	if v, ok := os.LookupEnv("KOVS_SCALE_SEED"); ok {
 		s, err := strconv.ParseUint(v, 10, 64)
@@ -106,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("namespaces %d: use at least 1", c.Namespaces)
 	case c.PoliciesPerNS < 0 || c.PoliciesPerNS > 2:
 		return fmt.Errorf("policies per namespace %d: use 0, 1 or 2 (np-1 and np-2 of bench shape (a))", c.PoliciesPerNS)
+	case slices.ContainsFunc(c.ChurnSteps, func(f float64) bool { return !(f > 0) }) || (len(c.ChurnSteps) > 0 && c.StepDuration <= 0):
+		return fmt.Errorf("churn steps %v for %s: want positive factors and a positive duration", c.ChurnSteps, c.StepDuration)
 	case c.SpanProbes < 0 || c.FanOutProbes < 0:
 		return fmt.Errorf("span probes %d, fan-out probes %d: must not be negative", c.SpanProbes, c.FanOutProbes)
 	case c.PodChurnPerSecond < 0 || c.PolicyChurnPerSec < 0 || c.ChurnDuration < 0:

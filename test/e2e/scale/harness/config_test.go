@@ -21,3 +21,23 @@ func TestLeaseRenewalsOffUnlessAsked(t *testing.T) {
 		t.Errorf("a negative renewal interval was accepted")
 	}
 }
+
+// TestChurnStepsFromEnv: KOVS_SCALE_CHURN_STEPS replaces the steps (empty: none); a
+// factor that is not a positive number is refused with the variable named.
+func TestChurnStepsFromEnv(t *testing.T) {
+	t.Setenv("KOVS_SCALE_CHURN_STEPS", "0.5, 1,3")
+	c, err := TestSize().FromEnv()
+	if err != nil || len(c.ChurnSteps) != 3 || c.ChurnSteps[0] != 0.5 || c.ChurnSteps[2] != 3 {
+		t.Errorf("0.5, 1,3 gave %v, %v", c.ChurnSteps, err)
+	}
+	t.Setenv("KOVS_SCALE_CHURN_STEPS", "")
+	if c, err := TestSize().FromEnv(); err != nil || len(c.ChurnSteps) != 0 {
+		t.Errorf("empty gave %v, %v; want no steps", c.ChurnSteps, err)
+	}
+	for _, bad := range []string{"fast", "0", "-1"} {
+		t.Setenv("KOVS_SCALE_CHURN_STEPS", bad)
+		if _, err := TestSize().FromEnv(); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+}

@@ -44,7 +44,9 @@ type Harness struct {
 	realization *realizationTracker
 	alloc       *allocationTracker
 	addresses   podAddresses
-	procs       *procSampler
+	// churnPolicies are the churn's live policies, kept from one churn to the next.
+	churnPolicies policyQueue
+	procs         *procSampler
 
 	nodes    []string
 	nodeUIDs map[string]types.UID
@@ -128,6 +130,7 @@ func (h *Harness) Run(ctx context.Context) (*Result, error) {
 		{"fan-out", h.fanOut},
 		{"churn", h.churn},
 		{"final convergence", h.verifyFinal},
+		{"churn steps", h.churnSteps},
 	}
 	api := h.apiserverMark(ctx)
 	for _, p := range phases {

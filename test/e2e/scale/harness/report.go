@@ -36,6 +36,10 @@ func (r *Result) Markdown(w io.Writer, title string) {
 		p("")
 		r.fanOutSection(p)
 	}
+	if len(r.Steps) > 0 {
+		p("")
+		r.stepsSection(p)
+	}
 	p("")
 	r.churnTrafficSection(p)
 	p("")
@@ -176,6 +180,30 @@ func (r *Result) fanOutSection(p func(string, ...any)) {
 	}
 	for _, row := range SpanTable(addr) {
 		p("| an address into or out of the peers' set | %d | %.2f | %.0f | %d |", row.Samples, row.Messages, row.Bytes, row.MaxBytes)
+	}
+}
+
+func (r *Result) stepsSection(p func(string, ...any)) {
+	p("## Churn rate steps")
+	p("")
+	p("After the final check, the churn again at stepped rates (factors of the churn's %d pod creations and as many deletions and %d policy changes per second), %s each, in order, stopping after the first step in which kube-apiserver's writes had a p99 above their %s SLO (its own /metrics, every client): from there on the end-to-end times measure kube-apiserver more than kovs. Policy changes from before the write to the last concerned node, and kovs's time from kovs-controller's receipt; pods from before the Create call to the address allocated, and kovs's part from the node's hand-over.",
+		r.Config.PodChurnPerSecond, r.Config.PolicyChurnPerSec, r.Config.StepDuration, writeSLO)
+	p("")
+	p("| step | asked per second (pods created and deleted, policy changes) | achieved per second | kube-apiserver's writes | policy change, end to end | **kovs's time** | lost | pod creation to address | **kovs's part** |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for _, s := range r.Steps {
+		ch := s.Churn
+		d := ch.Duration.Seconds()
+		writes := s.APIServerErr
+		if writes == "" {
+			writes = writeP99(s.APIServer)
+		}
+		if d <= 0 {
+			d = 1
+		}
+		p("| x%g | %d, %d | %.1f, %.1f, %.1f | %s | %s | %s | %d | %s | %s |", s.Factor, s.PodsPerSecond, s.PoliciesPerSecond,
+			float64(ch.PodsCreated)/d, float64(ch.PodsDeleted)/d, float64(ch.PolicyChanges)/d, writes,
+			ch.PolicyLatency.Summary(), ch.KovsClock.Kovs.Summary(), ch.PolicyLost, ch.Allocation.Summary(), ch.OnNode.SummaryFine())
 	}
 }
 

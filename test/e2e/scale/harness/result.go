@@ -38,6 +38,8 @@ type Result struct {
 	// compile of the objects listed from kube-apiserver; Verified counts those agents.
 	FinalConvergence time.Duration
 	Verified         int
+	// Steps are the churn at stepped rates, after the final check.
+	Steps []ChurnStep
 
 	Phases    []PhaseUsage
 	Processes []ProcessUsage

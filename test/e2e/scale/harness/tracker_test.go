@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -79,16 +80,16 @@ func TestPolicyQueue(t *testing.T) {
 	q := &policyQueue{}
 	pick := func() selector { return selector{"ns", 1} }
 	for n := range livePolicies {
-		if _, _, create := q.next(n, pick); !create {
+		if _, _, create := q.next(fmt.Sprintf("churn-%d", n), pick); !create {
 			t.Fatalf("change %d deletes before %d policies live", n, livePolicies)
 		}
 	}
-	name, _, create := q.next(livePolicies, pick)
+	name, _, create := q.next("churn-x", pick)
 	if create || name != "churn-0" {
 		t.Errorf("after the fill: %s create=%v, want the deletion of churn-0", name, create)
 	}
-	if _, _, create := q.next(livePolicies+1, pick); !create {
-		t.Error("a deletion is followed by a creation")
+	if name, _, create := q.next("churn-y", pick); !create || name != "churn-y" {
+		t.Errorf("a deletion is followed by a creation of the named policy: %s create=%v", name, create)
 	}
 }
 
