@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,17 +21,23 @@ import (
 )
 
 // upScale starts a scale-mode sandbox: no node namespaces, kovs-controller with room for
-// 16,384 node blocks, and an audit log of its requests.
-func upScale(t testing.TB) *framework.Sandbox {
+// 16,384 node blocks, and an audit log of its requests; replicas kovs-controllers (two
+// for a failover, as dist runs).
+func upScale(t testing.TB, replicas int) *framework.Sandbox {
 	env := framework.Require(t)
-	return framework.Up(t, env, "--control-plane-only", "--nodes", "0", "--cluster-cidrs", sandbox.ScaleClusterCIDR, "--audit-kovs")
+	return framework.Up(t, env, "--control-plane-only", "--nodes", "0", "--cluster-cidrs", sandbox.ScaleClusterCIDR, "--audit-kovs",
+		"--controller-replicas", strconv.Itoa(replicas))
 }
 
 // run runs the harness and logs its report; onReport sees the result even when the run
 // failed (the measurements up to the failure).
 func run(t *testing.T, cfg harness.Config, onReport func(*harness.Result)) *harness.Result {
 	t.Helper()
-	s := upScale(t)
+	replicas := 1
+	if cfg.Failover {
+		replicas = 2
+	}
+	s := upScale(t, replicas)
 	h, err := harness.New(cfg, s.Layout, t.Logf)
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ type Agent struct {
 
 	snapshots, deltas, deltaBytes, wireBytes atomic.Int64
 	snapshotAt                               atomic.Int64 // unix ns of the first snapshot
+	lastSnapshotAt                           atomic.Int64 // unix ns of the latest snapshot
 	lastApplied                              atomic.Int64 // unix ns of the last snapshot or delta
 }
 
@@ -74,6 +75,7 @@ func (a *Agent) Snapshot(share policy.NodeShare) error {
 	a.mu.Unlock()
 	a.snapshots.Add(1)
 	a.snapshotAt.CompareAndSwap(0, now.UnixNano())
+	a.lastSnapshotAt.Store(now.UnixNano())
 	a.lastApplied.Store(time.Now().UnixNano())
 	a.notify(flips, now)
 	return nil

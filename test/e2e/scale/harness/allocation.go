@@ -22,7 +22,7 @@ func AllocationSize() Config {
 	c := FullSize()
 	c.Nodes, c.PodsPerNode, c.Namespaces, c.PoliciesPerNS = 100, 20, 10, 0
 	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes, c.FanOutProbes = 0, 0, 0, 0, 0
-	c.ChurnSteps = nil
+	c.ChurnSteps, c.Failover = nil, false
 	c.ConvergenceTimeout = 10 * time.Minute
 	return c
 }
@@ -173,9 +173,14 @@ func parseFamilies(body []byte, who string) (map[string]*dto.MetricFamily, error
 	return families, nil
 }
 
-// controllerGet reads path from kovs-controller's metrics listener.
+// controllerGet reads path from the leading kovs-controller's metrics listener.
 func (h *Harness) controllerGet(ctx context.Context, path string) ([]byte, error) {
-	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(h.state.MetricsPort)) + path
+	return h.getFrom(ctx, int(h.controllerPort.Load()), path)
+}
+
+// getFrom reads path from a kovs-controller metrics listener on loopback port.
+func (h *Harness) getFrom(ctx context.Context, port int, path string) ([]byte, error) {
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

@@ -31,6 +31,9 @@ type Config struct {
 	// one finds kube-apiserver's writes above their 1 s SLO; none: no steps.
 	ChurnSteps   []float64
 	StepDuration time.Duration
+	// Failover runs the failover phase last: the leading kovs-controller killed and the
+	// standby (the sandbox runs two replicas then, as dist does) taking over.
+	Failover bool
 	// LeaseRenewInterval is how often each hollow kubelet renews its node's Lease; 0 (the
 	// default) renews none: kovs-controller reads no node Lease and the scale mode runs no
 	// node lifecycle controller, so renewals would only load kube-apiserver (kubelet's
@@ -46,7 +49,7 @@ type Config struct {
 func FullSize() Config {
 	return Config{Nodes: 5000, PodsPerNode: 10, Namespaces: 5000, PoliciesPerNS: 2,
 		PodChurnPerSecond: 100, PolicyChurnPerSec: 10, ChurnDuration: 5 * time.Minute, SpanProbes: 20,
-		FanOutProbes: 5, ChurnSteps: []float64{0.25, 0.5, 1, 2, 4}, StepDuration: time.Minute,
+		FanOutProbes: 5, ChurnSteps: []float64{0.25, 0.5, 1, 2, 4}, StepDuration: time.Minute, Failover: true,
 		Seed: 17, CreateConcurrency: 32,
 		ConvergenceTimeout: 30 * time.Minute, RealizationDeadline: 60 * time.Second}
 }
@@ -57,6 +60,7 @@ func TestSize() Config {
 	c.Nodes, c.Namespaces = 200, 200
 	c.PodChurnPerSecond, c.PolicyChurnPerSec, c.ChurnDuration, c.SpanProbes = 20, 10, 20*time.Second, 5
 	c.FanOutProbes, c.ChurnSteps, c.StepDuration = 2, []float64{2}, 10*time.Second
+	c.Failover = false // the scale mode's 60 s Lease would add a minute to make test
 	c.ConvergenceTimeout = 2 * time.Minute
 	return c
 }
@@ -64,7 +68,8 @@ func TestSize() Config {
 // FromEnv overrides c with the KOVS_SCALE_* variables that are set: NODES, PODS_PER_NODE,
 // NAMESPACES, POLICIES_PER_NS, POD_CHURN, POLICY_CHURN (per second), CHURN_DURATION (a
 // Go duration), SPAN_PROBES, FANOUT_PROBES, CHURN_STEPS (factors, comma-separated; empty:
-// none), STEP_DURATION, SEED, LEASE_RENEW (a Go duration; 0 renews no Lease).
+// none), STEP_DURATION, FAILOVER (true or false), SEED, LEASE_RENEW (a Go duration; 0
+// renews no Lease).
 func (c Config) FromEnv() (Config, error) {
 	ints := map[string]*int{"NODES": &c.Nodes, "PODS_PER_NODE": &c.PodsPerNode, "NAMESPACES": &c.Namespaces,
 		"POLICIES_PER_NS": &c.PoliciesPerNS, "POD_CHURN": &c.PodChurnPerSecond, "POLICY_CHURN": &c.PolicyChurnPerSec,
@@ -105,6 +110,13 @@ func (c Config) FromEnv() (Config, error) {
 			}
 			c.ChurnSteps = append(c.ChurnSteps, x)
 		}
+	}
+	if v, ok := os.LookupEnv("KOVS_SCALE_FAILOVER"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("KOVS_SCALE_FAILOVER=%q: want true or false: %w", v, err)
+		}
+		c.Failover = b
 	}
 	if v, ok := os.LookupEnv("KOVS_SCALE_SEED"); ok {
 		s, err := strconv.ParseUint(v, 10, 64)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -44,6 +45,8 @@ type Harness struct {
 	realization *realizationTracker
 	alloc       *allocationTracker
 	addresses   podAddresses
+	// controllerPort is the metrics port of the kovs-controller replica that leads.
+	controllerPort atomic.Int64
 	// churnPolicies are the churn's live policies, kept from one churn to the next.
 	churnPolicies policyQueue
 	procs         *procSampler
@@ -68,6 +71,7 @@ func New(cfg Config, layout sandbox.Layout, logf func(string, ...any)) (*Harness
 	}
 	h := &Harness{cfg: cfg, layout: layout, state: state, logf: logf, nodeUIDs: map[string]types.UID{},
 		agents: map[string]*Agent{}, realization: newRealizationTracker(cfg.RealizationDeadline), alloc: newAllocationTracker()}
+	h.controllerPort.Store(int64(state.MetricsPort))
 	for _, c := range []*kubernetes.Interface{&h.workload, &h.agent} {
 		if *c, err = h.client(nil); err != nil {
 			return nil, err
@@ -118,6 +122,10 @@ func (h *Harness) Run(ctx context.Context) (*Result, error) {
 	defer func() { cancel(); h.kubelets.queue.ShutDown(); h.wg.Wait() }()
 	log.SetLevel(log.ErrorLevel) // thousands of stream clients log every reconnect
 	h.startInformers(ctx)
+	if err := h.findLeader(ctx); err != nil {
+		h.result.Failure = err.Error()
+		return &h.result, err
+	}
 	phases := []struct {
 		name string
 		run  func(context.Context) error
@@ -131,6 +139,7 @@ func (h *Harness) Run(ctx context.Context) (*Result, error) {
 		{"churn", h.churn},
 		{"final convergence", h.verifyFinal},
 		{"churn steps", h.churnSteps},
+		{"failover", h.failover},
 	}
 	api := h.apiserverMark(ctx)
 	for _, p := range phases {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -13,7 +14,7 @@ import (
 
 // measuredProcesses are the sandbox processes whose CPU and memory a run reports, and the
 // harness itself (the simulated nodes and agents).
-var measuredProcesses = []string{"kovs-controller", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"}
+var measuredProcesses = []string{"kovs-controller", "kovs-controller-2", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"}
 
 const harnessProcess = "harness (simulated nodes and agents)"
 
@@ -35,10 +36,14 @@ type PhaseUsage struct {
 // procSampler reads /proc for the sandbox's processes and the harness.
 type procSampler struct {
 	pids map[string]int
+	// frozen are the last readings of processes stopped on purpose (a killed leader):
+	// what they used until then.
+	mu     sync.Mutex
+	frozen map[string]ProcessUsage
 }
 
 func newProcSampler(l sandbox.Layout) *procSampler {
-	s := &procSampler{pids: map[string]int{harnessProcess: os.Getpid()}}
+	s := &procSampler{pids: map[string]int{harnessProcess: os.Getpid()}, frozen: map[string]ProcessUsage{}}
 	for _, name := range measuredProcesses {
 		if pid := l.PID(name); pid != 0 {
 			s.pids[name] = pid
@@ -55,19 +60,44 @@ type procMark struct {
 
 func (s *procSampler) mark(phase string) procMark {
 	m := procMark{name: phase, start: time.Now(), cpu: map[string]float64{}}
-	for name, pid := range s.pids {
-		m.cpu[name], _ = cpuSeconds(pid)
+	for name := range s.pids {
+		m.cpu[name] = s.cpu(name)
 	}
 	return m
 }
 
 func (s *procSampler) since(m procMark) PhaseUsage {
 	u := PhaseUsage{Name: m.name, Start: m.start, End: time.Now(), CPUSeconds: map[string]float64{}}
-	for name, pid := range s.pids {
-		now, _ := cpuSeconds(pid)
-		u.CPUSeconds[name] = now - m.cpu[name]
+	for name := range s.pids {
+		u.CPUSeconds[name] = s.cpu(name) - m.cpu[name]
 	}
 	return u
+}
+
+// cpu is the named process's CPU seconds: its frozen reading once it was stopped.
+func (s *procSampler) cpu(name string) float64 {
+	s.mu.Lock()
+	f, ok := s.frozen[name]
+	s.mu.Unlock()
+	if ok {
+		return f.CPUSeconds
+	}
+	c, _ := cpuSeconds(s.pids[name])
+	return c
+}
+
+// freeze keeps the named process's readings as they are now, before it is stopped.
+func (s *procSampler) freeze(name string) {
+	pid, ok := s.pids[name]
+	if !ok {
+		return
+	}
+	u := ProcessUsage{Name: name}
+	u.CPUSeconds, _ = cpuSeconds(pid)
+	u.PeakRSS, u.RSS, _ = memory(pid)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frozen[name] = u
 }
 
 // totals are every process's CPU since it started and its memory now.
@@ -76,6 +106,13 @@ func (s *procSampler) totals() []ProcessUsage {
 	for _, name := range append(append([]string(nil), measuredProcesses...), harnessProcess) {
 		pid, ok := s.pids[name]
 		if !ok {
+			continue
+		}
+		s.mu.Lock()
+		f, stopped := s.frozen[name]
+		s.mu.Unlock()
+		if stopped {
+			out = append(out, f)
 			continue
 		}
 		u := ProcessUsage{Name: name}

@@ -143,6 +143,11 @@ func (r *Result) summary(p func(string, ...any)) {
 	}
 	row("final convergence", "final check: agents whose share equals a from-scratch compile of the API's objects",
 		"%d of %d (waited %s after the churn)", r.Verified, r.Config.Nodes, secs(r.FinalConvergence))
+	if fo := r.Failover; r.Config.Failover {
+		row("failover", "**controller failover** (the leader killed, every agent connected): the standby leading, from the kill", "**%s** (%s killed, %s took over; the scale mode's Lease is 60 s)", secs(fo.ToLead), fo.Killed, fo.Leader)
+		row("failover", "... every agent's new snapshot, from the kill", "**%s**; per agent %s", secs(fo.Resynced), fo.Resync.Summary())
+		row("failover", "... every agent's share equal to a from-scratch compile of the API's objects, from the kill", "**%s**: %d of %d agents", secs(fo.Converged), fo.Verified, r.Config.Nodes)
+	}
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

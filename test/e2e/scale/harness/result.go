@@ -40,6 +40,8 @@ type Result struct {
 	Verified         int
 	// Steps are the churn at stepped rates, after the final check.
 	Steps []ChurnStep
+	// Failover is the leading kovs-controller killed and the standby taking over.
+	Failover FailoverResult
 
 	Phases    []PhaseUsage
 	Processes []ProcessUsage
