@@ -153,9 +153,20 @@ func (c *Client) Run(ctx context.Context, sink policy.Sink) error {
 		}
 		delay := wait/2 + rand.N(wait/2+1)
 		c.log.WithError(err).WithField("retryIn", delay.Round(time.Millisecond)).Warn("policy stream: disconnected")
+		var leaderChanged <-chan struct{} // nil without a Leader: never ready
+		if c.cfg.Leader != nil {
+			_, leaderChanged = c.cfg.Leader.Leader()
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):
+		case <-leaderChanged:
+			// A failover: the new leader is the one to reach, and the backoff grown while
+			// no replica led (up to MaxBackoff) would only delay it. If it does not
+			// listen yet, the backoff starts again from its minimum.
+			c.log.Info("policy stream: kovs-controller's leader changed while waiting to reconnect; reconnecting now")
+			wait = c.cfg.MinBackoff
+			continue
 		}
 		wait = min(2*wait, c.cfg.MaxBackoff)
 	}

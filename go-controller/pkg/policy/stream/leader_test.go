@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,6 +165,40 @@ func TestFollowLeaseFollowsTheHolder(t *testing.T) {
 	eventually(t, "no holder once the Lease is gone", func() error {
 		if id, _ := l.Leader(); id != "" {
 			return fmt.Errorf("leader %q", id)
+		}
+		return nil
+	})
+}
+
+// TestClientRetriesAtOnceWhenTheLeaderChanges: a client waiting out its backoff after a
+// failed connection (an hour here; up to MaxBackoff after a leader's death) tries again as
+// soon as the Lease names a new leader, rather than when the backoff ends.
+func TestClientRetriesAtOnceWhenTheLeaderChanges(t *testing.T) {
+	src := newFakeSource()
+	ts := startServer(t, ServerConfig{Source: src, Authenticator: testTokens, Authorizer: AgentAuthorizer{User: agentUser},
+		KeepaliveInterval: time.Hour}, newTestPKI(t))
+	leader := &LeaseLeader{}
+	leader.set("kovs-controller-a_1")
+	var attempts atomic.Int32
+	token := func() (string, error) {
+		if attempts.Add(1) == 1 {
+			return "", errors.New("the first attempt fails, as against a dead leader")
+		}
+		return "agent-node1", nil
+	}
+	runClientWith(t, ClientConfig{Node: "node1", Address: ts.addr, Token: token,
+		RootCAs: func(context.Context) (*x509.CertPool, error) { return ts.pki.roots, nil }, IdleTimeout: time.Hour,
+		MinBackoff: time.Hour, MaxBackoff: time.Hour, Leader: leader}, newRecordingSink())
+	eventually(t, "the first, failed attempt", func() error {
+		if n := attempts.Load(); n != 1 {
+			return fmt.Errorf("%d attempts", n)
+		}
+		return nil
+	})
+	leader.set("kovs-controller-b_2")
+	eventually(t, "a subscription right after the leader changed", func() error {
+		if n := src.watchCount("node1"); n != 1 {
+			return fmt.Errorf("%d subscriptions after %d attempts", n, attempts.Load())
 		}
 		return nil
 	})

@@ -106,6 +106,14 @@ func (h *Harness) startAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Every agent follows kovs-controller's leader Lease, as dist's agents do (one
+	// informer for all of them here, where each real agent has its own): a failover
+	// reaches them as the Lease's change, not only as a failed connection.
+	leader, err := stream.FollowLease(ctx, h.agent, "kube-system", "kovs-controller")
+	if err != nil {
+		return err
+	}
+	pool.Leader = leader
 	address := fmt.Sprintf("127.0.0.1:%d", h.state.ControllerPort)
 	var mu sync.Mutex
 	err = h.forEachNode(ctx, func(gctx context.Context, node string) error {
