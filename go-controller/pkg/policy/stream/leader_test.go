@@ -110,14 +110,7 @@ func (l *scriptedLeader) Leader() (string, <-chan struct{}) {
 // hour, and the client's idle timeout an hour): once the Lease names another replica,
 // the client leaves that connection and subscribes again at once.
 func TestClientLeavesAControllerThatNoLongerLeads(t *testing.T) {
-	src := newFakeSource()
-	ts := startServer(t, ServerConfig{Source: src, Authenticator: testTokens, Authorizer: AgentAuthorizer{User: agentUser},
-		KeepaliveInterval: time.Hour}, newTestPKI(t))
-	leader := &LeaseLeader{}
-	leader.set("kovs-controller-a_1")
-	runClientWith(t, ClientConfig{Node: "node1", Address: ts.addr, Token: func() (string, error) { return "agent-node1", nil },
-		RootCAs: func(context.Context) (*x509.CertPool, error) { return ts.pki.roots, nil }, IdleTimeout: time.Hour,
-		MinBackoff: time.Hour, Leader: leader}, newRecordingSink())
+	src, leader := runLeaderFollowingClient(t, func() (string, error) { return "agent-node1", nil })
 	eventually(t, "the first subscription", func() error {
 		if n := src.watchCount("node1"); n != 1 {
 			return fmt.Errorf("%d subscriptions", n)
@@ -174,21 +167,13 @@ func TestFollowLeaseFollowsTheHolder(t *testing.T) {
 // failed connection (an hour here; up to MaxBackoff after a leader's death) tries again as
 // soon as the Lease names a new leader, rather than when the backoff ends.
 func TestClientRetriesAtOnceWhenTheLeaderChanges(t *testing.T) {
-	src := newFakeSource()
-	ts := startServer(t, ServerConfig{Source: src, Authenticator: testTokens, Authorizer: AgentAuthorizer{User: agentUser},
-		KeepaliveInterval: time.Hour}, newTestPKI(t))
-	leader := &LeaseLeader{}
-	leader.set("kovs-controller-a_1")
 	var attempts atomic.Int32
-	token := func() (string, error) {
+	src, leader := runLeaderFollowingClient(t, func() (string, error) {
 		if attempts.Add(1) == 1 {
 			return "", errors.New("the first attempt fails, as against a dead leader")
 		}
 		return "agent-node1", nil
-	}
-	runClientWith(t, ClientConfig{Node: "node1", Address: ts.addr, Token: token,
-		RootCAs: func(context.Context) (*x509.CertPool, error) { return ts.pki.roots, nil }, IdleTimeout: time.Hour,
-		MinBackoff: time.Hour, MaxBackoff: time.Hour, Leader: leader}, newRecordingSink())
+	})
 	eventually(t, "the first, failed attempt", func() error {
 		if n := attempts.Load(); n != 1 {
 			return fmt.Errorf("%d attempts", n)
@@ -202,4 +187,20 @@ func TestClientRetriesAtOnceWhenTheLeaderChanges(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// runLeaderFollowingClient runs node1's client against a server that sends nothing for an
+// hour, following a Lease held by replica a, with an hour's idle timeout and backoff: only
+// the Lease can make it reconnect within a test.
+func runLeaderFollowingClient(t *testing.T, token func() (string, error)) (*fakeSource, *LeaseLeader) {
+	t.Helper()
+	src := newFakeSource()
+	ts := startServer(t, ServerConfig{Source: src, Authenticator: testTokens, Authorizer: AgentAuthorizer{User: agentUser},
+		KeepaliveInterval: time.Hour}, newTestPKI(t))
+	leader := &LeaseLeader{}
+	leader.set("kovs-controller-a_1")
+	runClientWith(t, ClientConfig{Node: "node1", Address: ts.addr, Token: token,
+		RootCAs: func(context.Context) (*x509.CertPool, error) { return ts.pki.roots, nil }, IdleTimeout: time.Hour,
+		MinBackoff: time.Hour, MaxBackoff: time.Hour, Leader: leader}, newRecordingSink())
+	return src, leader
 }
