@@ -64,7 +64,7 @@ func (a *Agent) Snapshot(share policy.NodeShare) error {
 	now := time.Now()
 	a.mu.Lock()
 	if a.addrLog != nil {
-		a.logAddresses(addressesOf(a.share.AddressSets, nil), addressesOf(share.AddressSets, nil), now)
+		a.logAddresses(addressesOf(a.share.AddressSets), addressesOf(share.AddressSets), now)
 	}
 	old := a.policies
 	a.share, a.have, a.policies = share, true, map[policyKey]int{}
@@ -175,42 +175,38 @@ func (a *Agent) logAddresses(before, after map[netip.Addr]bool, at time.Time) {
 	}
 }
 
-// addressesOf adds the single addresses of sets to into (a new map if nil), present.
-func addressesOf(sets map[string]policy.AddressSet, into map[netip.Addr]bool) map[netip.Addr]bool {
-	if into == nil {
-		into = map[netip.Addr]bool{}
-	}
+// addressesOf is the single addresses of sets, present.
+func addressesOf(sets map[string]policy.AddressSet) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
 	for _, s := range sets {
-		for _, p := range s.Addresses {
-			if p.IsSingleIP() {
-				into[p.Addr()] = true
-			}
-		}
+		addSingle(out, s.Addresses)
 	}
-	return into
+	return out
 }
 
 // deltaAddresses are the single addresses d adds to or removes from share's sets.
 func deltaAddresses(share policy.NodeShare, d policy.Delta) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
-	single := func(ps []netip.Prefix) {
-		for _, p := range ps {
-			if p.IsSingleIP() {
-				out[p.Addr()] = true
-			}
-		}
-	}
 	for _, s := range d.AddedAddressSets {
-		single(s.Addresses)
+		addSingle(out, s.Addresses)
 	}
 	for _, u := range d.UpdatedAddressSets {
-		single(u.Added)
-		single(u.Removed)
+		addSingle(out, u.Added)
+		addSingle(out, u.Removed)
 	}
 	for _, id := range d.RemovedAddressSets {
-		single(share.AddressSets[id].Addresses)
+		addSingle(out, share.AddressSets[id].Addresses)
 	}
 	return out
+}
+
+// addSingle marks the single-address prefixes of ps in out.
+func addSingle(out map[netip.Addr]bool, ps []netip.Prefix) {
+	for _, p := range ps {
+		if p.IsSingleIP() {
+			out[p.Addr()] = true
+		}
+	}
 }
 
 // presence says which of addrs some address set of share holds.

@@ -111,12 +111,7 @@ func (h *Harness) RunAllocation(ctx context.Context) (*AllocationResult, error) 
 	if err != nil {
 		return nil, fmt.Errorf("pods: %w", err)
 	}
-	waitErr := waitUntil(ctx, h.cfg.ConvergenceTimeout, 50*time.Millisecond, "every pod's address", func() error {
-		if n := h.alloc.waiting(); n > 0 {
-			return fmt.Errorf("%d of %d pods have no address yet", n, h.cfg.Pods())
-		}
-		return nil
-	})
+	waitErr := h.waitAddresses(ctx)
 	res.Phase = h.procs.since(mark)
 	res.Latency, res.Pending, _ = h.alloc.results()
 	res.Allocated = h.alloc.lastAllocation().Sub(start)
@@ -127,6 +122,16 @@ func (h *Harness) RunAllocation(ctx context.Context) (*AllocationResult, error) 
 		h.logf("kovs-controller metrics: %v", err)
 	}
 	return res, waitErr
+}
+
+// waitAddresses waits until every pod the harness created has its address allocated.
+func (h *Harness) waitAddresses(ctx context.Context) error {
+	return waitUntil(ctx, h.cfg.ConvergenceTimeout, 50*time.Millisecond, "every pod's address", func() error {
+		if n := h.alloc.waiting(); n > 0 {
+			return fmt.Errorf("%d pods have no address yet", n)
+		}
+		return nil
+	})
 }
 
 // reconcileStats reads kovs-controller's reconcile histograms of one controller.

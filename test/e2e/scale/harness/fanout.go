@@ -47,8 +47,9 @@ type FanOutResult struct {
 	// NoReceipt those kovs-controller's ring held no receipt for (or one after the last
 	// node applied it).
 	Lost, NoReceipt int
-	// AddressTraffic is what each agent received for each address change.
-	AddressTraffic []Traffic
+	// AddressTraffic is what each agent received for each address change (span 1: the
+	// change concerns the one set).
+	AddressTraffic []SpanSample
 }
 
 // addressChange is one address probe.
@@ -129,13 +130,7 @@ func (h *Harness) fanOut(ctx context.Context) error {
 			h.model.remove(ref)
 		}
 	}()
-	err = waitUntil(ctx, h.cfg.ConvergenceTimeout, 50*time.Millisecond, "the pods' addresses", func() error {
-		if w := h.alloc.waiting(); w > 0 {
-			return fmt.Errorf("%d pods have no address yet", w)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := h.waitAddresses(ctx); err != nil {
 		return err
 	}
 
@@ -279,7 +274,7 @@ func (h *Harness) addressProbe(ctx context.Context, holders []*Agent, ref podRef
 	}
 	time.Sleep(settle)
 	for i, a := range holders {
-		fo.AddressTraffic = append(fo.AddressTraffic, a.traffic().Sub(before[i]))
+		fo.AddressTraffic = append(fo.AddressTraffic, SpanSample{Span: 1, Traffic: a.traffic().Sub(before[i])})
 	}
 	return c, nil
 }

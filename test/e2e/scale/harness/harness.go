@@ -178,6 +178,14 @@ type apiserverReading struct {
 	err     error
 }
 
+// until is what kube-apiserver counted between the reading r and the later one end.
+func (r apiserverReading) until(end apiserverReading) (APIServerMetrics, error) {
+	if err := errors.Join(r.err, end.err); err != nil {
+		return APIServerMetrics{}, err
+	}
+	return end.metrics.Sub(r.metrics)
+}
+
 func (h *Harness) apiserverMark(ctx context.Context) apiserverReading {
 	m, err := apiserverMetrics(ctx, h.workload)
 	return apiserverReading{at: time.Now(), metrics: m, err: err}
@@ -188,14 +196,10 @@ func (h *Harness) apiserverMark(ctx context.Context) apiserverReading {
 // the next phase's start.
 func (h *Harness) apiserverPhase(ctx context.Context, name string, start apiserverReading) apiserverReading {
 	end := h.apiserverMark(ctx)
-	err := errors.Join(start.err, end.err)
+	d, err := start.until(end)
 	if err == nil {
-		var d APIServerMetrics
-		if d, err = end.metrics.Sub(start.metrics); err == nil {
-			h.result.APIServer = append(h.result.APIServer, APIServerPhase{Name: name, Seconds: end.at.Sub(start.at).Seconds(), Metrics: d})
-		}
-	}
-	if err != nil {
+		h.result.APIServer = append(h.result.APIServer, APIServerPhase{Name: name, Seconds: end.at.Sub(start.at).Seconds(), Metrics: d})
+	} else {
 		h.logf("kube-apiserver's metrics for phase %s: %v", name, err)
 	}
 	return end

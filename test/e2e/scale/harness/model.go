@@ -43,10 +43,9 @@ func namespaceName(i int) string { return fmt.Sprintf("scale-%05d", i) }
 // place picks a node uniformly (as bench-shapes.md draws nodeName) and records the pod.
 func (m *model) place(ref podRef, app int) podPlace {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := podPlace{Node: m.nodes[m.rng.IntN(len(m.nodes))], App: app}
-	m.add(ref, p)
-	return p
+	node := m.nodes[m.rng.IntN(len(m.nodes))]
+	m.mu.Unlock()
+	return m.placeOn(ref, app, node)
 }
 
 // placeOn records a pod on the given node.

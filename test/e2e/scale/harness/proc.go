@@ -76,10 +76,7 @@ func (s *procSampler) since(m procMark) PhaseUsage {
 
 // cpu is the named process's CPU seconds: its frozen reading once it was stopped.
 func (s *procSampler) cpu(name string) float64 {
-	s.mu.Lock()
-	f, ok := s.frozen[name]
-	s.mu.Unlock()
-	if ok {
+	if f, ok := s.frozenUsage(name); ok {
 		return f.CPUSeconds
 	}
 	c, _ := cpuSeconds(s.pids[name])
@@ -92,12 +89,25 @@ func (s *procSampler) freeze(name string) {
 	if !ok {
 		return
 	}
-	u := ProcessUsage{Name: name}
-	u.CPUSeconds, _ = cpuSeconds(pid)
-	u.PeakRSS, u.RSS, _ = memory(pid)
+	u := readUsage(name, pid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.frozen[name] = u
+}
+
+func (s *procSampler) frozenUsage(name string) (ProcessUsage, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.frozen[name]
+	return f, ok
+}
+
+// readUsage is the process's CPU since it started and its memory now.
+func readUsage(name string, pid int) ProcessUsage {
+	u := ProcessUsage{Name: name}
+	u.CPUSeconds, _ = cpuSeconds(pid)
+	u.PeakRSS, u.RSS, _ = memory(pid)
+	return u
 }
 
 // totals are every process's CPU since it started and its memory now.
@@ -108,17 +118,11 @@ func (s *procSampler) totals() []ProcessUsage {
 		if !ok {
 			continue
 		}
-		s.mu.Lock()
-		f, stopped := s.frozen[name]
-		s.mu.Unlock()
-		if stopped {
+		if f, stopped := s.frozenUsage(name); stopped {
 			out = append(out, f)
-			continue
+		} else {
+			out = append(out, readUsage(name, pid))
 		}
-		u := ProcessUsage{Name: name}
-		u.CPUSeconds, _ = cpuSeconds(pid)
-		u.PeakRSS, u.RSS, _ = memory(pid)
-		out = append(out, u)
 	}
 	return out
 }

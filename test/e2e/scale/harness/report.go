@@ -179,11 +179,7 @@ func (r *Result) fanOutSection(p func(string, ...any)) {
 	for _, row := range SpanTable(fo.PolicyTraffic) {
 		p("| a policy over one pod on every node (span %d) | %d | %.2f | %.0f | %d |", row.Span, row.Samples, row.Messages, row.Bytes, row.MaxBytes)
 	}
-	var addr []SpanSample
-	for _, t := range fo.AddressTraffic {
-		addr = append(addr, SpanSample{Span: 1, Traffic: t})
-	}
-	for _, row := range SpanTable(addr) {
+	for _, row := range SpanTable(fo.AddressTraffic) {
 		p("| an address into or out of the peers' set | %d | %.2f | %.0f | %d |", row.Samples, row.Messages, row.Bytes, row.MaxBytes)
 	}
 }

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 )
@@ -39,12 +38,8 @@ func (h *Harness) churnSteps(ctx context.Context) error {
 		start := h.apiserverMark(ctx)
 		var err error
 		step.Churn, err = h.churnAt(ctx, step.PodsPerSecond, step.PoliciesPerSecond, h.cfg.StepDuration, fmt.Sprintf("step%d", i+1))
-		end := h.apiserverMark(ctx)
-		apiErr := errors.Join(start.err, end.err)
-		if apiErr == nil {
-			step.APIServer, apiErr = end.metrics.Sub(start.metrics)
-		}
-		if apiErr != nil {
+		var apiErr error
+		if step.APIServer, apiErr = start.until(h.apiserverMark(ctx)); apiErr != nil {
 			step.APIServerErr = apiErr.Error()
 		}
 		h.result.Steps = append(h.result.Steps, step)
