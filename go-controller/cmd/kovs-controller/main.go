@@ -52,6 +52,7 @@ func main() {
 	metricsListen := flag.String("metrics-listen", "127.0.0.1:9091", "where /metrics, /healthz and /readyz are served; beyond loopback, /metrics only answers other hosts (unauthenticated: an opt-in); empty: not served")
 	reviewQPS := flag.Float64("token-review-qps", 20, "TokenReviews per second (the agents' authentication) on a client of their own, apart from address allocation and leader election")
 	reviewBurst := flag.Int("token-review-burst", 40, "burst of --token-review-qps")
+	tokenVerification := flag.String("agent-token-verification", "local", "how the agents' tokens are authenticated: local (the controller verifies their signature with kube-apiserver's published issuer keys and their binding with its informers; a TokenReview only for what it cannot decide) or review (a TokenReview for every token)")
 	reviewsInFlight := flag.Int("token-review-max-in-flight", stream.DefaultReviewsInFlight, "TokenReviews waiting on kube-apiserver at once (a connecting agent finds no free one within 2 s: 503, it retries)")
 	leaseDuration := flag.Duration("leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a leader's Lease holds without renewal before another replica takes over")
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
@@ -87,6 +88,9 @@ func main() {
 	}
 	if *workers < 1 {
 		fatal(fmt.Errorf("--workers %d: use at least 1", *workers))
+	}
+	if *tokenVerification != "local" && *tokenVerification != "review" {
+		fatal(fmt.Errorf("--agent-token-verification %q: use local or review", *tokenVerification))
 	}
 	if *debugReceipts < 0 {
 		fatal(fmt.Errorf("--debug-receipts %d: use 0 (off) or a positive count", *debugReceipts))
@@ -132,7 +136,7 @@ func main() {
 		Pod: controller.OwnPod{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")},
 		Policy: controller.PolicyConfig{Listen: *policyListen, MinSyncInterval: *policyMinSync, ClusterMinSyncInterval: *clusterMinSync,
 			AgentNamespace: agentNS, AgentServiceAccount: agentName, TLS: controller.DefaultPolicyTLS(names, ips),
-			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight,
+			TokenReviews: reviews.TokenReviews(), TokenReviewsInFlight: *reviewsInFlight, ReviewEveryToken: *tokenVerification == "review",
 			TransitionTimeout: *transitionTimeout},
 		Metrics: set, Health: health, Dynamic: dyn, PolicyAPI: policyAPI, Receipts: ring,
 	}, client)

@@ -106,3 +106,11 @@ func (o observer) stream(src stream.Source, reports stream.Reports) (stream.Sour
 	}
 	return o.metrics.Latency.Source(src), o.metrics.Latency.Reports(reports)
 }
+
+// authentication counts how the stream's authenticator decided each agent token.
+func (o observer) authentication() func(how string) {
+	if o.metrics == nil {
+		return nil
+	}
+	return o.metrics.Authentications
+}

@@ -7,9 +7,12 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -47,6 +50,11 @@ type PolicyConfig struct {
 	// TokenReviewsInFlight bounds the TokenReviews that run at once (default
 	// stream.DefaultReviewsInFlight).
 	TokenReviewsInFlight int
+	// ReviewEveryToken asks kube-apiserver for a TokenReview of every agent token
+	// (--agent-token-verification=review). By default the controller verifies the
+	// agents' bound tokens itself (stream.BoundTokenVerifier) and asks only about the
+	// tokens it cannot decide.
+	ReviewEveryToken bool
 	// TransitionTimeout is how long relaxations wait for the nodes to realize the
 	// restrictions before them (default transition.DefaultTimeout).
 	TransitionTimeout time.Duration
@@ -82,6 +90,8 @@ type policyControllers struct {
 	realization *realization.Controller
 	gate        *transition.Gate
 	obs         observer
+	pods        corelisters.PodLister
+	nodes       corelisters.NodeLister
 }
 
 // bothReports hands every realization report to the transition gate and the realization
@@ -107,7 +117,8 @@ func newPolicyControllers(factory informers.SharedInformerFactory, client kubern
 	if err != nil {
 		return nil, err
 	}
-	return &policyControllers{cfg: cfg, compiler: comp, realization: status, obs: obs}, nil
+	return &policyControllers{cfg: cfg, compiler: comp, realization: status, obs: obs,
+		pods: factory.Core().V1().Pods().Lister(), nodes: factory.Core().V1().Nodes().Lister()}, nil
 }
 
 // run compiles, follows realization and serves the stream until ctx ends. Every share
@@ -149,9 +160,13 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 	}
 	reviewer := stream.NewTokenReviewer(reviews)
 	reviewer.MaxInFlight = p.cfg.TokenReviewsInFlight
+	var auth stream.Authenticator = reviewer
+	if !p.cfg.ReviewEveryToken {
+		auth = p.boundTokenVerifier(ctx, client, reviewer)
+	}
 	server := stream.NewServer(stream.ServerConfig{
 		Source:            src,
-		Authenticator:     reviewer,
+		Authenticator:     auth,
 		Authorizer:        stream.AgentAuthorizer{User: stream.ServiceAccountUser(p.cfg.AgentNamespace, p.cfg.AgentServiceAccount)},
 		Reports:           reports,
 		KeepaliveInterval: p.cfg.KeepaliveInterval,
@@ -159,4 +174,75 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 	log.WithField("address", ln.Addr().String()).WithField("agents", p.cfg.AgentNamespace+"/"+p.cfg.AgentServiceAccount).
 		Info("serving NetworkPolicy to the agents")
 	return server.Serve(ctx, ln, cert.TLSConfig())
+}
+
+// boundTokenVerifier verifies the agents' tokens with the issuer's keys and the
+// informers' Pods and Nodes, and a ServiceAccount informer of its own that watches the
+// agents' ServiceAccount alone; until it has synced, tokens go to reviewer.
+func (p *policyControllers) boundTokenVerifier(ctx context.Context, client kubernetes.Interface, reviewer *stream.TokenReviewer) *stream.BoundTokenVerifier {
+	accounts := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(p.cfg.AgentNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.cfg.AgentServiceAccount).String()
+		}))
+	objects := informerObjects{pods: p.pods, nodes: p.nodes, accounts: accounts.Core().V1().ServiceAccounts().Lister()}
+	accounts.Start(ctx.Done())
+	return &stream.BoundTokenVerifier{
+		Keys:      &stream.IssuerKeys{Get: apiserverGet(client)},
+		Objects:   objects,
+		Fallback:  reviewer,
+		Audiences: reviewer.Audiences,
+		Decided:   p.obs.authentication(),
+	}
+}
+
+// apiserverGet reads a path of kube-apiserver (the issuer discovery) with client.
+func apiserverGet(client kubernetes.Interface) func(context.Context, string) ([]byte, error) {
+	return func(ctx context.Context, path string) ([]byte, error) {
+		rc := client.Discovery().RESTClient()
+		if rc == nil {
+			return nil, fmt.Errorf("no REST client to read %s", path)
+		}
+		return rc.Get().AbsPath(path).DoRaw(ctx)
+	}
+}
+
+// informerObjects answers stream.BoundObjects from the listers.
+type informerObjects struct {
+	pods     corelisters.PodLister
+	nodes    corelisters.NodeLister
+	accounts corelisters.ServiceAccountLister
+}
+
+func (o informerObjects) ServiceAccount(namespace, name string) *stream.BoundObject {
+	sa, err := o.accounts.ServiceAccounts(namespace).Get(name)
+	if err != nil {
+		return nil
+	}
+	return boundObject(sa.ObjectMeta)
+}
+
+func (o informerObjects) Node(name string) *stream.BoundObject {
+	n, err := o.nodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	return boundObject(n.ObjectMeta)
+}
+
+func (o informerObjects) Pod(namespace, name string) *stream.BoundObject {
+	pod, err := o.pods.Pods(namespace).Get(name)
+	if err != nil {
+		return nil
+	}
+	b := boundObject(pod.ObjectMeta)
+	b.Node, b.ServiceAccount = pod.Spec.NodeName, pod.Spec.ServiceAccountName
+	return b
+}
+
+func boundObject(m metav1.ObjectMeta) *stream.BoundObject {
+	b := &stream.BoundObject{UID: string(m.UID)}
+	if m.DeletionTimestamp != nil {
+		b.Deleted = m.DeletionTimestamp.Time
+	}
+	return b
 }

@@ -3,6 +3,12 @@ package framework
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
 
 // APIServerMetric is the sum of the series of metric name on kube-apiserver's /metrics
@@ -16,6 +22,38 @@ func (s *Sandbox) APIServerMetric(ctx context.Context, name string, want map[str
 	total, err := sumSeries(b, name, want)
 	if err != nil {
 		return 0, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return total, nil
+}
+
+// ControllerMetric is the sum of the series of metric name on the /metrics of every
+// kovs-controller replica whose labels include want (0 when there is no such series).
+func (s *Sandbox) ControllerMetric(ctx context.Context, name string, want map[string]string) (float64, error) {
+	st, err := s.Layout.LoadState()
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, r := range sandbox.ControllerReplicas(*st) {
+		url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(r.MetricsPort)) + "/metrics"
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, fmt.Errorf("%s /metrics: %w", r.Process, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("%s /metrics: %s %v", r.Process, resp.Status, err)
+		}
+		n, err := sumSeries(b, name, want)
+		if err != nil {
+			return 0, fmt.Errorf("%s /metrics: %w", r.Process, err)
+		}
+		total += n
 	}
 	return total, nil
 }

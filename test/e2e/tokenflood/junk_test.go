@@ -34,14 +34,18 @@ const (
 	// TokenReview.
 	malformed
 	// badSignature: an agent's token with its claims changed (a unique jti) and a
-	// signature of random bytes: the controller cannot tell it from an agent's without
-	// asking kube-apiserver, so each costs a TokenReview unless limited.
+	// signature of random bytes, under the key ID of the issuer's key: the controller
+	// verifies it with that key and refuses it without a TokenReview.
 	badSignature
+	// unknownKey: the same under a key ID the issuer does not publish: the controller
+	// cannot tell it from a token of a key it has not read yet without asking
+	// kube-apiserver, so each costs a TokenReview unless limited.
+	unknownKey
 	junkKinds
 )
 
 func (k junkKind) String() string {
-	return [...]string{"no token", "malformed", "bad signature"}[k]
+	return [...]string{"no token", "malformed", "bad signature", "unknown key"}[k]
 }
 
 // junkRequest is one request of the flood: a GET of a node's share.
@@ -60,9 +64,12 @@ func junkRequests(tb testing.TB, n int, agentToken string) []junkRequest {
 	if len(parts) != 3 {
 		tb.Fatalf("the agent's token is not a JWT: %d parts", len(parts))
 	}
-	var claims map[string]any
+	var claims, header map[string]any
 	if err := decodeJSON(parts[1], &claims); err != nil {
 		tb.Fatalf("the agent's token claims: %v", err)
+	}
+	if err := decodeJSON(parts[0], &header); err != nil {
+		tb.Fatalf("the agent's token header: %v", err)
 	}
 	sigLen := len(parts[2]) * 3 / 4
 	reqs := make([]junkRequest, n)
@@ -71,9 +78,14 @@ func junkRequests(tb testing.TB, n int, agentToken string) []junkRequest {
 		switch r.kind {
 		case malformed:
 			r.token = malformedToken(tb, i, parts[0], claims)
-		case badSignature:
+		case badSignature, unknownKey:
 			claims["jti"] = fmt.Sprintf("tokenflood-%d-%s", i, randomText(tb, 6))
-			r.token = parts[0] + "." + encodeJSON(tb, claims) + "." + randomText(tb, sigLen)
+			head := parts[0]
+			if r.kind == unknownKey {
+				header["kid"] = "tokenflood-" + randomText(tb, 8)
+				head = encodeJSON(tb, header)
+			}
+			r.token = head + "." + encodeJSON(tb, claims) + "." + randomText(tb, sigLen)
 		}
 		reqs[i] = r
 	}

@@ -8,19 +8,23 @@
 // status.podIPs (its node's agent allocates them) and the Lease's renewals are recorded. In the flood
 // phase floodRequests junk requests, each on its own connection from node1 (to the
 // node's 127.0.0.1:9443, as an agent reaches the controller), are released at once: a
-// third with no token, a third with tokens that cannot be ServiceAccount tokens for the
-// stream (not JWTs, unsigned, another audience), a third with an agent's token re-signed
-// with random bytes (which only kube-apiserver can refuse), every token distinct.
+// quarter with no token, a quarter with tokens that cannot be ServiceAccount tokens for
+// the stream (not JWTs, unsigned, another audience), a quarter with an agent's token
+// re-signed with random bytes (the controller verifies it with the issuer's key), a
+// quarter the same under a key ID the issuer does not publish (which only kube-apiserver
+// can refuse), every token distinct.
 //
 // The test asserts what the protection promises, never a latency: every junk request is
-// refused; only the re-signed tokens cost TokenReviews, and no more than the controller's
-// TokenReview rate limit allows; the agents' streams work (the flood phase's policy is
+// refused; only the tokens of unknown keys cost TokenReviews, and no more than the
+// controller's TokenReview rate limit allows; the controller verified the agents' tokens
+// and refused the re-signed ones itself; the agents' streams work (the flood phase's policy is
 // realized on both nodes); every pod gets its addresses; leadership is never lost. The
 // latencies are logged, and reported as ratios by BenchmarkTokenReviewFlood. Needs root;
 // runs under `make e2e` (KOVS_E2E=1).
 package tokenflood_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -55,7 +59,30 @@ func TestTokenReviewFlood(t *testing.T) {
 	t.Logf("TokenReviews kube-apiserver served during the flood: %.0f (in %s)", flood.reviews, ms(flood.reviewWindow))
 	checkRefused(t, *flood.flood)
 	checkReviews(t, flood)
+	checkLocalVerification(t, s, flood)
 	checkLeadership(t, base, flood)
+}
+
+// checkLocalVerification checks, on kovs-controller's own counter, that it verified the
+// agents' tokens itself and refused the re-signed ones itself (checkReviews shows they
+// cost kube-apiserver nothing).
+func checkLocalVerification(t *testing.T, s *framework.Sandbox, p phase) {
+	t.Helper()
+	count := func(how string) float64 {
+		n, err := s.ControllerMetric(context.Background(), "kovs_controller_agent_authentications_total", map[string]string{"how": how})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	local, refused := count("local"), count("refused")
+	t.Logf("kovs-controller's decisions: %.0f agent tokens verified, %.0f refused, %.0f asked of kube-apiserver", local, refused, count("review"))
+	if local < 2 {
+		t.Errorf("%.0f tokens verified by kovs-controller: the two agents' were not", local)
+	}
+	if resigned := float64(p.flood.codes[badSignature][http.StatusUnauthorized]); refused < resigned {
+		t.Errorf("kovs-controller refused %.0f tokens itself, fewer than the %.0f re-signed ones refused", refused, resigned)
+	}
 }
 
 // checkRefused checks that every junk request was answered and refused: 401, or 503 with
@@ -68,7 +95,7 @@ func checkRefused(t *testing.T, res floodResult) {
 	}
 	for k, codes := range res.codes {
 		for code, n := range codes {
-			refused := code == http.StatusUnauthorized || (code == http.StatusServiceUnavailable && junkKind(k) == badSignature)
+			refused := code == http.StatusUnauthorized || (code == http.StatusServiceUnavailable && junkKind(k) == unknownKey)
 			if !refused {
 				t.Errorf("%d junk requests with %s were answered %d %s", n, junkKind(k), code, http.StatusText(code))
 			}
@@ -79,17 +106,17 @@ func checkRefused(t *testing.T, res floodResult) {
 	}
 }
 
-// checkReviews checks what the flood cost kube-apiserver. Each re-signed token the
-// controller refused with 401 took one TokenReview (every token is distinct); the other
-// junk must take none, and all of it no more than the TokenReview rate limit allows.
+// checkReviews checks what the flood cost kube-apiserver. Each token of an unknown key
+// the controller refused with 401 took one TokenReview (every token is distinct); the
+// other junk must take none, and all of it no more than the TokenReview rate limit allows.
 func checkReviews(t *testing.T, p phase) {
 	t.Helper()
-	resigned := float64(p.flood.codes[badSignature][http.StatusUnauthorized])
-	if p.reviews < resigned {
-		t.Errorf("%.0f TokenReviews for %.0f re-signed tokens refused: they were not all asked of kube-apiserver (is the test's junk right?)", p.reviews, resigned)
+	unknown := float64(p.flood.codes[unknownKey][http.StatusUnauthorized])
+	if p.reviews < unknown {
+		t.Errorf("%.0f TokenReviews for %.0f tokens of unknown keys refused: they were not all asked of kube-apiserver (is the test's junk right?)", p.reviews, unknown)
 	}
-	if p.reviews > resigned+agentReviews {
-		t.Errorf("%.0f TokenReviews for %.0f re-signed tokens refused: junk that cannot be a ServiceAccount token (or no token) reached kube-apiserver", p.reviews, resigned)
+	if p.reviews > unknown+agentReviews {
+		t.Errorf("%.0f TokenReviews for %.0f tokens of unknown keys refused: junk the controller can refuse itself (no token, not a ServiceAccount token, a signature its issuer's key does not verify) reached kube-apiserver", p.reviews, unknown)
 	}
 	if limit := reviewBurst + reviewQPS*p.reviewWindow.Seconds() + agentReviews; p.reviews > limit {
 		t.Errorf("%.0f TokenReviews in %s: more than the controller's limit allows (%d/s, burst %d: %.0f)", p.reviews, ms(p.reviewWindow), reviewQPS, reviewBurst, limit)

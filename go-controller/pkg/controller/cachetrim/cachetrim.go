@@ -13,7 +13,8 @@
 // The readers of the shared factory are the pod address allocator and its restore
 // (controller/addresses), the node subnet allocator and the address plan check, the
 // policy compiler (controller/networkpolicy) and the realization status and tracker
-// (controller/realization). The fields each kind keeps are listed in Kept; a reader that
+// (controller/realization), and the agents' token verifier (a token bound to an agent's
+// Pod or Node is checked against them: controller/policy.go). The fields each kind keeps are listed in Kept; a reader that
 // needs one more must add it to both (the package's tests check that Transform keeps
 // exactly Kept, and that the controller's packages select no field outside it). Updates
 // that change only dropped fields still reach the informers' handlers (the resource
@@ -64,7 +65,8 @@ func Transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		trimMeta(&o.ObjectMeta)
-		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork, Containers: containerPorts(o.Spec.Containers)}
+		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork, Containers: containerPorts(o.Spec.Containers),
+			ServiceAccountName: o.Spec.ServiceAccountName}
 		o.Status = corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs}
 	case *corev1.Node:
 		trimMeta(&o.ObjectMeta)
@@ -89,7 +91,7 @@ func Kept() map[string][]string {
 	return map[string][]string{
 		"meta/v1.ObjectMeta":          meta,
 		"core/v1.Pod":                 {"TypeMeta", "ObjectMeta", "Spec", "Status"},
-		"core/v1.PodSpec":             {"NodeName", "HostNetwork", "Containers"},
+		"core/v1.PodSpec":             {"NodeName", "HostNetwork", "Containers", "ServiceAccountName"},
 		"core/v1.Container":           {"Name", "Ports"},
 		"core/v1.PodStatus":           {"Phase", "PodIP", "PodIPs"},
 		"core/v1.Node":                {"TypeMeta", "ObjectMeta", "Spec", "Status"},

@@ -64,6 +64,7 @@ type Set struct {
 	Addresses   *Slot[AddressSource]
 	Realization *Slot[Summarizer]
 	leader      prometheus.Gauge
+	authn       *prometheus.CounterVec
 }
 
 // NewSet registers kovs-controller's metrics on reg.
@@ -86,8 +87,11 @@ func NewSet(reg prometheus.Registerer) (*Set, error) {
 	}
 	s := &Set{Reconcile: rec, Latency: lat, Batches: batches, Transitions: transitions, Addresses: &Slot[AddressSource]{}, Realization: &Slot[Summarizer]{},
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kovs_controller_leader",
-			Help: "1 while this replica leads (runs the controllers), 0 on standby."})}
-	for _, c := range []prometheus.Collector{s.leader, AddressCollector{Source: s.Addresses},
+			Help: "1 while this replica leads (runs the controllers), 0 on standby."}),
+		authn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kovs_controller_agent_authentications_total",
+			Help: "Agent tokens presented to the policy stream, by how they were decided: local (verified by the controller), review (asked of kube-apiserver), refused (by the controller)."},
+			[]string{"how"})}
+	for _, c := range []prometheus.Collector{s.leader, s.authn, AddressCollector{Source: s.Addresses},
 		RealizationCollector{Source: slotSummary{s.Realization}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -103,6 +107,11 @@ func (s *Set) SetLeading(leading bool) {
 		v = 1
 	}
 	s.leader.Set(v)
+}
+
+// Authentications counts one agent token decided how (local, review or refused).
+func (s *Set) Authentications(how string) {
+	s.authn.WithLabelValues(how).Inc()
 }
 
 // slotSummary is an empty summary while no realization controller is attached.
