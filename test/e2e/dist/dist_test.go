@@ -52,7 +52,11 @@ func TestManifestsApplyAndRBACIsExact(t *testing.T) {
 			{"get", "secrets/kovs-controller-tls", "kube-system", true}, {"update", "configmaps/kovs-ca", "kube-system", true},
 			{"list", "clusternetworkpolicies.policy.networking.k8s.io", "", true}, {"watch", "clusternetworkpolicies.policy.networking.k8s.io", "", true},
 			{"update", "clusternetworkpolicies.policy.networking.k8s.io:status", "", true},
+			// the agents' tokens verified locally: the issuer's keys, the agents' ServiceAccount
+			{"get", "/openid/v1/jwks", "", true}, {"get", "/.well-known/openid-configuration", "", true},
+			{"list", "serviceaccounts/kovs-agent", "kube-system", true}, {"watch", "serviceaccounts/kovs-agent", "kube-system", true},
 			// and nothing more
+			{"list", "serviceaccounts", "kube-system", false}, {"get", "serviceaccounts/kovs-agent", "kube-system", false},
 			{"update", "clusternetworkpolicies.policy.networking.k8s.io", "", false}, {"create", "clusternetworkpolicies.policy.networking.k8s.io", "", false},
 			{"patch", "clusternetworkpolicies.policy.networking.k8s.io:status", "", false},
 			{"delete", "pods", "default", false}, {"update", "pods", "default", false}, {"delete", "nodes", "", false},
