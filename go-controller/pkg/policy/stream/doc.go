@@ -39,19 +39,24 @@
 // An agent presents a ServiceAccount token whose audience is the controller's
 // (TokenAudience) and that is bound to its Node (TokenRequest with boundObjectRef kind
 // Node) or to its own Pod (a projected token: kube-apiserver adds the pod's node). The
-// controller asks kube-apiserver for a TokenReview with that audience and accepts the
-// request only if the token is valid, belongs to the agents' ServiceAccount
-// (system:serviceaccount:kube-system:kovs-agent by default), and its
-// authentication.kubernetes.io/node-name is the {node} of the URL. A request without a
-// valid token gets 401; an authenticated client that is not that node's agent, 403; a
-// TokenReview that could not be made, 503. The port is open to whoever reaches it, so the
-// controller asks kube-apiserver as little as it can (TokenReviewer): what cannot be a
-// ServiceAccount token for the audience (not a signed JWT, another audience, expired) is
-// refused without a review; reviews run on a client of their own, at most a few at once
-// (a request that finds no slot gets 503 and retries); an answer counts only for the
-// audience kube-apiserver validated (status.audiences); valid tokens are cached for a
-// minute and refusals for ten seconds, by the token's hash, in two bounded caches that
-// evict their oldest entry when full. An open stream's token is checked again every five
+// controller accepts the request only if the token is valid, belongs to the agents'
+// ServiceAccount (system:serviceaccount:kube-system:kovs-agent by default), and is bound
+// to the {node} of the URL. By default it decides that itself (BoundTokenVerifier): the
+// signature with the issuer's keys from kube-apiserver's issuer discovery, the issuer,
+// audience and expiry, and the ServiceAccount, Node and Pod the token names against its
+// informers; what it cannot decide (an unknown key ID, another issuer, an object its
+// informers do not hold with that UID) it asks kube-apiserver in a TokenReview with that
+// audience (TokenReviewer), whose authentication.kubernetes.io/node-name must then be the
+// {node}. A request without a valid token gets 401; an authenticated client that is not
+// that node's agent, 403; a TokenReview that could not be made, 503. The port is open to
+// whoever reaches it, so the controller asks kube-apiserver as little as it can: what
+// cannot be a ServiceAccount token for the audience (not a signed JWT, another audience,
+// expired) and a signature the issuer's key does not verify are refused without a
+// review; reviews run on a client of their own, at most a few at once (a request that
+// finds no slot gets 503 and retries); an answer counts only for the audience
+// kube-apiserver validated (status.audiences); valid tokens are cached for five minutes
+// and refusals for ten seconds, by the token's hash, in two bounded caches that evict
+// their oldest entry when full. An open stream's token is checked again every five
 // minutes.
 //
 // The controller's serving certificate is issued by its own CA (see package
