@@ -96,6 +96,14 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	resync := fs.Duration("agent-resync-period", 0, "every kovs-agent's --resync-period and --full-resync-period, so every resync is a full one (0: the agent's defaults, 10s and 5m)")
 	nodePodCIDRs := fs.Bool("node-pod-cidrs", false, "kube-controller-manager allocates the nodes' spec.podCIDRs (--allocate-node-cidrs) and kovs-controller takes them (--use-node-pod-cidrs)")
 	noMasq := fs.String("no-masquerade-cidrs", "", "every kovs-agent's --no-masquerade-cidrs (comma-separated; e.g. the external host's routed addresses 172.30.0.251/32)")
+	var controllerFlags []string
+	fs.Func("controller-flag", "a kovs-controller flag (--name=value) passed after the sandbox's own; repeat for more", func(v string) error {
+		if !strings.HasPrefix(v, "--") {
+			return fmt.Errorf("%q: give the flag as --name=value", v)
+		}
+		controllerFlags = append(controllerFlags, v)
+		return nil
+	})
 	cpOnly := fs.Bool("control-plane-only", false, "scale mode: the control plane and kovs-controller only, no node namespaces or agents (use with --nodes 0)")
 	cidrs := fs.String("cluster-cidrs", "", "with --control-plane-only: kovs-controller's pod CIDRs (comma-separated; default the family's, 256 node blocks)")
 	replicas := fs.Int("controller-replicas", 1, "kovs-controller processes (1 to 3), electing a leader through the Lease as dist's replicas do")
@@ -111,7 +119,7 @@ func cmdUp(ctx context.Context, l sandbox.Layout, args []string) error {
 	}
 	opts := sandbox.Options{Nodes: *nodes, Family: fam, K8sBinDir: *k8sBin, EtcdPath: *etcd, SelfPath: self,
 		KubeProxy: *kubeProxy, Runtime: rt, ImagesDir: filepath.Clean(*images), DistDir: filepath.Clean(*dist),
-		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, ControlPlaneOnly: *cpOnly, AuditKovs: *audit, ControllerReplicas: *replicas, Out: os.Stdout}
+		AgentResyncPeriod: *resync, NodePodCIDRs: *nodePodCIDRs, ControlPlaneOnly: *cpOnly, AuditKovs: *audit, ControllerReplicas: *replicas, ControllerFlags: controllerFlags, Out: os.Stdout}
 	opts.ClusterCIDRs = splitList(*cidrs)
 	opts.NoMasqueradeCIDRs = splitList(*noMasq)
 	switch *network {

@@ -102,6 +102,7 @@ func (u *upRun) kovs() error {
 			args = append(args, scaleLeaderElection...)
 			args = append(args, scaleReceipts...)
 		}
+		args = append(args, u.opts.ControllerFlags...)
 		if _, err := l.start(Process{Name: r.Process, Path: filepath.Join(dir, kovsController), Args: args}); err != nil {
 			return err
 		}

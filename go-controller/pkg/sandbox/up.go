@@ -63,7 +63,10 @@ type Options struct {
 	// AuditKovs has kube-apiserver write an audit log (Metadata level) of the requests of
 	// kovs-controller's ServiceAccount to Layout.KovsAuditLog(): what kovs costs the API.
 	AuditKovs bool
-	Out       io.Writer
+	// ControllerFlags are passed to every kovs-controller after the sandbox's own (a
+	// later flag wins): a scale run measures, say, --agent-token-verification=review.
+	ControllerFlags []string
+	Out             io.Writer
 }
 
 // upRun is one execution of Up.

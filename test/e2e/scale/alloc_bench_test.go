@@ -41,7 +41,7 @@ func BenchmarkPodAllocation(b *testing.B) {
 	var res *harness.AllocationResult
 	for range b.N {
 		b.StopTimer()
-		s := upScale(b, 1)
+		s := upScale(b, 1, nil)
 		h, err := harness.New(cfg, s.Layout, b.Logf)
 		if err != nil {
 			b.Fatal(err)

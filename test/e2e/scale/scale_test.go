@@ -22,11 +22,15 @@ import (
 
 // upScale starts a scale-mode sandbox: no node namespaces, kovs-controller with room for
 // 16,384 node blocks, and an audit log of its requests; replicas kovs-controllers (two
-// for a failover, as dist runs).
-func upScale(t testing.TB, replicas int) *framework.Sandbox {
+// for a failover, as dist runs), with flags added to the sandbox's.
+func upScale(t testing.TB, replicas int, flags []string) *framework.Sandbox {
 	env := framework.Require(t)
-	return framework.Up(t, env, "--control-plane-only", "--nodes", "0", "--cluster-cidrs", sandbox.ScaleClusterCIDR, "--audit-kovs",
-		"--controller-replicas", strconv.Itoa(replicas))
+	args := []string{"--control-plane-only", "--nodes", "0", "--cluster-cidrs", sandbox.ScaleClusterCIDR, "--audit-kovs",
+		"--controller-replicas", strconv.Itoa(replicas)}
+	for _, f := range flags {
+		args = append(args, "--controller-flag", f)
+	}
+	return framework.Up(t, env, args...)
 }
 
 // run runs the harness and logs its report; onReport sees the result even when the run
@@ -37,7 +41,7 @@ func run(t *testing.T, cfg harness.Config, onReport func(*harness.Result)) *harn
 	if cfg.Failover {
 		replicas = 2
 	}
-	s := upScale(t, replicas)
+	s := upScale(t, replicas, cfg.ControllerFlags)
 	h, err := harness.New(cfg, s.Layout, t.Logf)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,10 @@ type Config struct {
 	// Failover runs the failover phase last: the leading kovs-controller killed and the
 	// standby (the sandbox runs two replicas then, as dist does) taking over.
 	Failover bool
+	// ControllerFlags are extra kovs-controller flags (KOVS_SCALE_CONTROLLER_FLAGS,
+	// space-separated --name=value): a run that compares a choice, such as
+	// --agent-token-verification=review against the default.
+	ControllerFlags []string
 	// LeaseRenewInterval is how often each hollow kubelet renews its node's Lease; 0 (the
 	// default) renews none: kovs-controller reads no node Lease and the scale mode runs no
 	// node lifecycle controller, so renewals would only load kube-apiserver (kubelet's
@@ -117,6 +121,14 @@ func (c Config) FromEnv() (Config, error) {
 			return c, fmt.Errorf("KOVS_SCALE_FAILOVER=%q: want true or false: %w", v, err)
 		}
 		c.Failover = b
+	}
+	if v, ok := os.LookupEnv("KOVS_SCALE_CONTROLLER_FLAGS"); ok {
+		c.ControllerFlags = strings.Fields(v)
+		for _, f := range c.ControllerFlags {
+			if !strings.HasPrefix(f, "--") || !strings.Contains(f, "=") {
+				return c, fmt.Errorf("KOVS_SCALE_CONTROLLER_FLAGS: %q: give each flag as --name=value", f)
+			}
+		}
 	}
 	if v, ok := os.LookupEnv("KOVS_SCALE_SEED"); ok {
 		s, err := strconv.ParseUint(v, 10, 64)

@@ -264,6 +264,9 @@ func (r *Result) simulatedSection(p func(string, ...any)) {
 	p("- **No kube-scheduler**: every pod is created bound (`spec.nodeName`).")
 	p("- **Simulated**: the Nodes and their status (hollow kubelets: one process, one shared pod informer and %d status writers for every node, where a real kubelet watches its own pods), each pod's address allocated by kovs-agent's own allocator, and one agent per node (a real policy-stream client with its own TLS connection and node-bound token, applying its share in memory: no OVS to program).", kubeletWorkers)
 	p("- **Real**: etcd, kube-apiserver (its load attributed per phase below, from its own /metrics) and kovs-controller, with their defaults but for the controller's leader election timings (60/40/5 s) and its `--debug-receipts 65536` (a ring of when its NetworkPolicy informer received each version, pulled after the churn: kovs's own clock).")
+	if len(r.Config.ControllerFlags) > 0 {
+		p("- **kovs-controller flags of this run** (KOVS_SCALE_CONTROLLER_FLAGS): `%s`.", strings.Join(r.Config.ControllerFlags, " "))
+	}
 }
 
 func (r *Result) cpuSection(p func(string, ...any)) {
