@@ -73,7 +73,7 @@ func TestSize() Config {
 // NAMESPACES, POLICIES_PER_NS, POD_CHURN, POLICY_CHURN (per second), CHURN_DURATION (a
 // Go duration), SPAN_PROBES, FANOUT_PROBES, CHURN_STEPS (factors, comma-separated; empty:
 // none), STEP_DURATION, FAILOVER (true or false), SEED, LEASE_RENEW (a Go duration; 0
-// renews no Lease).
+// renews no Lease), CONTROLLER_FLAGS (space-separated --name=value).
 func (c Config) FromEnv() (Config, error) {
 	ints := map[string]*int{"NODES": &c.Nodes, "PODS_PER_NODE": &c.PodsPerNode, "NAMESPACES": &c.Namespaces,
 		"POLICIES_PER_NS": &c.PoliciesPerNS, "POD_CHURN": &c.PodChurnPerSecond, "POLICY_CHURN": &c.PolicyChurnPerSec,
