@@ -10,6 +10,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	log "github.com/sirupsen/logrus"
 )
 
 // Paths of kube-apiserver's ServiceAccount issuer discovery (KEP-1393), read through the
@@ -18,6 +19,9 @@ const (
 	IssuerConfigPath = "/.well-known/openid-configuration"
 	IssuerKeysPath   = "/openid/v1/jwks"
 )
+
+// keysReadTimeout bounds one read of the issuer's keys (requests wait for it).
+const keysReadTimeout = 10 * time.Second
 
 // boundTokenLeeway is the clock skew allowed around exp and nbf, and how long an object
 // being deleted still vouches for its tokens: kube-apiserver's own (jwt.DefaultLeeway).
@@ -103,6 +107,7 @@ func (v *BoundTokenVerifier) authenticate(ctx context.Context, token string, fal
 		return Identity{}, err
 	}
 	v.decided("review")
+	log.WithError(err).Debug("policy stream: agent token left to a TokenReview")
 	return fallback(ctx, token)
 }
 
@@ -249,9 +254,12 @@ func (k *IssuerKeys) Key(ctx context.Context, kid string) (string, jose.JSONWebK
 	}
 }
 
-// fetch reads the issuer and its keys; on failure it keeps the ones it had.
+// fetch reads the issuer and its keys; on failure it keeps the ones it had. The read is
+// the issuer's, not the request's that wants it: a client that goes away does not fail it.
 func (k *IssuerKeys) fetch(ctx context.Context, now time.Time) {
 	k.attempted = now
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keysReadTimeout)
+	defer cancel()
 	issuer, keys, err := k.readKeys(ctx)
 	if k.err = err; err != nil {
 		return
