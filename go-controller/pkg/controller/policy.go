@@ -178,22 +178,38 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 
 // boundTokenVerifier verifies the agents' tokens with the issuer's keys and the
 // informers' Pods and Nodes, and a ServiceAccount informer of its own that watches the
-// agents' ServiceAccount alone; until it has synced, tokens go to reviewer.
+// agents' ServiceAccount alone. It reads the keys and waits for that informer (at most
+// verifierWarmup) before the stream listens, so that the agents connecting to a new
+// leader find it ready; what is not ready by then goes to reviewer until it is.
 func (p *policyControllers) boundTokenVerifier(ctx context.Context, client kubernetes.Interface, reviewer *stream.TokenReviewer) *stream.BoundTokenVerifier {
 	accounts := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(p.cfg.AgentNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.cfg.AgentServiceAccount).String()
 		}))
-	objects := informerObjects{pods: p.pods, nodes: p.nodes, accounts: accounts.Core().V1().ServiceAccounts().Lister()}
+	informer := accounts.Core().V1().ServiceAccounts()
+	objects := informerObjects{pods: p.pods, nodes: p.nodes, accounts: informer.Lister()}
 	accounts.Start(ctx.Done())
+	keys := &stream.IssuerKeys{Get: apiserverGet(client)}
+	warm, cancel := context.WithTimeout(ctx, verifierWarmup)
+	defer cancel()
+	if err := keys.Read(warm); err != nil {
+		log.WithError(err).Warn("agent tokens: the issuer's keys could not be read; tokens go to TokenReviews until they are")
+	}
+	if !cache.WaitForCacheSync(warm.Done(), informer.Informer().HasSynced) {
+		log.WithField("serviceaccount", p.cfg.AgentNamespace+"/"+p.cfg.AgentServiceAccount).
+			Warn("agent tokens: the agents' ServiceAccount is not read yet; tokens go to TokenReviews until it is")
+	}
 	return &stream.BoundTokenVerifier{
-		Keys:      &stream.IssuerKeys{Get: apiserverGet(client)},
+		Keys:      keys,
 		Objects:   objects,
 		Fallback:  reviewer,
 		Audiences: reviewer.Audiences,
 		Decided:   p.obs.authentication(),
 	}
 }
+
+// verifierWarmup bounds how long the stream waits for the token verifier's reads.
+const verifierWarmup = 10 * time.Second
 
 // apiserverGet reads a path of kube-apiserver (the issuer discovery) with client.
 func apiserverGet(client kubernetes.Interface) func(context.Context, string) ([]byte, error) {

@@ -254,6 +254,14 @@ func (k *IssuerKeys) Key(ctx context.Context, kid string) (string, jose.JSONWebK
 	}
 }
 
+// Read reads the issuer and its keys now (a server reads them before it listens).
+func (k *IssuerKeys) Read(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fetch(ctx, k.clock())
+	return k.err
+}
+
 // fetch reads the issuer and its keys; on failure it keeps the ones it had. The read is
 // the issuer's, not the request's that wants it: a client that goes away does not fail it.
 func (k *IssuerKeys) fetch(ctx context.Context, now time.Time) {
