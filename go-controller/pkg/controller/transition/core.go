@@ -275,7 +275,7 @@ func (c *core) cut(now time.Time) {
 			panic("transition gate: " + err.Error())
 		}
 		n.diverged.Add(policy.DeltaChanges(d))
-		m := policy.MeetOver(&n.sent, &n.target, n.diverged, c.gone)
+		m := policy.MeetOver(&n.sent, &n.target, n.diverged, c.gone, nil)
 		if !c.differs(n, m) {
 			continue
 		}
