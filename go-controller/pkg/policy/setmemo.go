@@ -147,8 +147,8 @@ func (m *SetMemo) EqualEntries(e, o Entry, k EntryKind) bool {
 }
 
 // meetAddresses is the addresses of both lists and those of old that gone lists; the
-// result is old itself when it holds the same addresses, so that comparing it with old
-// costs nothing. gone must be the same for every call on one memo.
+// result is old or nu itself when it holds the same addresses, so that comparing it with
+// them costs nothing. gone must be the same for every call on one memo.
 func (m *SetMemo) meetAddresses(old, nu []netip.Prefix, gone Gone) []netip.Prefix {
 	if idOf(old) == idOf(nu) {
 		return old
@@ -166,8 +166,11 @@ func (m *SetMemo) meetAddresses(old, nu []netip.Prefix, gone Gone) []netip.Prefi
 		}
 	}
 	addrs = SortPrefixes(addrs)
-	if equalPrefixes(addrs, old) {
+	switch {
+	case equalPrefixes(addrs, old):
 		addrs = old
+	case equalPrefixes(addrs, nu):
+		addrs = nu
 	}
 	if m != nil {
 		m.met[k] = addrs
