@@ -8,9 +8,9 @@ import "net/netip"
 // holders, and the realization tracker patches its copy of each. Without the memo each
 // holder pays for, and keeps, its own copy of the whole list: a set all n nodes hold,
 // changed by one address, cost O(n) per node and O(n²) in all (an address into a set of
-// 5,000 nodes took 27 s of kovs-controller's time, and its heap 8 GiB). With it, holders
-// given the same list get the same result, the same backing array: the work is done once
-// per change, and the nodes share one copy.
+// 5,000 nodes took 27 s of kovs-controller's time, and its peak RSS reached 8 GiB). With
+// it, holders given the same list get the same result, the same backing array: the work
+// is done once per change, and the nodes share one copy.
 //
 // Identity stands for content because no list of a share is ever changed in place (see
 // NodeShare.Clone): two slices with the same first element's address and length hold the
