@@ -6,8 +6,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -58,6 +60,7 @@ func main() {
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
 	retryPeriod := flag.Duration("leader-elect-retry-period", controller.DefaultRetryPeriod, "wait between two attempts to take or renew the Lease")
 	debugReceipts := flag.Int("debug-receipts", 0, "keep when the NetworkPolicy and Pod informers received each of the last N object versions of each kind (kind, namespace/name, resourceVersion, time) and serve them as JSON at "+receipts.Path+" on --metrics-listen, loopback only (the scale harness's clock of kovs's own time); 0: off")
+	debugPprof := flag.Bool("debug-pprof", false, "serve Go's CPU, heap and goroutine profiles (net/http/pprof) at /debug/pprof/ on --metrics-listen, loopback only; a CPU profile or trace may last at most 29 s (the listener's write timeout)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 	if *clusterMinSync < 0 {
@@ -125,7 +128,7 @@ func main() {
 	if *debugReceipts > 0 && *metricsListen != "" {
 		ring = receipts.NewRing(*debugReceipts)
 	}
-	set, health, err := serveMetrics(ctx, *metricsListen, ring)
+	set, health, err := serveMetrics(ctx, *metricsListen, ring, *debugPprof)
 	if err != nil {
 		fatal(err)
 	}
@@ -146,9 +149,9 @@ func main() {
 }
 
 // serveMetrics registers the controller's metrics on a registry of its own and serves
-// them with /healthz and /readyz on addr (nothing when addr is empty), and ring's
-// receipts if it is set.
-func serveMetrics(ctx context.Context, addr string, ring *receipts.Ring) (*metrics.Set, *metrics.Health, error) {
+// them with /healthz and /readyz on addr (nothing when addr is empty), ring's receipts if
+// it is set, and Go's profiles if profiles is.
+func serveMetrics(ctx context.Context, addr string, ring *receipts.Ring, profiles bool) (*metrics.Set, *metrics.Health, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -159,9 +162,12 @@ func serveMetrics(ctx context.Context, addr string, ring *receipts.Ring) (*metri
 		return nil, nil, err
 	}
 	health := metrics.NewHealth()
-	var debug map[string]http.Handler
+	debug := map[string]http.Handler{}
 	if ring != nil {
-		debug = map[string]http.Handler{receipts.Path: ring}
+		debug[receipts.Path] = ring
+	}
+	if profiles {
+		maps.Copy(debug, profileHandlers())
 	}
 	go func() {
 		if err := metrics.Serve(ctx, addr, reg, health, debug); err != nil {
@@ -169,6 +175,18 @@ func serveMetrics(ctx context.Context, addr string, ring *receipts.Ring) (*metri
 		}
 	}()
 	return set, health, nil
+}
+
+// profileHandlers are net/http/pprof's handlers at their usual paths: /debug/pprof/
+// lists the profiles and serves each by name (heap, goroutine, allocs...).
+func profileHandlers() map[string]http.Handler {
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
 }
 
 func clusterCIDRs(list string, v4Block, v6Block int) ([]ipam.ClusterCIDR, error) {

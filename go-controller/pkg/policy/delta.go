@@ -60,7 +60,11 @@ type Delta struct {
 // Apply applies the delta to share, which must be the same node's share at
 // FromGeneration. It checks the whole delta before changing anything: on error the share
 // is unchanged (and the receiver should ask for a new snapshot).
-func (d Delta) Apply(share *NodeShare) error {
+func (d Delta) Apply(share *NodeShare) error { return d.ApplyWith(share, nil) }
+
+// ApplyWith is Apply with the address sets patched through memo: shares that held the
+// same list and get the same patch end up sharing the result.
+func (d Delta) ApplyWith(share *NodeShare, memo *SetMemo) error {
 	if d.Node != share.Node {
 		return fmt.Errorf("delta for node %s applied to the share of node %s", d.Node, share.Node)
 	}
@@ -79,7 +83,7 @@ func (d Delta) Apply(share *NodeShare) error {
 	if share.Rules == nil {
 		share.Rules = map[string]Rule{}
 	}
-	d.apply(share)
+	d.apply(share, memo)
 	share.Generation = d.Generation
 	if d.Release {
 		share.MeetPrevious = false
@@ -87,7 +91,7 @@ func (d Delta) Apply(share *NodeShare) error {
 	return nil
 }
 
-func (d Delta) apply(share *NodeShare) {
+func (d Delta) apply(share *NodeShare, memo *SetMemo) {
 	for _, id := range d.RemovedAddressSets {
 		delete(share.AddressSets, id)
 	}
@@ -108,7 +112,7 @@ func (d Delta) apply(share *NodeShare) {
 	}
 	for _, p := range d.UpdatedAddressSets {
 		old := share.AddressSets[p.ID]
-		share.AddressSets[p.ID] = AddressSet{ID: p.ID, Addresses: PatchPrefixes(old.Addresses, p.Added, p.Removed)}
+		share.AddressSets[p.ID] = AddressSet{ID: p.ID, Addresses: memo.Patch(old.Addresses, p.Added, p.Removed)}
 	}
 	for _, s := range d.UpdatedAppliedToSets {
 		share.AppliedToSets[s.ID] = s

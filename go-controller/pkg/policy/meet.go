@@ -90,7 +90,7 @@ func Meet(old, nu NodeShare) NodeShare {
 	for id := range nu.Rules {
 		c.Entries[EntryKey{RuleEntry, id}] = struct{}{}
 	}
-	m := MeetOver(&old, &nu, c, Gone{})
+	m := MeetOver(&old, &nu, c, Gone{}, nil)
 	out := NewNodeShare(nu.Node)
 	out.Generation = nu.Generation
 	for k, e := range m.Entries {
@@ -248,8 +248,9 @@ type MeetResult struct {
 
 // MeetOver returns the entries, isolation and pods of the meet of old and new over what c
 // lists (everything else must be the same in both); what old has of the pods and
-// addresses of gone, it keeps.
-func MeetOver(old, nu *NodeShare, c Changes, gone Gone) MeetResult {
+// addresses of gone, it keeps. A memo (nil: none) shares the address lists of the meet
+// with the other nodes' meets of the same lists over the same gone.
+func MeetOver(old, nu *NodeShare, c Changes, gone Gone, memo *SetMemo) MeetResult {
 	m := MeetResult{Entries: make(map[EntryKey]Entry, len(c.Entries)), Isolation: old.Isolation, Pods: old.Pods,
 		ClusterRules: old.ClusterRules}
 	if c.ClusterRules {
@@ -276,7 +277,7 @@ func MeetOver(old, nu *NodeShare, c Changes, gone Gone) MeetResult {
 	}
 	for k := range c.Entries {
 		if k.Kind != RuleEntry {
-			m.Entries[k] = meetSet(k, old.Entry(k), nu.Entry(k), gone)
+			m.Entries[k] = meetSet(k, old.Entry(k), nu.Entry(k), gone, memo)
 		}
 	}
 	appliedTo := func(id string) AppliedToSet {
@@ -318,20 +319,15 @@ func MeetOver(old, nu *NodeShare, c Changes, gone Gone) MeetResult {
 }
 
 // meetSet is the meet of one address or applied-to set.
-func meetSet(k EntryKey, o, n Entry, gone Gone) Entry {
+func meetSet(k EntryKey, o, n Entry, gone Gone, memo *SetMemo) Entry {
 	switch {
 	case !o.Present:
 		return n
 	case !n.Present:
 		return o
 	case k.Kind == AddressSetEntry:
-		addrs := IntersectPrefixes(o.AddressSet.Addresses, n.AddressSet.Addresses)
-		for _, a := range o.AddressSet.Addresses {
-			if _, ok := gone.Addresses[a]; ok {
-				addrs = append(addrs, a)
-			}
-		}
-		return Entry{Present: true, AddressSet: AddressSet{ID: k.ID, Addresses: SortPrefixes(addrs)}}
+		addrs := memo.meetAddresses(o.AddressSet.Addresses, n.AddressSet.Addresses, gone)
+		return Entry{Present: true, AddressSet: AddressSet{ID: k.ID, Addresses: addrs}}
 	default:
 		set := AppliedToSet{ID: k.ID}
 		for _, p := range n.AppliedToSet.Pods {

@@ -112,5 +112,7 @@ var scaleLeaderElection = []string{"--leader-elect-lease-duration", "60s",
 // scaleReceipts has kovs-controller keep when its NetworkPolicy informer received each of
 // the last 65,536 versions (served at /debug/receipts on its metrics listener): the scale
 // harness starts kovs's own time of a change there. 65,536 holds a 5,000-node run's
-// 10,000 policies and its churn's changes.
-var scaleReceipts = []string{"--debug-receipts", "65536"}
+// 10,000 policies and its churn's changes. --debug-pprof serves Go's profiles on the same
+// loopback listener, so that a run's CPU and heap can be profiled while it runs
+// (docs/scale.md says how).
+var scaleReceipts = []string{"--debug-receipts", "65536", "--debug-pprof"}

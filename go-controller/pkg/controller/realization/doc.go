@@ -20,7 +20,9 @@
 // generations are the ones agents report) and records the generation at which each rule,
 // set and pod isolation last changed. A policy's generation on a node is the newest of
 // those of its rules, of the sets they reference, of the isolation of its selected pods,
-// and of the last removal of one of its rules.
+// and of the last removal of one of its rules. The tracker patches the nodes' address
+// sets through a policy.SetMemo, so that a set all nodes hold is one list in its records,
+// shared with the transition gate's, not a copy per node.
 //
 // One gap remains that only the compiler can close: between an update of a policy and the
 // compiler batch that compiles it (usually milliseconds), the shares still show the

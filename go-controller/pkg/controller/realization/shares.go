@@ -68,8 +68,8 @@ type touched struct {
 }
 
 // apply records delta d, which must follow the record's share, and returns what it
-// touched.
-func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
+// touched; its address sets are patched through sets.
+func (r *nodeRecord) apply(d policy.Delta, sets *policy.SetMemo) (touched, error) {
 	// Apply changes the share's maps in place: take what is needed of the old one first.
 	oldIsolation, oldCluster := r.share.Isolation, r.share.ClusterRules
 	removed := make([]policy.Rule, len(d.RemovedRules))
@@ -80,7 +80,7 @@ func (r *nodeRecord) apply(d policy.Delta) (touched, error) {
 	for i, rule := range d.UpdatedRules {
 		updated[i] = r.share.Rules[rule.ID]
 	}
-	if err := d.Apply(&r.share); err != nil {
+	if err := d.ApplyWith(&r.share, sets); err != nil {
 		return touched{}, err
 	}
 	c := r.change(d.Generation)

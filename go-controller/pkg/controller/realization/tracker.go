@@ -31,7 +31,15 @@ type Tracker struct {
 	// generation concerns; clusterChanged which ClusterNetworkPolicies (cluster.go).
 	changed        Changed
 	clusterChanged ClusterChanged
+	// sets patches the nodes' address sets: the nodes that held the same list and get
+	// the same patch share the result, so that the tracker keeps one copy of a set all
+	// nodes hold rather than one per node (policy.SetMemo).
+	sets *policy.SetMemo
 }
+
+// maxSetMemo bounds the tracker's memo: past it, the memo starts afresh (a node still to
+// apply a patch then makes a list of its own, which the next nodes share).
+const maxSetMemo = 4096
 
 // Changed is told which policies, and the policies of which pods, need another look,
 // and whether because a share changed (fromShare) or because a node reported.
@@ -39,7 +47,8 @@ type Changed func(policies []types.NamespacedName, pods []policy.PodKey, fromSha
 
 // NewTracker returns a tracker that tells changed what needs another look.
 func NewTracker(changed Changed) *Tracker {
-	return &Tracker{nodes: map[string]*nodeRecord{}, follows: map[string]context.CancelFunc{}, changed: changed}
+	return &Tracker{nodes: map[string]*nodeRecord{}, follows: map[string]context.CancelFunc{}, changed: changed,
+		sets: policy.NewSetMemo()}
 }
 
 var _ stream.Reports = (*Tracker)(nil)
@@ -188,7 +197,10 @@ func (t *Tracker) snapshot(node string, share policy.NodeShare) error {
 func (t *Tracker) delta(node string, d policy.Delta) error {
 	t.mu.Lock()
 	r := t.record(node)
-	tc, err := r.apply(d)
+	if t.sets.Len() >= maxSetMemo {
+		t.sets.Reset()
+	}
+	tc, err := r.apply(d, t.sets)
 	if err != nil {
 		r.known = false
 	}

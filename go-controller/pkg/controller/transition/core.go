@@ -62,6 +62,10 @@ type core struct {
 	// gone are the pods removed (and their addresses) since no node that is not held
 	// had anything left to release: meets keep them (package policy, Gone).
 	gone policy.Gone
+	// memo is the set operations of the last cut and the receivers' deltas since: every
+	// node holding a set gets the same patch, meet and diff of it, computed once, and the
+	// nodes share the lists (a new memo per cut, so that old lists are let go).
+	memo *policy.SetMemo
 }
 
 func newCore(src cutSource, base uint64, timeout time.Duration) *core {
@@ -243,6 +247,7 @@ func (c *core) cut(now time.Time) {
 	clear(c.removes)
 	cut := c.src.Take(add, remove)
 	c.gone.Merge(cut.Gone)
+	c.memo = policy.NewSetMemo()
 	for _, name := range remove {
 		delete(c.nodes, name)
 	}
@@ -270,12 +275,12 @@ func (c *core) cut(now time.Time) {
 		if !ok {
 			continue
 		}
-		if err := d.Apply(&n.target); err != nil {
+		if err := d.ApplyWith(&n.target, c.memo); err != nil {
 			// The compiler's deltas always follow; this is a bug, not an input error.
 			panic("transition gate: " + err.Error())
 		}
 		n.diverged.Add(policy.DeltaChanges(d))
-		m := policy.MeetOver(&n.sent, &n.target, n.diverged, c.gone)
+		m := policy.MeetOver(&n.sent, &n.target, n.diverged, c.gone, c.memo)
 		if !c.differs(n, m) {
 			continue
 		}
@@ -288,16 +293,16 @@ func (c *core) cut(now time.Time) {
 		if n.realized >= g {
 			n.restriction = 0
 		}
-		n.diverged = diverged(&n.sent, &n.target, n.diverged)
+		n.diverged = diverged(&n.sent, &n.target, n.diverged, c.memo)
 	}
 }
 
 // diverged returns what of c still differs between sent and target: a meet that is the
 // target already (a change that only restricts) leaves nothing to release.
-func diverged(sent, target *policy.NodeShare, c policy.Changes) policy.Changes {
+func diverged(sent, target *policy.NodeShare, c policy.Changes, memo *policy.SetMemo) policy.Changes {
 	out := policy.NewChanges()
 	for k := range c.Entries {
-		if !sent.Entry(k).Equal(target.Entry(k), k.Kind) {
+		if !memo.EqualEntries(sent.Entry(k), target.Entry(k), k.Kind) {
 			out.Entries[k] = struct{}{}
 		}
 	}
@@ -310,7 +315,7 @@ func diverged(sent, target *policy.NodeShare, c policy.Changes) policy.Changes {
 // differs reports whether the meet changes what n was sent.
 func (c *core) differs(n *nodeState, m policy.MeetResult) bool {
 	for k, e := range m.Entries {
-		if !e.Equal(n.sent.Entry(k), k.Kind) {
+		if !c.memo.EqualEntries(e, n.sent.Entry(k), k.Kind) {
 			return true
 		}
 	}

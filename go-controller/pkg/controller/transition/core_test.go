@@ -315,7 +315,7 @@ func (s *simulation) advance() {
 	s.step()
 	for name, a := range s.agents {
 		st := s.core.nodes[name]
-		d, ok := a.r.delta(&st.sent)
+		d, ok := a.r.delta(&st.sent, s.core.memo)
 		if !ok {
 			continue
 		}
@@ -490,7 +490,7 @@ func diffShares(a, b policy.NodeShare) (policy.Delta, bool) {
 	iso, pods := a.Isolation, a.Pods
 	r.isolation, r.pods = &iso, &pods
 	b.Generation = a.Generation + 1
-	d, _ := r.delta(&b)
+	d, _ := r.delta(&b, nil)
 	empty := len(d.AddedAddressSets)+len(d.UpdatedAddressSets)+len(d.RemovedAddressSets)+len(d.AddedAppliedToSets)+
 		len(d.UpdatedAppliedToSets)+len(d.RemovedAppliedToSets)+len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules)+
 		len(d.AddedPods)+len(d.RemovedPods) == 0 && d.Isolation == nil

@@ -30,6 +30,10 @@
 // with its previous share, and the gate releases all such nodes together once each has
 // realized its first share (or been held).
 //
+// The nodes that hold one address set hold one list of it: the gate patches, meets,
+// compares and diffs a set once per cut and shares the result between its nodes
+// (policy.SetMemo), where a set all n nodes hold cost O(n) per node and a copy each.
+//
 // Generations are the gate's own, one per step that changed some node's share, counted
 // from Options.Base.
 package transition

@@ -181,7 +181,7 @@ func (g *Gate) serve(node string, r *receiver) <-chan policy.Delta {
 			n, ok := g.core.nodes[node]
 			var d policy.Delta
 			if ok {
-				d, ok = r.delta(&n.sent)
+				d, ok = r.delta(&n.sent, g.core.memo)
 			}
 			g.mu.Unlock()
 			if !ok {

@@ -38,8 +38,9 @@ func (r *receiver) kick() {
 }
 
 // delta takes what changed for r since its last delta as a delta from the share r has to
-// sent. It reports false when r is caught up.
-func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
+// sent, its address set patches through memo (shared with the other receivers of the
+// same change). It reports false when r is caught up.
+func (r *receiver) delta(sent *policy.NodeShare, memo *policy.SetMemo) (policy.Delta, bool) {
 	if r.gen == sent.Generation && len(r.before) == 0 && r.isolation == nil && r.pods == nil && r.cluster == nil && !r.release {
 		return policy.Delta{}, false
 	}
@@ -54,10 +55,10 @@ func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
 	})
 	for _, k := range keys {
 		was, now := r.before[k], sent.Entry(k)
-		if was.Equal(now, k.Kind) {
+		if memo.EqualEntries(was, now, k.Kind) {
 			continue
 		}
-		addChange(&d, k, was, now)
+		addChange(&d, k, was, now, memo)
 	}
 	if r.isolation != nil && !r.isolation.Equal(sent.Isolation) {
 		iso := sent.Isolation
@@ -77,7 +78,7 @@ func (r *receiver) delta(sent *policy.NodeShare) (policy.Delta, bool) {
 	return d, true
 }
 
-func addChange(d *policy.Delta, k policy.EntryKey, was, now policy.Entry) {
+func addChange(d *policy.Delta, k policy.EntryKey, was, now policy.Entry, memo *policy.SetMemo) {
 	switch k.Kind {
 	case policy.AddressSetEntry:
 		switch {
@@ -86,7 +87,7 @@ func addChange(d *policy.Delta, k policy.EntryKey, was, now policy.Entry) {
 		case !was.Present:
 			d.AddedAddressSets = append(d.AddedAddressSets, now.AddressSet)
 		default:
-			added, removed := policy.DiffPrefixes(was.AddressSet.Addresses, now.AddressSet.Addresses)
+			added, removed := memo.Diff(was.AddressSet.Addresses, now.AddressSet.Addresses)
 			d.UpdatedAddressSets = append(d.UpdatedAddressSets, policy.AddressSetPatch{ID: k.ID, Added: added, Removed: removed})
 		}
 	case policy.AppliedToSetEntry:
