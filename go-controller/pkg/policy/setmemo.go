@@ -1,6 +1,9 @@
 package policy
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // SetMemo remembers the results of operations on address lists by the identity of their
 // inputs, for a caller that repeats the same operation for every node holding a set: the
@@ -101,27 +104,15 @@ func (m *SetMemo) Equal(a, b []netip.Prefix) bool {
 	case idOf(a) == idOf(b):
 		return true
 	case m == nil:
-		return equalPrefixes(a, b)
+		return slices.Equal(a, b)
 	}
 	k := pairKey{idOf(a), idOf(b)}
 	eq, ok := m.equal[k]
 	if !ok {
-		eq = equalPrefixes(a, b)
+		eq = slices.Equal(a, b)
 		m.equal[k] = eq
 	}
 	return eq
-}
-
-func equalPrefixes(a, b []netip.Prefix) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Diff is DiffPrefixes(old, nu); holders of the same lists share the result's slices.
@@ -167,9 +158,9 @@ func (m *SetMemo) meetAddresses(old, nu []netip.Prefix, gone Gone) []netip.Prefi
 	}
 	addrs = SortPrefixes(addrs)
 	switch {
-	case equalPrefixes(addrs, old):
+	case slices.Equal(addrs, old):
 		addrs = old
-	case equalPrefixes(addrs, nu):
+	case slices.Equal(addrs, nu):
 		addrs = nu
 	}
 	if m != nil {
