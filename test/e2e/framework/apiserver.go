@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/sandbox"
 )
@@ -26,6 +27,9 @@ func (s *Sandbox) APIServerMetric(ctx context.Context, name string, want map[str
 	return total, nil
 }
 
+// metricsClient reads the replicas' /metrics: bounded, whatever ctx allows.
+var metricsClient = &http.Client{Timeout: 5 * time.Second}
+
 // ControllerMetric is the sum of the series of metric name on the /metrics of every
 // kovs-controller replica whose labels include want (0 when there is no such series).
 func (s *Sandbox) ControllerMetric(ctx context.Context, name string, want map[string]string) (float64, error) {
@@ -40,7 +44,7 @@ func (s *Sandbox) ControllerMetric(ctx context.Context, name string, want map[st
 		if err != nil {
 			return 0, err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := metricsClient.Do(req)
 		if err != nil {
 			return 0, fmt.Errorf("%s /metrics: %w", r.Process, err)
 		}
