@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -72,9 +71,33 @@ func (m *Message) check(node string) error {
 	return nil
 }
 
-// messageWriter writes messages, one JSON document per line.
-type messageWriter struct{ enc *json.Encoder }
+// messageWriter writes messages, one JSON document per line, taking the address lists'
+// JSON from sets (shared by every stream of a server).
+type messageWriter struct {
+	w    io.Writer
+	sets *setEncodings
+	buf  []byte
+}
 
-func newMessageWriter(w io.Writer) messageWriter { return messageWriter{enc: json.NewEncoder(w)} }
+func newMessageWriter(w io.Writer, sets *setEncodings) *messageWriter {
+	return &messageWriter{w: w, sets: sets}
+}
 
-func (w messageWriter) write(m Message) error { return w.enc.Encode(m) }
+func (w *messageWriter) write(m Message) error {
+	b, err := w.sets.appendMessage(w.buf[:0], m)
+	if err != nil {
+		return fmt.Errorf("encode the %s of generation %d: %w", m.Type, m.Generation, err)
+	}
+	b = append(b, '\n')
+	_, err = w.w.Write(b)
+	// The buffer is kept for the next message only while small: each of thousands of
+	// streams keeping the largest message it ever wrote would hold a set every node
+	// holds once per node.
+	if w.buf = b; cap(b) > maxKeptBuffer {
+		w.buf = nil
+	}
+	return err
+}
+
+// maxKeptBuffer is the largest buffer a stream keeps between messages.
+const maxKeptBuffer = 16 << 10

@@ -47,6 +47,8 @@ type Server struct {
 	streams map[string][]*openStream
 	// sent is the last generation sent to each node, on any stream.
 	sent map[string]uint64
+	// sets are the address lists' JSON, encoded once for every stream that sends them.
+	sets *setEncodings
 }
 
 type openStream struct{ cancel context.CancelFunc }
@@ -65,7 +67,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.ReauthInterval <= 0 {
 		cfg.ReauthInterval = DefaultReviewTTL
 	}
-	return &Server{cfg: cfg, streams: map[string][]*openStream{}, sent: map[string]uint64{}}
+	return &Server{cfg: cfg, streams: map[string][]*openStream{}, sent: map[string]uint64{}, sets: newSetEncodings()}
 }
 
 // Handler returns the server's HTTP handler.
@@ -174,7 +176,7 @@ func (s *Server) servePolicy(w http.ResponseWriter, r *http.Request) {
 	ctx, release := s.open(r.Context(), node)
 	defer release()
 	logger := log.WithField("node", node).WithField("remote", r.RemoteAddr)
-	st := &streamWriter{w: w, rc: http.NewResponseController(w), enc: newMessageWriter(w), timeout: s.cfg.WriteTimeout}
+	st := &streamWriter{w: w, rc: http.NewResponseController(w), enc: newMessageWriter(w, s.sets), timeout: s.cfg.WriteTimeout}
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set(ProtocolHeader, strconv.Itoa(ProtocolVersion))
@@ -318,7 +320,7 @@ func (s *Server) serveRealized(w http.ResponseWriter, r *http.Request) {
 type streamWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	enc     messageWriter
+	enc     *messageWriter
 	timeout time.Duration
 	// generation is the last generation written; last when the last message was.
 	generation uint64
