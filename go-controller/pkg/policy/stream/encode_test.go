@@ -45,9 +45,9 @@ func fullMessages(t *testing.T) []Message {
 		UpdatedAppliedToSets: []policy.AppliedToSet{{ID: "at", Pods: []policy.AppliedPod{{PodKey: pod}}}},
 		RemovedAppliedToSets: []string{"at3"},
 		AddedRules:           []policy.Rule{rule}, UpdatedRules: []policy.Rule{rule}, RemovedRules: []string{"x"},
-		Isolation:            &policy.Isolation{Ingress: []policy.PodKey{pod}},
-		AddedPods:            []policy.PodKey{pod}, RemovedPods: []policy.PodKey{pod},
-		ClusterRules:         &cluster, Release: true}
+		Isolation: &policy.Isolation{Ingress: []policy.PodKey{pod}},
+		AddedPods: []policy.PodKey{pod}, RemovedPods: []policy.PodKey{pod},
+		ClusterRules: &cluster, Release: true}
 	// A field added to the types later must be set here too, or this test would not
 	// see whether the wire form carries it.
 	for _, v := range []any{share, delta} {
