@@ -2,7 +2,6 @@ package transition_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -39,6 +38,8 @@ type fanOut struct {
 	client *fake.Clientset
 	nodes  int
 	stop   func()
+	// enc encodes each agent's messages as the stream server does, one encoder for all.
+	enc *stream.Encoder
 
 	mu sync.Mutex
 	// sets is the agents' memo: on its own node an agent's patch of a set costs the set's
@@ -103,7 +104,7 @@ func newFanOut(b *testing.B, n int, ready func(*policy.NodeShare) bool, extra ..
 	run(func() { _ = compiler.Run(ctx) })
 	run(func() { _ = gate.Run(ctx) })
 	run(func() { _ = status.Run(ctx, gate, nodes) })
-	f := &fanOut{client: client, nodes: n, sets: policy.NewSetMemo()}
+	f := &fanOut{client: client, nodes: n, sets: policy.NewSetMemo(), enc: stream.NewEncoder()}
 	f.expect(ready)
 	reports := []stream.Reports{gate, status.Reports()}
 	for i := range n {
@@ -127,12 +128,12 @@ func (f *fanOut) agent(ctx context.Context, b *testing.B, gate *transition.Gate,
 		}
 		f.check(node, &share)
 	}
-	if _, err := json.Marshal(share); err != nil {
+	if _, err := f.enc.Append(nil, stream.Message{Type: stream.MessageSnapshot, Generation: share.Generation, Snapshot: &share}); err != nil {
 		b.Error(err)
 	}
 	realized()
 	for d := range deltas {
-		if _, err := json.Marshal(d); err != nil {
+		if _, err := f.enc.Append(nil, stream.Message{Type: stream.MessageDelta, Generation: d.Generation, Delta: &d}); err != nil {
 			b.Error(err)
 		}
 		f.mu.Lock()
