@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 // The core's indexes of its nodes are what a scan of every node finds, after every step
 // of random sequences of cuts (nodes added and removed, shares that restrict, relax or
 // change nothing), reports of any generation, and advances far enough apart that
-// restrictions and floors time out.
+// restrictions and floors time out. Each advance holds the nodes a scan finds late, and
+// asks to be called again at the earliest timeout a scan finds: what advance did when it
+// scanned every node itself.
 func TestIndexesFollowTheNodes(t *testing.T) {
 	const runs, steps = 200, 300
 	for run := range runs {
@@ -22,7 +25,11 @@ func TestIndexesFollowTheNodes(t *testing.T) {
 		src := &randomSource{rng: rng, gens: map[string]uint64{}}
 		c := newCore(src, 100, 10*time.Second)
 		var held int
-		c.onHeld = func(nodes []string, _ uint64) { held += len(nodes) }
+		var heldNow [][]string
+		c.onHeld = func(nodes []string, _ uint64) {
+			held += len(nodes)
+			heldNow = append(heldNow, nodes)
+		}
 		now := time.Unix(1000, 0)
 		names := make([]string, 12)
 		for i := range names {
@@ -59,7 +66,17 @@ func TestIndexesFollowTheNodes(t *testing.T) {
 			default:
 				now = now.Add(time.Duration(rng.IntN(6000)) * time.Millisecond)
 				what = "advance to " + now.String()
-				c.advance(now)
+				late, lateFloors := c.scanLate(now)
+				heldNow = nil
+				next := c.advance(now)
+				// The nodes its cut let go, if it took one, are not held.
+				lateFloors = slices.DeleteFunc(lateFloors, func(name string) bool { _, ok := c.nodes[name]; return !ok })
+				if want := slices.DeleteFunc([][]string{late, lateFloors}, func(l []string) bool { return len(l) == 0 }); !slices.EqualFunc(heldNow, want, slices.Equal) {
+					t.Fatalf("run %d, step %d (%s): held %v, want %v", run, step, what, heldNow, want)
+				}
+				if want := c.scanNext(); !next.Equal(want) {
+					t.Fatalf("run %d, step %d (%s): advance asks to be called at %s, want %s", run, step, what, next, want)
+				}
 			}
 			if err := c.checkIndexes(); err != nil {
 				t.Fatalf("run %d, step %d (%s): %v", run, step, what, err)
@@ -69,6 +86,39 @@ func TestIndexesFollowTheNodes(t *testing.T) {
 			t.Logf("run 0: %d nodes followed, %d held, generation %d", len(c.nodes), held, c.gen)
 		}
 	}
+}
+
+// scanLate lists, by a scan of every node, the nodes an advance at now holds: those whose
+// restriction holds up the relaxations and timed out, then those whose floor timed out
+// (but for the nodes its cut lets go, if it takes one).
+func (c *core) scanLate(now time.Time) (restrictions, floors []string) {
+	for name, n := range c.nodes {
+		if n.restriction != 0 && !n.held && !now.Before(n.restrictionSince.Add(c.timeout)) {
+			restrictions = append(restrictions, name)
+		}
+		if n.floor != 0 && !n.floorRealized && !n.floorHeld && !now.Before(n.floorSince.Add(c.timeout)) {
+			floors = append(floors, name)
+		}
+	}
+	slices.Sort(restrictions)
+	slices.Sort(floors)
+	return restrictions, floors
+}
+
+// scanNext is, by a scan of every node, when an advance that just returned asks to be
+// called again: the earliest timeout of a restriction that holds up the relaxations or
+// of a floor neither realized nor held.
+func (c *core) scanNext() time.Time {
+	var next time.Time
+	for _, n := range c.nodes {
+		if n.restriction != 0 && !n.held {
+			next = earliest(next, n.restrictionSince.Add(c.timeout))
+		}
+		if n.floor != 0 && !n.floorRealized && !n.floorHeld {
+			next = earliest(next, n.floorSince.Add(c.timeout))
+		}
+	}
+	return next
 }
 
 // checkIndexes compares every index of c with a scan of its nodes.
