@@ -14,8 +14,11 @@ type cutSource interface {
 	Take(add, remove []string) networkpolicy.Cut
 }
 
-// nodeState is what the gate knows of one node.
+// nodeState is what the gate knows of one node. Whatever changes restriction, held,
+// diverged, floor, floorRealized or floorHeld calls core.reindex, which keeps the core's
+// indexes of its nodes.
 type nodeState struct {
+	name string
 	// target is the compiler's share; sent is what the node's receivers are, or will
 	// be, at: target, or a meet on the way to it.
 	target, sent policy.NodeShare
@@ -40,6 +43,8 @@ type nodeState struct {
 	floorSince    time.Time
 	floorRealized bool
 	floorHeld     bool
+	// blockingAt and floorAt are the node's places in core.blocking and core.floors.
+	blockingAt, floorAt int
 }
 
 // core is the gate's logic without goroutines: the caller serializes every call.
@@ -66,20 +71,32 @@ type core struct {
 	// node holding a set gets the same patch, meet and diff of it, computed once, and the
 	// nodes share the lists (a new memo per cut, so that old lists are let go).
 	memo *policy.SetMemo
+
+	// The indexes of the nodes (index.go), kept by reindex. blocking are the nodes whose
+	// restriction holds up the relaxations (restriction != 0, not held), oldest
+	// restriction first.
+	blocking nodeQueue
+	// toRelease are the nodes that are not held and wait for a relaxation (diverged is not
+	// empty): release sends them their targets.
+	toRelease map[*nodeState]struct{}
+	// floors are the nodes whose floor is neither realized nor held, oldest first;
+	// floorsRealized those whose floor is realized, released together once floors is
+	// empty.
+	floors         nodeQueue
+	floorsRealized map[*nodeState]struct{}
 }
 
 func newCore(src cutSource, base uint64, timeout time.Duration) *core {
 	return &core{src: src, timeout: timeout, gen: base, cutWhileWaiting: min(time.Second, timeout/2), nodes: map[string]*nodeState{},
-		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}, onWaited: func(time.Duration) {}}
+		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}, onWaited: func(time.Duration) {},
+		blocking: newBlockingQueue(), toRelease: map[*nodeState]struct{}{}, floors: newFloorQueue(), floorsRealized: map[*nodeState]struct{}{}}
 }
 
 // waiting lists the nodes whose restriction holds up the relaxations (held nodes do not).
 func (c *core) waiting() []string {
-	var out []string
-	for name, n := range c.nodes {
-		if n.restriction != 0 && !n.held {
-			out = append(out, name)
-		}
+	out := make([]string, 0, c.blocking.Len())
+	for _, n := range c.blocking.nodes {
+		out = append(out, n.name)
 	}
 	return out
 }
@@ -97,6 +114,7 @@ func (c *core) realized(name string, gen uint64) {
 	if n.floor != 0 && n.realized >= n.floor {
 		n.floorRealized = true
 	}
+	c.reindex(n)
 }
 
 // advance moves every node as far as it may go now, and returns when it should be
@@ -107,13 +125,10 @@ func (c *core) realized(name string, gen uint64) {
 // a stream of restrictions never starves a relaxation, which waits only for the
 // restrictions sent before it (changes made meanwhile coalesce in the compiler).
 func (c *core) advance(now time.Time) time.Time {
-	if late := c.late(now); len(late) > 0 {
-		for _, name := range late {
-			c.nodes[name].held = true
-		}
+	if late := c.holdLate(now); len(late) > 0 {
 		c.onHeld(late, c.gen)
 	}
-	if len(c.waiting()) > 0 {
+	if c.blocking.Len() > 0 {
 		if !c.relaxing() && now.Sub(c.waitingSince) < c.cutWhileWaiting {
 			c.cut(now)
 		}
@@ -126,7 +141,7 @@ func (c *core) advance(now time.Time) time.Time {
 	c.release()
 	c.cut(now)
 	floors := c.releaseFloors(now)
-	if len(c.waiting()) > 0 {
+	if c.blocking.Len() > 0 {
 		c.waitingSince = now
 		return earliest(c.deadline(), floors)
 	}
@@ -139,21 +154,17 @@ func (c *core) advance(now time.Time) time.Time {
 // new cut is taken until it goes out, so that it waits only for the restrictions already
 // sent.
 func (c *core) relaxing() bool {
-	for _, n := range c.nodes {
-		if !n.held && !n.diverged.Empty() {
-			return true
-		}
-	}
-	return false
+	return len(c.toRelease) > 0
 }
 
-// late lists the waiting nodes whose restriction is older than the timeout.
-func (c *core) late(now time.Time) []string {
+// holdLate holds the waiting nodes whose restriction is older than the timeout, and
+// lists them.
+func (c *core) holdLate(now time.Time) []string {
 	var out []string
-	for _, name := range c.waiting() {
-		if !now.Before(c.nodes[name].restrictionSince.Add(c.timeout)) {
-			out = append(out, name)
-		}
+	for n := c.blocking.front(); n != nil && !now.Before(n.restrictionSince.Add(c.timeout)); n = c.blocking.front() {
+		n.held = true
+		c.reindex(n)
+		out = append(out, n.name)
 	}
 	slices.Sort(out)
 	return out
@@ -161,11 +172,11 @@ func (c *core) late(now time.Time) []string {
 
 // deadline is when the oldest waiting restriction times out (zero: none waits).
 func (c *core) deadline() time.Time {
-	var next time.Time
-	for _, name := range c.waiting() {
-		next = earliest(next, c.nodes[name].restrictionSince.Add(c.timeout))
+	n := c.blocking.front()
+	if n == nil {
+		return time.Time{}
 	}
-	return next
+	return n.restrictionSince.Add(c.timeout)
 }
 
 // earliest is the earlier of two deadlines, zero meaning none.
@@ -181,36 +192,27 @@ func earliest(a, b time.Time) time.Time {
 // within the timeout is held (it keeps its floor until it reports) and stops holding up
 // the others. It returns when it should be called again at the latest.
 func (c *core) releaseFloors(now time.Time) time.Time {
-	var next time.Time
 	var held []string
-	for name, n := range c.nodes {
-		if n.floor == 0 || n.floorRealized || n.floorHeld {
-			continue
-		}
-		if deadline := n.floorSince.Add(c.timeout); now.Before(deadline) {
-			next = earliest(next, deadline)
-			continue
-		}
+	for n := c.floors.front(); n != nil && !now.Before(n.floorSince.Add(c.timeout)); n = c.floors.front() {
 		n.floorHeld = true
-		held = append(held, name)
+		c.reindex(n)
+		held = append(held, n.name)
 	}
 	if len(held) > 0 {
 		slices.Sort(held)
 		c.onHeld(held, c.gen)
 	}
-	if !next.IsZero() {
-		return next
+	if n := c.floors.front(); n != nil {
+		return n.floorSince.Add(c.timeout)
 	}
 	var gen uint64
-	for _, n := range c.nodes {
-		if n.floor == 0 || !n.floorRealized {
-			continue
-		}
+	for n := range c.floorsRealized {
 		if gen == 0 {
 			c.gen++
 			gen = c.gen
 		}
 		n.floor, n.floorRealized, n.floorHeld = 0, false, false
+		c.reindex(n)
 		n.sent.Generation = gen
 		for _, r := range n.receivers {
 			r.release = true
@@ -222,19 +224,18 @@ func (c *core) releaseFloors(now time.Time) time.Time {
 
 // release sends every node that is not held its target. Then only held nodes may differ
 // from their targets, and the gone pods are forgotten (a held node's next meet drops
-// them: more than it needs to, never less).
+// them: more than it needs to, never less). It goes through the nodes that wait for a
+// relaxation (toRelease), not every node.
 func (c *core) release() {
 	var gen uint64
-	for _, n := range c.nodes {
-		if n.held || n.diverged.Empty() {
-			continue
-		}
+	for n := range c.toRelease {
 		if gen == 0 {
 			c.gen++
 			gen = c.gen
 		}
 		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, n.target.ClusterRules, gen)
 		n.diverged = policy.NewChanges()
+		c.reindex(n)
 	}
 	c.gone = policy.Gone{}
 }
@@ -249,7 +250,10 @@ func (c *core) cut(now time.Time) {
 	c.gone.Merge(cut.Gone)
 	c.memo = policy.NewSetMemo()
 	for _, name := range remove {
-		delete(c.nodes, name)
+		if n, ok := c.nodes[name]; ok {
+			c.unindex(n)
+			delete(c.nodes, name)
+		}
 	}
 	var gen uint64
 	next := func() uint64 {
@@ -267,8 +271,13 @@ func (c *core) cut(now time.Time) {
 		target := share.Clone()
 		sent := share.Clone()
 		sent.Generation = next()
-		c.nodes[name] = &nodeState{target: target, sent: sent, diverged: policy.NewChanges(),
+		if old, ok := c.nodes[name]; ok {
+			c.unindex(old)
+		}
+		n := &nodeState{name: name, target: target, sent: sent, diverged: policy.NewChanges(),
 			floor: sent.Generation, floorSince: now}
+		c.nodes[name] = n
+		c.reindex(n)
 	}
 	for name, d := range cut.Deltas {
 		n, ok := c.nodes[name]
@@ -282,6 +291,8 @@ func (c *core) cut(now time.Time) {
 		n.diverged.Add(policy.DeltaChanges(d))
 		m := policy.MeetOver(&n.sent, &n.target, n.diverged, c.gone, c.memo)
 		if !c.differs(n, m) {
+			// What the delta changed waits for its release.
+			c.reindex(n)
 			continue
 		}
 		g := next()
@@ -294,6 +305,7 @@ func (c *core) cut(now time.Time) {
 			n.restriction = 0
 		}
 		n.diverged = diverged(&n.sent, &n.target, n.diverged, c.memo)
+		c.reindex(n)
 	}
 }
 
