@@ -32,9 +32,15 @@ func (c *Compiler) NewFeed(ctx context.Context, wake func()) (*Feed, error) {
 		return nil, fmt.Errorf("follow the policy compiler: %w", ctx.Err())
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.newFeed(wake), nil
+}
+
+// newFeed returns a feed of no nodes on a compiler that is ready; the caller holds the
+// compiler's lock.
+func (c *Compiler) newFeed(wake func()) *Feed {
 	c.model.trackGone = true
-	c.mu.Unlock()
-	return &Feed{c: c, wake: wake, subs: map[string]*subscriber{}}, nil
+	return &Feed{c: c, wake: wake, subs: map[string]*subscriber{}}
 }
 
 // Stopped is closed when the compiler stops.
