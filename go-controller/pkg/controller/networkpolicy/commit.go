@@ -37,6 +37,11 @@ func (m *model) commit() []*subscriber {
 	for n := range m.batch.touched {
 		n.generation = m.generation
 		notify = append(notify, n.subs...)
+		for _, s := range n.subs {
+			if s.behind != nil {
+				s.behind[s] = struct{}{}
+			}
+		}
 	}
 	m.batch = newBatch()
 	return notify

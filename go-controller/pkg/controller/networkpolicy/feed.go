@@ -18,6 +18,10 @@ type Feed struct {
 	c    *Compiler
 	wake func()
 	subs map[string]*subscriber
+	// behind are the subscribers of subs that have a delta to take (see behindSet): a
+	// Take costs them, not every node the feed follows. Guarded by the compiler's lock,
+	// like the model that fills it.
+	behind behindSet
 }
 
 // NewFeed waits until the compiler is Ready and returns a feed of no nodes; wake is called
@@ -40,7 +44,7 @@ func (c *Compiler) NewFeed(ctx context.Context, wake func()) (*Feed, error) {
 // compiler's lock.
 func (c *Compiler) newFeed(wake func()) *Feed {
 	c.model.trackGone = true
-	return &Feed{c: c, wake: wake, subs: map[string]*subscriber{}}
+	return &Feed{c: c, wake: wake, subs: map[string]*subscriber{}, behind: behindSet{}}
 }
 
 // Stopped is closed when the compiler stops.
@@ -72,9 +76,10 @@ func (f *Feed) Take(add, remove []string) Cut {
 		}
 	}
 	cut := Cut{Generation: f.c.model.generation, Deltas: map[string]policy.Delta{}, Gone: f.c.model.takeGone()}
-	for name, s := range f.subs {
+	// delta takes s out of f.behind; deleting the entry being visited is safe in a range.
+	for s := range f.behind {
 		if d, ok := f.c.model.delta(s); ok {
-			cut.Deltas[name] = d
+			cut.Deltas[s.node.name] = d
 		}
 	}
 	for _, name := range add {
@@ -82,7 +87,7 @@ func (f *Feed) Take(add, remove []string) Cut {
 			continue
 		}
 		s, share := f.c.model.subscribe(name)
-		s.wake = f.wake
+		s.wake, s.behind = f.wake, f.behind // caught up: it joins behind at the next commit that touches it
 		f.subs[name] = s
 		if cut.Shares == nil {
 			cut.Shares = map[string]policy.NodeShare{}

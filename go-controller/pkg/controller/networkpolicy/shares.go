@@ -18,7 +18,20 @@ type subscriber struct {
 	// wake asks for the pending deltas to be delivered (the subscriber's runner); the
 	// compiler calls it, outside its lock, after each batch that gave the subscriber some.
 	wake func()
+	// behind is the set the subscriber is in while it has a delta to take (its Feed's),
+	// so that a Take looks at the subscribers that fell behind rather than at all of
+	// them; nil for a subscriber that is woken instead (Watch). It is written under the
+	// compiler's write lock only: by commit, by delta when behind is not nil (a Feed
+	// calls delta under the write lock), and by unsubscribe.
+	behind behindSet
 }
+
+// behindSet holds the subscribers that have a delta to take: a subscriber outside it has
+// nothing pending and is at its node's generation. commit adds the subscribers of every
+// node it moves to the new generation (every pending change is recorded through touch,
+// so those are the only ones that can fall behind, and each of them has a delta after
+// it, if only of its generation), and delta and unsubscribe take them out.
+type behindSet map[*subscriber]struct{}
 
 // subscribe registers a subscriber of node name and returns it with the node's share.
 func (m *model) subscribe(name string) (*subscriber, policy.NodeShare) {
@@ -30,6 +43,7 @@ func (m *model) subscribe(name string) (*subscriber, policy.NodeShare) {
 }
 
 func (m *model) unsubscribe(s *subscriber) {
+	delete(s.behind, s)
 	n := s.node
 	if i := slices.Index(n.subs, s); i >= 0 {
 		n.subs = slices.Delete(n.subs, i, i+1)
@@ -213,6 +227,9 @@ func isolationOf(n *node) policy.Isolation {
 // generation, when the events since s's last delta cancelled out: s still moves to the
 // node's generation, where its node's other subscribers are or will be.
 func (m *model) delta(s *subscriber) (policy.Delta, bool) {
+	// Caught up either way when delta returns. A nil set (Watch, under the read lock) is
+	// not written: delete on a nil map does nothing.
+	delete(s.behind, s)
 	if s.pending.empty() && s.lastGen == s.node.generation {
 		return policy.Delta{}, false
 	}
