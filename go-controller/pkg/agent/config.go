@@ -46,7 +46,7 @@ type Config struct {
 	// DatapathInvalidation is what a policy change does to ovs-vswitchd's datapath flows
 	// (--datapath-invalidation): DatapathInvalidationPurge drops them all
 	// (revalidator/purge), DatapathInvalidationNarrow deletes only those that may have met
-	// a policy table (invalidateDatapathFlows). Empty: purge.
+	// a policy table (invalidateDatapathFlows). Empty: narrow.
 	DatapathInvalidation string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
@@ -149,7 +149,7 @@ func (c *Config) Defaults() {
 		c.HostPortBackend = HostPortBackendAuto
 	}
 	if c.DatapathInvalidation == "" {
-		c.DatapathInvalidation = DatapathInvalidationPurge
+		c.DatapathInvalidation = DatapathInvalidationNarrow
 	}
 	if c.AuditRate == 0 {
 		c.AuditRate = DefaultAuditRate
@@ -180,13 +180,15 @@ const (
 
 // What a policy change does to the datapath flows (--datapath-invalidation).
 const (
-	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
-	// (revalidator/purge): the default, the behaviour every truth-table run has passed with.
-	DatapathInvalidationPurge = "purge"
 	// DatapathInvalidationNarrow deletes only the datapath flows that may have met a
-	// policy table, and purges when that fails. Experimental: truth-table runs with it
-	// failed allowed cells twice (docs/upgrades.md).
+	// policy table, and purges when that fails: the default since 2026-12-06, when two
+	// whole truth-table runs with it passed on a quiet machine (docs/upgrades.md).
 	DatapathInvalidationNarrow = "narrow"
+	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
+	// (revalidator/purge), so every established connection of the node goes through
+	// upcalls again at each policy change: the default before narrow, kept for an
+	// operator who sees a verdict narrow leaves stale.
+	DatapathInvalidationPurge = "purge"
 )
 
 // DefaultPolicyWait is --policy-wait's default: how long a CNI ADD waits for the new pod's
@@ -248,7 +250,7 @@ func (c *Config) Validate() error {
 	switch c.DatapathInvalidation {
 	case DatapathInvalidationPurge, DatapathInvalidationNarrow:
 	default:
-		return fmt.Errorf("--datapath-invalidation %q: use purge (the default: every datapath flow dropped after a policy change) or narrow (experimental: only those a policy change may affect)", c.DatapathInvalidation)
+		return fmt.Errorf("--datapath-invalidation %q: use narrow (the default: only the datapath flows a policy change may affect are deleted) or purge (every datapath flow dropped after a policy change)", c.DatapathInvalidation)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

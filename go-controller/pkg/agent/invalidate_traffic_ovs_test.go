@@ -417,7 +417,7 @@ func policyChangeIsInForceOnTheNextPacket(t *testing.T, mode string) {
 // datapath itself: the flows that carried d's established connection to c before the
 // change, by UFID, are still there after it, and carry its next packet. Seen failing with
 // the purge after every policy change (the flows were gone), which is why it runs with
-// --datapath-invalidation=narrow only (the default, purge, drops them).
+// --datapath-invalidation=narrow only (the default; purge drops them).
 func TestPolicyChangeKeepsEstablishedDatapathFlows(t *testing.T) {
 	r := newTrafficRig(t, DatapathInvalidationNarrow)
 	c := r.listen("c")

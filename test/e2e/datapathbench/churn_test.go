@@ -73,9 +73,10 @@ func churnTime(b *testing.B) time.Duration {
 // over. The traffic runs in four stretches of half the churn time each (60 s in all; see
 // churnTimeEnv): quiet, churn, churn, quiet, so load on the shared machine weighs on both
 // alike. All of that runs twice in the same sandbox, once for each of the agents'
-// --datapath-invalidation values: both agents are restarted with purge (the default:
-// every datapath flow dropped after each change), measured, then restarted with narrow
-// (only the flows that may have met a policy table) and measured again.
+// --datapath-invalidation values: both agents are restarted with purge (every datapath
+// flow dropped after each change, the default before 2026-12-06), measured, then
+// restarted with narrow (only the flows that may have met a policy table; the default)
+// and measured again.
 //
 // Reported for the quiet pair, with and without churn: the requests that failed; the TCP
 // retransmissions of the loop (both sides) and of the bulk sender, apart (TCP_INFO
@@ -181,7 +182,8 @@ func BenchmarkPolicyChurn(b *testing.B) {
 	}
 }
 
-// The agents' --datapath-invalidation values the benchmark compares, the default first.
+// The agents' --datapath-invalidation values the benchmark compares: the baseline (purge,
+// the old default) first.
 const (
 	invalidationPurge  = "purge"
 	invalidationNarrow = "narrow"

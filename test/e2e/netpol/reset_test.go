@@ -50,7 +50,7 @@ func (m *modelCluster) reset(t *testing.T, c Case) {
 	errs = append(errs, m.checkStandard(), m.checkNoPolicyState())
 	// The flows are gone from the switches; one more full resync on every node means the
 	// syncs that removed them have finished what follows a policy change (the datapath
-	// cache purge) before the probes.
+	// cache invalidation) before the probes.
 	m.waitFullResyncs(t, m.fullResyncs(t), 1)
 	if err := errors.Join(append(errs, m.checkAllAllowed(t))...); err != nil {
 		m.broken = "the reset after " + c.Name + " failed"
