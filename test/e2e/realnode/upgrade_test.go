@@ -3,10 +3,12 @@ package realnode_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,10 +92,13 @@ func removeUpgradeWorkload(t *testing.T, s *framework.Sandbox) {
 // checkUpgrade is issue #26's upgrade on real nodes: s runs the previous release (its
 // kovs-sandbox, images and dist/: kovs-controller allocates pod addresses), pods run on
 // every node with long-lived TCP sessions between nodes and a new connection every
-// 100 ms, one pod is deleted just before the upgrade, then kovs is upgraded to env's
-// release in docs/upgrades.md's order. Every running pod keeps its address, no session
-// breaks, no new connection fails; pods created afterwards get no address a running pod
-// holds nor the one freed before the upgrade, and reach the old ones.
+// 100 ms, to each other node's pod and through a Service, under a NetworkPolicy that an
+// intruder on node2 probes throughout; one pod is deleted just before the upgrade, then
+// kovs is upgraded to env's release in docs/upgrades.md's order (issue #27's rolling
+// upgrade). Every running pod keeps its address, no session breaks, no new connection
+// fails (but while an OVS on its path is handed over), no denied connection is let
+// through; pods created afterwards get no address a running pod holds nor the one freed
+// before the upgrade, and reach the old ones.
 func checkUpgrade(t *testing.T, s *framework.Sandbox, env framework.Env) {
 	s.EnsureNamespace(t, ns, nil)
 	s.Apply(upgradeWebDeployment)
@@ -102,6 +107,13 @@ func checkUpgrade(t *testing.T, s *framework.Sandbox, env framework.Env) {
 	if len(web) != 3 {
 		t.Fatalf("web pods on %d nodes, want one on each of 3: %v", len(web), web)
 	}
+	// A Service over the web pods' echo port, which the probers' new connections use too.
+	s.Apply(upgradeService)
+	svc, err := s.Client.CoreV1().Services(ns).Get(context.Background(), "web-echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcIP := svc.Spec.ClusterIP
 	for node := range web {
 		var targets []string
 		for other, p := range web {
@@ -110,7 +122,7 @@ func checkUpgrade(t *testing.T, s *framework.Sandbox, env framework.Env) {
 			}
 		}
 		sort.Strings(targets)
-		s.Apply(proberPod(node, targets))
+		s.Apply(proberPod(node, svcIP, targets))
 	}
 	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod", "-l", "app=prober", "--timeout=120s")
 	probers := podsOf(t, s, ns, "app=prober")
@@ -127,6 +139,38 @@ func checkUpgrade(t *testing.T, s *framework.Sandbox, env framework.Env) {
 				if st.rounds < 3 {
 					return fmt.Errorf("%s: %s", p.Name, st)
 				}
+			}
+		}
+		return nil
+	})
+	// A NetworkPolicy in force throughout, made while the probers' traffic runs: the web
+	// pods' echo port only from the probers, their HTTP port (the intruder's control) from
+	// anyone. Once it is realized, an intruder on node2 probes the echo port of the web
+	// pods of the other nodes; it is denied with evidence before the upgrade, and none of
+	// its probes may be let through, then or later.
+	s.Apply(upgradePolicy)
+	waitRealized(t, s, ns, "web-echo-from-probers")
+	var denyTargets []string
+	for node, p := range web {
+		if node != "node2" {
+			denyTargets = append(denyTargets, framework.PodIPs(&p)[0].String())
+		}
+	}
+	sort.Strings(denyTargets)
+	s.Apply(intruderPod("node2", denyTargets))
+	intruder := "intruder-node2"
+	kubectlOK(t, s, "-n", ns, "wait", "--for=condition=Ready", "pod", intruder, "--timeout=120s")
+	framework.Eventually(t, 60*time.Second, "the intruder's probes denied with evidence", func() error {
+		sts, err := intruderState(s, intruder)
+		if err != nil {
+			return err
+		}
+		for _, st := range sts {
+			if st.letThrough > 0 {
+				t.Fatalf("before the upgrade: %s", st)
+			}
+			if st.evidenced < 3 {
+				return fmt.Errorf("%s", st)
 			}
 		}
 		return nil
@@ -161,6 +205,7 @@ spec:
 	for _, p := range probers {
 		kubectlOK(t, s, "exec", "-n", ns, p.Name, "--", "touch", "/tmp/upgraded")
 	}
+	kubectlOK(t, s, "exec", "-n", ns, intruder, "--", "touch", "/tmp/upgraded")
 	// The traffic must be seen flowing on the new release, not merely not failing.
 	framework.Eventually(t, 90*time.Second, "sessions and new connections to run on the upgraded nodes", func() error {
 		for _, p := range probers {
@@ -177,11 +222,24 @@ spec:
 				}
 			}
 		}
+		sts, err := intruderState(s, intruder)
+		if err != nil {
+			return err
+		}
+		for _, st := range sts {
+			if st.letThrough > 0 {
+				return nil // the check below reports it
+			}
+			if st.after < 5 {
+				return fmt.Errorf("%s: %s", intruder, st)
+			}
+		}
 		return nil
 	})
 	for _, p := range probers {
 		kubectlOK(t, s, "exec", "-n", ns, p.Name, "--", "touch", "/tmp/stop")
 	}
+	kubectlOK(t, s, "exec", "-n", ns, intruder, "--", "touch", "/tmp/stop")
 	var summaries []string
 	framework.Eventually(t, 60*time.Second, "every prober to report", func() error {
 		summaries = nil
@@ -194,7 +252,7 @@ spec:
 		}
 		return nil
 	})
-	var sessions, broken, conns, failed int
+	var sessions, broken, conns, svcConns, failed int
 	var longest time.Duration
 	for _, p := range probers {
 		sts, err := proberState(s, p.Name)
@@ -211,15 +269,28 @@ spec:
 				conns += st.rounds
 				failed += st.failed
 				longest = max(longest, st.maxGap)
+				if st.target == svcIP {
+					svcConns += st.rounds
+				}
 			}
 		}
 	}
-	t.Logf("across the upgrade: %d long-lived sessions, %d broken; %d new connections, %d failed; longest gap between two successful new connections %s\n%s",
-		sessions, broken, conns, failed, longest, strings.Join(summaries, "\n"))
+	t.Logf("across the upgrade: %d long-lived sessions, %d broken; %d new connections (%d through the Service %s), %d failed; longest gap between two successful new connections %s\n%s",
+		sessions, broken, conns, svcConns, svcIP, failed, longest, strings.Join(summaries, "\n"))
 	if sessions != 6 || broken != 0 {
 		t.Errorf("want 6 sessions and none broken: %d sessions, %d broken", sessions, broken)
 	}
-	checkFailuresInHandOvers(t, s, out, web, probers, failed)
+	checkFailuresInHandOvers(t, s, out, web, probers, svcIP, failed)
+	ists, err := intruderState(s, intruder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range ists {
+		t.Logf("the intruder on node2, the policy's denied pair: %s", st)
+		if st.letThrough > 0 {
+			t.Errorf("a connection the NetworkPolicy denies was let through during the upgrade: %s", st)
+		}
+	}
 
 	after := runningPodAddresses(t, s)
 	for uid, b := range before {
@@ -304,7 +375,7 @@ const handOverSettle = 3 * time.Second
 // flows back in the new one): on the userspace datapath the datapath is that process, so its replacement
 // pauses the node's traffic once (docs/upgrades.md). A failure outside every window, or
 // one the probers' logs do not time, fails the test.
-func checkFailuresInHandOvers(t *testing.T, s *framework.Sandbox, upgradeOut string, web, probers map[string]corev1.Pod, failed int) {
+func checkFailuresInHandOvers(t *testing.T, s *framework.Sandbox, upgradeOut string, web, probers map[string]corev1.Pod, svcIP string, failed int) {
 	t.Helper()
 	type window struct{ from, to time.Time }
 	windows := map[string]window{}
@@ -333,7 +404,11 @@ func checkFailuresInHandOvers(t *testing.T, s *framework.Sandbox, upgradeOut str
 			usec, _ := strconv.ParseInt(m[3], 10, 64)
 			at := time.Unix(sec, usec*1000)
 			ok := false
-			for _, n := range []string{node, nodeOf[m[1]]} {
+			path := []string{node, nodeOf[m[1]]}
+			if m[1] == svcIP { // through the Service: the endpoint may be on any node
+				path = slices.Collect(maps.Keys(windows))
+			}
+			for _, n := range path {
 				if w, has := windows[n]; has && !at.Before(w.from) && !at.After(w.to) {
 					ok = true
 				}
@@ -374,6 +449,16 @@ func runningPodAddresses(t *testing.T, s *framework.Sandbox) map[string]podAddre
 	return out
 }
 
+// stateLines reads a script pod's state files (/tmp/state/*), a line each: the file's
+// name and its content.
+func stateLines(s *framework.Sandbox, pod string) (string, []string, error) {
+	out, err := execIn(s, ns, pod, "bash", "-c", `cd /tmp/state && for f in *; do echo "$f $(cat $f)"; done`)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: read its state: %v\n%s", pod, err, out)
+	}
+	return out, strings.Split(strings.TrimSpace(out), "\n"), nil
+}
+
 // proberStatus is one loop of a prober pod, read from its state file.
 type proberStatus struct {
 	kind, target string // "session" or "newconn"
@@ -394,12 +479,12 @@ func (p proberStatus) String() string {
 // proberState reads a prober's state files (/tmp/state/session-<ip>, newconn-<ip>): one
 // of each per target once its loops have made a round.
 func proberState(s *framework.Sandbox, pod string) ([]proberStatus, error) {
-	out, err := execIn(s, ns, pod, "bash", "-c", `cd /tmp/state && for f in *; do echo "$f $(cat $f)"; done`)
+	out, lines, err := stateLines(s, pod)
 	if err != nil {
-		return nil, fmt.Errorf("%s: read its state: %v\n%s", pod, err, out)
+		return nil, err
 	}
 	var sts []proberStatus
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	for _, line := range lines {
 		var st proberStatus
 		var name string
 		var broken, gapMs int
@@ -426,8 +511,8 @@ func proberState(s *framework.Sandbox, pod string) ([]proberStatus, error) {
 		}
 		sts = append(sts, st)
 	}
-	if len(sts) != 4 {
-		return nil, fmt.Errorf("%s: %d state files, want a session and a new-connection loop to each of 2 other nodes:\n%s", pod, len(sts), out)
+	if len(sts) != 5 {
+		return nil, fmt.Errorf("%s: %d state files, want a session and a new-connection loop to each of 2 other nodes and a new-connection loop to the Service:\n%s", pod, len(sts), out)
 	}
 	return sts, nil
 }
@@ -444,7 +529,10 @@ var upgradeWebDeployment = strings.Replace(webDeployment, `          readinessPr
 
 // proberScript keeps, to each target, a TCP session open that echoes a counter every
 // 0.5 s (a missing or wrong echo within 10 s, or an error, breaks it) and makes a new
-// connection every 100 ms that must echo one line. Each loop writes its counts to
+// connection every 100 ms that must echo one line; to the Service (its first argument),
+// the new connections only. (Sessions through the Service are not part of the test: on
+// the userspace datapath conntrack lives in ovs-vswitchd, so the OVS hand-over loses the
+// Service's NAT of established connections; not measured.) Each loop writes its counts to
 // /tmp/state after every round; /tmp/upgraded starts the "after" counts and /tmp/stop
 // ends the loops, which then log their summary and DONE.
 const proberScript = `trap '' PIPE
@@ -482,22 +570,30 @@ newconn() {
   done
   echo "NEWCONN $t done: $ok ok ($after after the upgrade), $fail failed, longest gap ${maxgap}ms"
 }
+svc=$1; shift
+newconn $svc &
 for t in "$@"; do session $t & newconn $t & done
 wait
 echo DONE
 exec sleep infinity
 `
 
-// proberPod runs proberScript on node against targets.
-func proberPod(node string, targets []string) string {
-	indented := "          " + strings.ReplaceAll(strings.TrimRight(proberScript, "\n"), "\n", "\n          ")
+// proberPod runs proberScript on node against targets, and its new connections through
+// the Service at svcIP.
+func proberPod(node, svcIP string, targets []string) string {
+	return scriptPod("prober-"+node, "prober", node, proberScript, append([]string{svcIP}, targets...))
+}
+
+// scriptPod is a pod named name, labelled app, on node, whose bash runs script with args.
+func scriptPod(name, app, node, script string, args []string) string {
+	indented := "          " + strings.ReplaceAll(strings.TrimRight(script, "\n"), "\n", "\n          ")
 	return `apiVersion: v1
 kind: Pod
-metadata: {name: prober-` + node + `, namespace: ` + ns + `, labels: {app: prober}}
+metadata: {name: ` + name + `, namespace: ` + ns + `, labels: {app: ` + app + `}}
 spec:
   nodeName: ` + node + `
   containers:
-    - name: prober
+    - name: ` + app + `
       image: ` + agnhost + `
       imagePullPolicy: IfNotPresent
       command:
@@ -505,7 +601,103 @@ spec:
         - -c
         - |
 ` + indented + `
-        - prober
-` + "        - " + strings.Join(targets, "\n        - ") + `
+        - ` + app + `
+` + "        - " + strings.Join(args, "\n        - ") + `
 `
+}
+
+// upgradePolicy: the web pods' echo port (9000) admits only the probers, their HTTP port
+// (8080) everyone (the fresh pods after the upgrade, and the intruder's control).
+var upgradePolicy = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-echo-from-probers, namespace: ` + ns + `}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress:
+    - from: [{podSelector: {matchLabels: {app: prober}}}]
+    - ports: [{protocol: TCP, port: 8080}]
+`
+
+// upgradeService is a Service over the web pods' echo port; the probers' new connections
+// use it.
+var upgradeService = `apiVersion: v1
+kind: Service
+metadata: {name: web-echo, namespace: ` + ns + `}
+spec:
+  selector: {app: web}
+  ports: [{protocol: TCP, port: 9000, targetPort: 9000}]
+`
+
+// intruderScript probes each target (a web pod) every 100 ms twice in a row: its HTTP
+// port, which the policy admits from anyone (the control), then its echo port, which the
+// policy denies the intruder. An echo on the denied port is a connection let through. A
+// denied probe counts as denied with evidence only when the control to the same pod in the
+// same round connected: the path was up and the policy, not a pause, stopped it; without
+// it the round is not evidence either way. Counts go to /tmp/state/denied-<ip>;
+// /tmp/upgraded starts the "after" count, /tmp/stop ends the loops.
+const intruderScript = `trap '' PIPE
+mkdir -p /tmp/state
+probe() {
+  local t=$1 evidenced=0 unproven=0 let=0 after=0 got
+  while [ ! -e /tmp/stop ]; do
+    if nc -z -w 1 $t 8080; then ctl=1; else ctl=0; fi
+    got=$(printf 'x\n' | nc -N -w 1 $t 9000 2>&1)
+    if [ "$got" = x ]; then
+      let=$((let+1)); echo "DENIED $t let through at $EPOCHREALTIME"
+    elif [ $ctl = 1 ]; then
+      evidenced=$((evidenced+1)); [ -e /tmp/upgraded ] && after=$((after+1))
+    else
+      unproven=$((unproven+1))
+    fi
+    echo "$evidenced $unproven $let $after" > /tmp/state/denied-$t
+    sleep 0.1
+  done
+  echo "DENIED $t done: $evidenced denied with evidence ($after after the upgrade), $unproven without, $let let through"
+}
+for t in "$@"; do probe $t & done
+wait
+echo DONE
+exec sleep infinity
+`
+
+// intruderPod runs intruderScript on node against targets.
+func intruderPod(node string, targets []string) string {
+	return scriptPod("intruder-"+node, "intruder", node, intruderScript, targets)
+}
+
+// intruderStatus is one target of the intruder, read from its state file.
+type intruderStatus struct {
+	target                                 string
+	evidenced, unproven, letThrough, after int
+}
+
+func (s intruderStatus) String() string {
+	return fmt.Sprintf("denied probes to %s: %d denied with evidence (%d after the upgrade), %d without evidence, %d let through",
+		s.target, s.evidenced, s.after, s.unproven, s.letThrough)
+}
+
+// intruderState reads the intruder's state files: one per target (2) once its loop has
+// made a round.
+func intruderState(s *framework.Sandbox, pod string) ([]intruderStatus, error) {
+	out, lines, err := stateLines(s, pod)
+	if err != nil {
+		return nil, err
+	}
+	var sts []intruderStatus
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 5 || !strings.HasPrefix(f[0], "denied-") {
+			return nil, fmt.Errorf("%s: state line %q", pod, line)
+		}
+		st := intruderStatus{target: strings.TrimPrefix(f[0], "denied-")}
+		if _, err := fmt.Sscan(strings.Join(f[1:], " "), &st.evidenced, &st.unproven, &st.letThrough, &st.after); err != nil {
+			return nil, fmt.Errorf("%s: state line %q: %v", pod, line, err)
+		}
+		sts = append(sts, st)
+	}
+	if len(sts) != 2 {
+		return nil, fmt.Errorf("%s: %d state files, want one per web pod of the other nodes:\n%s", pod, len(sts), out)
+	}
+	return sts, nil
 }
