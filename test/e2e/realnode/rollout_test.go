@@ -3,10 +3,12 @@ package realnode_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	cnins "github.com/containernetworking/plugins/pkg/ns"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,7 +21,8 @@ const rolloutNS = "rollout"
 // TestOVSOutlivesTheAgent runs two real nodes installed from dist/, with long-lived TCP
 // sessions and a new connection every 100 ms between pods on both nodes under a
 // NetworkPolicy, and a pair the policy denies probed every 100 ms, through an agent
-// rollout and then an OVS restart (a kovs-ovs pod replaced, an OVS upgrade's step).
+// rollout, an OVS restart (a kovs-ovs pod replaced, an OVS upgrade's step), and the agent
+// DaemonSet deleted with --cascade=orphan, applied again and rolled.
 func TestOVSOutlivesTheAgent(t *testing.T) {
 	env := framework.Require(t)
 	s := framework.Up(t, env, "--runtime", "containerd", "--nodes", "2")
@@ -46,6 +49,119 @@ func TestOVSOutlivesTheAgent(t *testing.T) {
 	}
 	t.Run("agent rollout leaves OVS, traffic and Ready alone", func(t *testing.T) { checkAgentRollout(t, s, pairs) })
 	t.Run("kovs-ovs pod replacement pauses traffic only", func(t *testing.T) { checkOVSReplacement(t, s, pairs) })
+	t.Run("DaemonSet deleted with --cascade=orphan, applied again and rolled: nothing removed", func(t *testing.T) {
+		checkOrphanReplace(t, s, pairs)
+	})
+}
+
+// checkOrphanReplace replaces the kovs-agent DaemonSet as a GitOps tool or an operator
+// changing an immutable field does: deleted with --cascade=orphan (its pods stay), applied
+// again, then rolled. Only kovsctl uninstall's annotation may make an agent clean its node
+// up (docs/install.md), so every agent must see the deletion and leave its node alone, and
+// the roll that shuts the orphaned agents down must remove nothing: br-int stays on every
+// node, ovs-vswitchd keeps its pid, zero established sessions broken, zero allowed new
+// connections failed, zero denied connections let through. (Before 2026-12-05 an agent
+// marked its node for uninstall on any deletion of its DaemonSet and never unmarked it,
+// so this roll deleted br-int on every node.)
+func checkOrphanReplace(t *testing.T, s *framework.Sandbox, pairs []pair) {
+	ctx := context.Background()
+	dsClient := s.Client.AppsV1().DaemonSets("kube-system")
+	ds, err := dsClient.Get(ctx, "kovs-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vswitchd := map[string]int{}
+	for _, n := range []string{"node1", "node2"} {
+		vswitchd[n] = ovsVswitchdPid(s, n)
+	}
+	orphans := podsOf(t, s, "kube-system", "app=kovs-agent")
+	tr := startTraffic(t, s, pairs, 100*time.Millisecond)
+	tr.await(t, 5, "before the DaemonSet's deletion")
+	start := time.Now()
+	kubectlOK(t, s, "-n", "kube-system", "delete", "daemonset", "kovs-agent", "--cascade=orphan", "--wait=true", "--timeout=60s")
+	// Every agent must have seen the deletion, or the roll below proves nothing; none may
+	// take it for an uninstall.
+	framework.Eventually(t, 60*time.Second, "every orphaned agent to log the DaemonSet's deletion", func() error {
+		for node, p := range orphans {
+			logs, err := s.Kubectl("-n", "kube-system", "logs", p.Name, "-c", "kovs-agent")
+			if err != nil {
+				return fmt.Errorf("%s: %v", node, err)
+			}
+			if !strings.Contains(logs, "DaemonSet deleted ") {
+				return fmt.Errorf("%s: the agent %s has not logged the deletion yet", node, p.Name)
+			}
+		}
+		return nil
+	})
+	for node, p := range orphans {
+		if logs, _ := s.Kubectl("-n", "kube-system", "logs", p.Name, "-c", "kovs-agent"); strings.Contains(logs, "kovs is being uninstalled") {
+			t.Errorf("%s: the agent %s took the DaemonSet's deletion without the uninstall annotation for an uninstall", node, p.Name)
+		}
+	}
+	again := ds.DeepCopy()
+	again.ObjectMeta = metav1.ObjectMeta{Name: ds.Name, Namespace: ds.Namespace, Labels: ds.Labels}
+	again.Status = appsv1.DaemonSetStatus{}
+	if _, err := dsClient.Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("apply the DaemonSet again: %v", err)
+	}
+	// Roll it. The DaemonSet controller takes a pod whose pod-template-generation label
+	// equals the DaemonSet's generation as up to date, and a DaemonSet made anew counts its
+	// generation from 1 again, so a template change can land on the orphans' number and
+	// replace nothing: change it until the generation is another.
+	orphanGen := map[string]bool{}
+	for _, p := range orphans {
+		orphanGen[p.Labels["pod-template-generation"]] = true
+	}
+	for i := 0; ; i++ {
+		kubectlOK(t, s, "-n", "kube-system", "patch", "daemonset", "kovs-agent", "--type=merge", "-p",
+			fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kovs.io/orphan-test":"%s-%d"}}}}}`, start.Format(time.RFC3339Nano), i))
+		d, err := dsClient.Get(ctx, "kovs-agent", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !orphanGen[fmt.Sprint(d.Generation)] {
+			break
+		}
+		if i == 3 {
+			t.Fatalf("the DaemonSet's generation %d is still the orphans' %v", d.Generation, orphanGen)
+		}
+	}
+	// The roll is done when every node runs a new agent pod, Ready, and no orphan is
+	// left: the DaemonSet's status alone can be read before it has seen the new template.
+	framework.Eventually(t, 300*time.Second, "the re-applied DaemonSet to replace every orphaned agent", func() error {
+		list, err := s.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app=kovs-agent"})
+		if err != nil {
+			return err
+		}
+		ready := map[string]bool{}
+		for _, p := range list.Items {
+			if old, ok := orphans[p.Spec.NodeName]; ok && old.UID == p.UID {
+				return fmt.Errorf("%s: the orphaned agent %s still runs", p.Spec.NodeName, p.Name)
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready[p.Spec.NodeName] = true
+				}
+			}
+		}
+		if len(ready) != len(orphans) {
+			return fmt.Errorf("new agents Ready on %d of %d nodes", len(ready), len(orphans))
+		}
+		return nil
+	})
+	tr.await(t, 20, "after the roll")
+	tr.finish()
+	t.Logf("kovs-agent DaemonSet deleted with --cascade=orphan, applied again and rolled on 2 nodes in %s", time.Since(start).Round(time.Millisecond))
+	tr.check(t, "the DaemonSet's replacement and roll")
+	for node, p := range podsOf(t, s, "kube-system", "app=kovs-ovs") {
+		if out, err := execIn(s, "kube-system", p.Name, "ovs-vsctl", "--timeout=5", "br-exists", "br-int"); err != nil {
+			t.Errorf("%s: br-int is gone after the roll: %v\n%s", node, err, out)
+		}
+		if after := ovsVswitchdPid(s, node); after != vswitchd[node] {
+			t.Errorf("%s: ovs-vswitchd pid %d before, %d after", node, vswitchd[node], after)
+		}
+	}
+	checkReadySince(t, s, start, "the DaemonSet's replacement")
 }
 
 // checkAgentRollout rolls the kovs-agent DaemonSet (a change to its pod template, as
