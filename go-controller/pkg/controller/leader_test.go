@@ -185,10 +185,29 @@ func TestReplicasWithoutIdentityDoNotBothLead(t *testing.T) {
 		return nil
 	})
 	// Both replicas retry every 100 ms: fifteen rounds for a second one to take the lead.
+	// Two replicas of one identity both hold the Lease without it ever changing hands. Two
+	// labels after the Lease changed hands are another thing: the old leader, starved on a
+	// loaded machine past this test's 500 ms renew deadline, has not yet noticed it lost
+	// the Lease (client-go's election has no fencing; seen in a CI run, 2026-12-06). The
+	// Lease's transitions tell the two apart.
 	for i := 0; i < 15; i++ {
 		if l := leaders(); len(l) > 1 {
-			t.Fatalf("both replicas lead: %v", l)
+			lease, err := c.CoordinationV1().Leases("kube-system").Get(context.Background(), "kovs-controller", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr := lease.Spec.LeaseTransitions; tr == nil || *tr == 0 {
+				t.Fatalf("both replicas lead, and the Lease never changed hands (holder %v): %v", ptrString(lease.Spec.HolderIdentity), l)
+			}
+			t.Logf("both pods labelled right after a hand-over (%d transitions, holder %s): %v", *lease.Spec.LeaseTransitions, ptrString(lease.Spec.HolderIdentity), l)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
 }
