@@ -64,7 +64,10 @@ func NewEncoder() *Encoder { return &Encoder{sets: newSetEncodings()} }
 // Append appends m's line of the stream to b.
 func (e *Encoder) Append(b []byte, m Message) ([]byte, error) {
 	b, err := e.sets.appendMessage(b, m)
-	return append(b, '\n'), err
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // encode returns the JSON of l (nil for an empty list, which the field then omits).

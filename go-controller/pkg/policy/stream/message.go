@@ -71,24 +71,23 @@ func (m *Message) check(node string) error {
 	return nil
 }
 
-// messageWriter writes messages, one JSON document per line, taking the address lists'
-// JSON from sets (shared by every stream of a server).
+// messageWriter writes messages, one JSON document per line, through an Encoder over sets
+// (shared by every stream of a server).
 type messageWriter struct {
-	w    io.Writer
-	sets *setEncodings
-	buf  []byte
+	w   io.Writer
+	enc Encoder
+	buf []byte
 }
 
 func newMessageWriter(w io.Writer, sets *setEncodings) *messageWriter {
-	return &messageWriter{w: w, sets: sets}
+	return &messageWriter{w: w, enc: Encoder{sets: sets}}
 }
 
 func (w *messageWriter) write(m Message) error {
-	b, err := w.sets.appendMessage(w.buf[:0], m)
+	b, err := w.enc.Append(w.buf[:0], m)
 	if err != nil {
 		return fmt.Errorf("encode the %s of generation %d: %w", m.Type, m.Generation, err)
 	}
-	b = append(b, '\n')
 	_, err = w.w.Write(b)
 	// The buffer is kept for the next message only while small: each of thousands of
 	// streams keeping the largest message it ever wrote would hold a set every node
