@@ -3,16 +3,21 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/addresses"
 )
@@ -20,7 +25,7 @@ import (
 // Two replicas: only the leader allocates; when it stops, the other takes over and goes
 // on from the recorded state (no block handed out twice).
 func TestLeaderElectionHandsOverWithoutDoubleAllocation(t *testing.T) {
-	c := fake.NewClientset(node("a"))
+	c := withLeaseConcurrency(fake.NewClientset(node("a")))
 	cidrs := plan(t, "10.244.0.0/16", 24)
 	run := func(id string) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -51,6 +56,57 @@ func TestLeaderElectionHandsOverWithoutDoubleAllocation(t *testing.T) {
 	if b := nodeSubnets(t, c, "b"); b[0] == a[0] {
 		t.Fatalf("the new leader handed node a's block %s to node b", a[0])
 	}
+}
+
+// withLeaseConcurrency gives the fake clientset's Leases the API server's optimistic
+// concurrency: an update must carry the resourceVersion it read. The fake's own tracker
+// takes the last write, so two electors that each read the Lease and write it both win:
+// a replica renewing from a stale read overwrites the other's take-over, and both lead
+// (seen in a CI run, 2026-12-06: a Lease back at 0 transitions after one hand-over).
+// Leader election is only as safe as that compare-and-swap, so the tests need it.
+func withLeaseConcurrency(c *fake.Clientset) *fake.Clientset {
+	var version int64
+	leases := map[types.NamespacedName]*coordinationv1.Lease{}
+	// The fake runs its reactors one at a time, under its own lock.
+	c.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		// By verb: the create and update action interfaces have the same methods.
+		switch a.GetVerb() {
+		case "get":
+			a := a.(k8stesting.GetAction)
+			l, ok := leases[types.NamespacedName{Namespace: a.GetNamespace(), Name: a.GetName()}]
+			if !ok {
+				return true, nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), a.GetName())
+			}
+			return true, l.DeepCopy(), nil
+		case "create":
+			l := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			key := types.NamespacedName{Namespace: a.GetNamespace(), Name: l.Name}
+			if _, ok := leases[key]; ok {
+				return true, nil, apierrors.NewAlreadyExists(coordinationv1.Resource("leases"), l.Name)
+			}
+			version++
+			l.Namespace, l.ResourceVersion = a.GetNamespace(), strconv.FormatInt(version, 10)
+			leases[key] = l
+			return true, l.DeepCopy(), nil
+		case "update":
+			l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			key := types.NamespacedName{Namespace: a.GetNamespace(), Name: l.Name}
+			old, ok := leases[key]
+			if !ok {
+				return true, nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), l.Name)
+			}
+			if l.ResourceVersion != old.ResourceVersion {
+				return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), l.Name,
+					fmt.Errorf("resourceVersion %q, stored %q", l.ResourceVersion, old.ResourceVersion))
+			}
+			version++
+			l.Namespace, l.ResourceVersion = a.GetNamespace(), strconv.FormatInt(version, 10)
+			leases[key] = l
+			return true, l.DeepCopy(), nil
+		}
+		return false, nil, nil
+	})
+	return c
 }
 
 func leaseHolder(t *testing.T, c *fake.Clientset) string {
@@ -151,7 +207,7 @@ func (s slowNodes) Patch(ctx context.Context, name string, pt types.PatchType, d
 // Two replicas that would get one identity from hostname_pid (host network on hosts that
 // share a hostname, PID 1 each: here, one process) must not both lead.
 func TestReplicasWithoutIdentityDoNotBothLead(t *testing.T) {
-	c := fake.NewClientset()
+	c := withLeaseConcurrency(fake.NewClientset())
 	for _, name := range []string{"kovs-controller-a", "kovs-controller-b"} {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name}}
 		if _, err := c.CoreV1().Pods("kube-system").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
