@@ -35,6 +35,8 @@ type FanOutResult struct {
 	PolicyLost    int
 	PolicyClock   KovsClock
 	PolicyTraffic []SpanSample
+	// PolicyTails is, for each of those changes in order, when its nodes applied it.
+	PolicyTails []NodeTail
 	// Added is a pod created while the policy's peers select it: from before the Create
 	// call to its address in an address set of every node's share; Seen from before the
 	// call to the harness's own pod informer delivering the pod's address (kube-apiserver,
@@ -137,16 +139,25 @@ func (h *Harness) fanOut(ctx context.Context) error {
 	sel := selector{wideNamespace, 1}
 	h.realization.results()
 	h.realization.finishedResults()
+	var finished []finishedChange
 	for i := range n {
 		for _, create := range []bool{true, false} {
+			before := h.snapshotCounts()
 			samples, err := h.probe(ctx, fmt.Sprintf("wide-%d", i), sel, create)
 			if err != nil {
 				return err
 			}
 			fo.PolicyTraffic = append(fo.PolicyTraffic, samples...)
+			reconnected := h.reconnectedSince(before)
+			for _, f := range h.realization.finishedResults() {
+				f.tail.Reconnected = reconnected
+				fo.PolicyTails = append(fo.PolicyTails, f.tail)
+				h.logf("fan-out policy %s/%s (create %t): %d nodes applied it at p50 %s, p90 %s, p99 %s, the second last %s, the last (%s) %s; %d agents took a new snapshot meanwhile",
+					f.policy.Namespace, f.policy.Name, f.create, f.tail.Nodes, f.tail.P50, f.tail.P90, f.tail.P99, f.tail.Second, f.tail.LastNode, f.tail.Last, reconnected)
+				finished = append(finished, f)
+			}
 		}
 	}
-	finished := h.realization.finishedResults()
 	fo.Policy, fo.PolicyLost, _ = h.realization.results()
 
 	peers := policyKey{wideNamespace, "wide-peers"}
@@ -179,6 +190,26 @@ func (h *Harness) fanOut(ctx context.Context) error {
 		fo.splitAddresses(changes, dump)
 	}
 	return h.setPolicy(ctx, peers.Name, sel, false)
+}
+
+// snapshotCounts is how many snapshots each agent has taken so far.
+func (h *Harness) snapshotCounts() map[string]int64 {
+	out := map[string]int64{}
+	for _, a := range h.sortedAgents() {
+		out[a.node] = a.snapshots.Load()
+	}
+	return out
+}
+
+// reconnectedSince counts the agents that took a snapshot since before.
+func (h *Harness) reconnectedSince(before map[string]int64) int {
+	n := 0
+	for _, a := range h.sortedAgents() {
+		if a.snapshots.Load() > before[a.node] {
+			n++
+		}
+	}
+	return n
 }
 
 // setPolicy creates or deletes a policy and waits until every node it concerns has

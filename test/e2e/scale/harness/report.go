@@ -182,6 +182,22 @@ func (r *Result) fanOutSection(p func(string, ...any)) {
 	for _, row := range SpanTable(fo.AddressTraffic) {
 		p("| an address into or out of the peers' set | %d | %.2f | %.0f | %d |", row.Samples, row.Messages, row.Bytes, row.MaxBytes)
 	}
+	if len(fo.PolicyTails) == 0 {
+		return
+	}
+	p("")
+	p("When the nodes applied each policy over every node, from before its write (a change late on every node is held before the stream; one late on a few nodes, on their streams):")
+	p("")
+	p("| change | nodes | p50 | p90 | p99 | second last | last (node) | agents with a new snapshot meanwhile |")
+	p("|---|---|---|---|---|---|---|---|")
+	for _, t := range fo.PolicyTails {
+		what := "deleted"
+		if t.Create {
+			what = "created"
+		}
+		p("| %s | %d | %s | %s | %s | %s | %s (%s) | %d |", what, t.Nodes, t.P50.Round(time.Millisecond), t.P90.Round(time.Millisecond),
+			t.P99.Round(time.Millisecond), t.Second.Round(time.Millisecond), t.Last.Round(time.Millisecond), t.LastNode, t.Reconnected)
+	}
 }
 
 func (r *Result) stepsSection(p func(string, ...any)) {

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -17,6 +18,9 @@ type policyChange struct {
 	seen     time.Time // when the harness's own watch delivered the change
 	done     chan struct{}
 	lost     []string // nodes that had not realized it by the deadline
+	// applied is, per concerned node, how long after start it applied the change.
+	applied  Durations
+	lastNode string
 }
 
 // realizationTracker matches what the agents observe to the changes the harness made.
@@ -42,6 +46,31 @@ type finishedChange struct {
 	policy          policyKey
 	create          bool
 	start, realized time.Time
+	tail            NodeTail
+}
+
+// NodeTail is when the nodes a change concerned applied it, from before its write: a
+// change late on every node and one late on a single node have the same realization time
+// and different causes.
+type NodeTail struct {
+	Create                      bool
+	Nodes                       int
+	P50, P90, P99, Second, Last time.Duration
+	LastNode                    string
+	// Reconnected counts the agents that took a snapshot while the change was pending
+	// (a new stream), filled in by the phase that made the change.
+	Reconnected int
+}
+
+func (c *policyChange) tail() NodeTail {
+	t := NodeTail{Create: c.create, Nodes: len(c.applied), P50: c.applied.Percentile(50), P90: c.applied.Percentile(90),
+		P99: c.applied.Percentile(99), Last: c.applied.Max(), LastNode: c.lastNode}
+	if n := len(c.applied); n > 1 {
+		sorted := slices.Clone(c.applied)
+		slices.Sort(sorted)
+		t.Second = sorted[n-2]
+	}
+	return t
 }
 
 // PolicySplit is where a sample of policy changes spent their time, as far as the harness
@@ -153,8 +182,9 @@ func (t *realizationTracker) observe(node string, p policyKey, present bool, at 
 			continue
 		}
 		delete(c.waiting, node)
+		c.applied = append(c.applied, at.Sub(c.start))
 		if at.After(c.realized) {
-			c.realized = at
+			c.realized, c.lastNode = at, node
 		}
 		t.finishIfDone(c)
 		return
@@ -167,7 +197,7 @@ func (t *realizationTracker) finishIfDone(c *policyChange) {
 	}
 	if !c.realized.IsZero() {
 		t.latency = append(t.latency, c.realized.Sub(c.start))
-		t.finished = append(t.finished, finishedChange{policy: c.policy, create: c.create, start: c.start, realized: c.realized})
+		t.finished = append(t.finished, finishedChange{policy: c.policy, create: c.create, start: c.start, realized: c.realized, tail: c.tail()})
 		if c.seen.IsZero() {
 			t.split.RealizedUnseen++
 		} else {

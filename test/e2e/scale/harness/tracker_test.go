@@ -22,6 +22,10 @@ func TestRealizationTracker(t *testing.T) {
 	}
 	tr.observe("b", p, true, start.Add(40*time.Millisecond))
 	<-c.done
+	if f := tr.finishedResults(); len(f) != 1 || f[0].tail.LastNode != "b" || f[0].tail.Last != 40*time.Millisecond ||
+		f[0].tail.Second != 10*time.Millisecond || f[0].tail.Nodes != 2 || f[0].tail.P50 != 10*time.Millisecond {
+		t.Errorf("finished %+v, want one change whose last node b applied it at 40ms and the second last at 10ms", f)
+	}
 	lat, lost, none := tr.results()
 	if len(lat) != 1 || lat[0] != 40*time.Millisecond || lost != 0 || none != 0 {
 		t.Fatalf("results %v %d %d, want [40ms] 0 0", lat, lost, none)
