@@ -59,7 +59,7 @@ func main() {
 	leaseDuration := flag.Duration("leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a leader's Lease holds without renewal before another replica takes over")
 	renewDeadline := flag.Duration("leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader tries to renew its Lease before it stops leading (and exits); below --leader-elect-lease-duration")
 	retryPeriod := flag.Duration("leader-elect-retry-period", controller.DefaultRetryPeriod, "wait between two attempts to take or renew the Lease")
-	debugReceipts := flag.Int("debug-receipts", 0, "keep when the NetworkPolicy and Pod informers received each of the last N object versions of each kind (kind, namespace/name, resourceVersion, time) and serve them as JSON at "+receipts.Path+" on --metrics-listen, loopback only (the scale harness's clock of kovs's own time); 0: off")
+	debugReceipts := flag.Int("debug-receipts", 0, "keep when the NetworkPolicy and Pod informers received each of the last N object versions of each kind (kind, namespace/name, resourceVersion, time), and when each generation of a node's share was written to its policy stream, and serve them as JSON at "+receipts.Path+" on --metrics-listen, loopback only (the scale harness's clock of kovs's own time); 0: off")
 	debugPprof := flag.Bool("debug-pprof", false, "serve Go's CPU, heap and goroutine profiles (net/http/pprof) at /debug/pprof/ on --metrics-listen, loopback only; a CPU profile or trace may last at most 29 s (the listener's write timeout)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	flag.Parse()

@@ -60,7 +60,7 @@ type Config struct {
 	// nil: ClusterNetworkPolicy is not followed.
 	PolicyAPI versioned.Interface
 	// Receipts, if set, records when the NetworkPolicy and Pod informers received each
-	// version (--debug-receipts).
+	// version, and when each generation was written to a node's stream (--debug-receipts).
 	Receipts *receipts.Ring
 }
 
@@ -204,6 +204,9 @@ func runControllers(ctx context.Context, cfg Config, client kubernetes.Interface
 	podCtl := reconcile.New(reconcile.Options{Name: "pod-bandwidth", Workers: cfg.Workers, Metrics: obs.reconcile()}, pods, podInformer.Informer().HasSynced)
 	nodes := &addresses.NodeReconciler{Alloc: alloc, Client: client, Nodes: nodeInformer.Lister(), Recorder: recorder}
 	nodeCtl := reconcile.New(reconcile.Options{Name: "node-subnets", Workers: 1, Metrics: obs.reconcile()}, nodes, nodeInformer.Informer().HasSynced)
+	if cfg.Receipts != nil {
+		cfg.Policy.Sent = cfg.Receipts.RecordSent
+	}
 	policies, err := newPolicyControllers(factory, client, recorder, cfg.Policy, obs)
 	if err != nil {
 		return err

@@ -35,6 +35,9 @@ type PolicyConfig struct {
 	// batches (each compiles every policy against every pod). A new pod's node lists it,
 	// and its agent opens it, only after the feed's next batch.
 	ClusterMinSyncInterval time.Duration
+	// Sent, if set, is told of every generation written to a node's stream
+	// (--debug-receipts).
+	Sent func(node string, generation uint64)
 	// AgentNamespace and AgentServiceAccount name the agents' ServiceAccount: only its
 	// node-bound tokens are let in (defaults kube-system, kovs-agent).
 	AgentNamespace, AgentServiceAccount string
@@ -170,6 +173,7 @@ func (p *policyControllers) serve(ctx context.Context, client kubernetes.Interfa
 		Authorizer:        stream.AgentAuthorizer{User: stream.ServiceAccountUser(p.cfg.AgentNamespace, p.cfg.AgentServiceAccount)},
 		Reports:           reports,
 		KeepaliveInterval: p.cfg.KeepaliveInterval,
+		Sent:              p.cfg.Sent,
 	})
 	log.WithField("address", ln.Addr().String()).WithField("agents", p.cfg.AgentNamespace+"/"+p.cfg.AgentServiceAccount).
 		Info("serving NetworkPolicy to the agents")

@@ -1,7 +1,8 @@
 // Package receipts keeps, behind kovs-controller's --debug-receipts flag, when its
 // informers received each of the last object versions: a bounded ring per kind of (kind,
 // namespace/name, resourceVersion, deleted, received at) served as JSON at
-// /debug/receipts on the metrics listener. The scale harness pulls it after a run to
+// /debug/receipts on the metrics listener; and, as the kind PolicyStreamWrite, when each
+// generation of a node's share was written to the node's policy stream. The scale harness pulls it after a run to
 // start kovs's own clock of a change at kovs-controller's receipt rather than before the
 // write (docs/scale.md): on one machine, the harness's realized times and these share a
 // clock.
@@ -11,6 +12,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -59,6 +61,16 @@ type kindRing struct {
 // NewRing keeps the last size receipts of each kind (size >= 1).
 func NewRing(size int) *Ring {
 	return &Ring{size: max(size, 1), kinds: map[string]*kindRing{}, now: time.Now}
+}
+
+// SentKind is the kind of the receipts RecordSent keeps: Name is the node, ResourceVersion
+// the generation of its share written to its policy stream.
+const SentKind = "PolicyStreamWrite"
+
+// RecordSent notes that a generation of node's share was written to its policy stream
+// now: the end of kovs-controller's part of a change, where the agent's begins.
+func (r *Ring) RecordSent(node string, generation uint64) {
+	r.add(Receipt{Kind: SentKind, Name: node, ResourceVersion: strconv.FormatUint(generation, 10)})
 }
 
 // Record notes that an informer handed over obj's version now.

@@ -37,6 +37,10 @@ type ServerConfig struct {
 	// ReauthInterval is how often an open stream's credential is checked again (default
 	// 5 min): a stream dies with its token (expired, revoked, or its Node or Pod deleted).
 	ReauthInterval time.Duration
+	// Sent, if set, is told of every snapshot and delta once its write to a node's
+	// stream has returned (the scale harness's clock of the controller's part:
+	// --debug-receipts).
+	Sent func(node string, generation uint64)
 }
 
 // Server serves each node's share to the node's agent.
@@ -254,6 +258,9 @@ func (s *Server) send(st *streamWriter, node string, m Message) error {
 	s.mu.Lock()
 	s.sent[node] = max(s.sent[node], m.Generation)
 	s.mu.Unlock()
+	if s.cfg.Sent != nil {
+		s.cfg.Sent(node, m.Generation)
+	}
 	return nil
 }
 

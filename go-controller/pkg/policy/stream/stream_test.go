@@ -78,6 +78,35 @@ func TestSinkErrorTriggersAFreshSnapshot(t *testing.T) {
 	}
 }
 
+// Every generation written to a node's stream is told to ServerConfig.Sent, after its
+// write, so that the scale harness can split kovs-controller's part from the agent's.
+func TestSentIsToldOfEveryWrittenGeneration(t *testing.T) {
+	src := newFakeSource()
+	src.change(t, "node1", addAddressSet("a", "10.0.0.1/32"))
+	var mu sync.Mutex
+	var sent []string
+	ts := startServer(t, ServerConfig{Source: src, Authenticator: testTokens, Authorizer: AgentAuthorizer{User: agentUser},
+		KeepaliveInterval: 50 * time.Millisecond, Sent: func(node string, gen uint64) {
+			mu.Lock()
+			defer mu.Unlock()
+			sent = append(sent, fmt.Sprintf("%s %d", node, gen))
+		}}, newTestPKI(t))
+	sink := newRecordingSink()
+	runClient(t, ts, "node1", "agent-node1", sink)
+	sink.waitShare(t, src.share("node1"))
+	src.change(t, "node1", addAddressSet("b", "10.0.0.2/32"))
+	sink.waitShare(t, src.share("node1"))
+	// Told after the write returns: the agent may have the delta first.
+	eventually(t, "Sent told of the snapshot and the delta", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"node1 2", "node1 3"}; !slices.Equal(sent, want) {
+			return fmt.Errorf("Sent was told %q, want %q (no keepalive)", sent, want)
+		}
+		return nil
+	})
+}
+
 func TestRealizedGenerationsReachTheController(t *testing.T) {
 	src := newFakeSource()
 	rep := &reports{}

@@ -19,7 +19,8 @@ type policyKey struct{ Namespace, Name string }
 
 // presenceObserver is told when a policy's rules appear in or vanish from a node's share.
 type presenceObserver interface {
-	observe(node string, p policyKey, present bool, at time.Time)
+	// generation is the share's after the snapshot or delta that made the change.
+	observe(node string, p policyKey, present bool, at time.Time, generation uint64)
 }
 
 // Agent is one simulated kovs-agent: a policy.Sink that applies its node's share in
@@ -72,12 +73,13 @@ func (a *Agent) Snapshot(share policy.NodeShare) error {
 		a.policies[policyKey{r.Policy.Namespace, r.Policy.Name}]++
 	}
 	flips := presenceFlips(old, a.policies)
+	gen := a.share.Generation
 	a.mu.Unlock()
 	a.snapshots.Add(1)
 	a.snapshotAt.CompareAndSwap(0, now.UnixNano())
 	a.lastSnapshotAt.Store(now.UnixNano())
 	a.lastApplied.Store(time.Now().UnixNano())
-	a.notify(flips, now)
+	a.notify(flips, now, gen)
 	return nil
 }
 
@@ -126,11 +128,12 @@ func (a *Agent) Delta(d policy.Delta) error {
 			delete(a.policies, k)
 		}
 	}
+	gen := a.share.Generation
 	a.mu.Unlock()
 	a.deltas.Add(1)
 	a.deltaBytes.Add(int64(len(b)))
 	a.lastApplied.Store(time.Now().UnixNano())
-	a.notify(presenceFlips(counts, after), now)
+	a.notify(presenceFlips(counts, after), now, gen)
 	return nil
 }
 
@@ -245,9 +248,9 @@ func presenceFlips(before, after map[policyKey]int) []presenceFlip {
 	return out
 }
 
-func (a *Agent) notify(flips []presenceFlip, at time.Time) {
+func (a *Agent) notify(flips []presenceFlip, at time.Time, generation uint64) {
 	for _, f := range flips {
-		a.observer.observe(a.node, f.Policy, f.Present, at)
+		a.observer.observe(a.node, f.Policy, f.Present, at, generation)
 	}
 	select {
 	case a.changed <- struct{}{}:

@@ -10,7 +10,7 @@ import (
 
 type noObserver struct{}
 
-func (noObserver) observe(string, policyKey, bool, time.Time) {}
+func (noObserver) observe(string, policyKey, bool, time.Time, uint64) {}
 
 // TestAgentLogsAddressesEnteringAndLeavingItsSets: while its log runs, the simulated agent
 // notes when an address first enters some address set of its share and when it first

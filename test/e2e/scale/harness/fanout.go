@@ -159,6 +159,13 @@ func (h *Harness) fanOut(ctx context.Context) error {
 		}
 	}
 	fo.Policy, fo.PolicyLost, _ = h.realization.results()
+	// Pulled now: the address probes' writes to every node would push these changes'
+	// out of the ring.
+	if dump, err := h.controllerReceipts(ctx); err != nil {
+		h.logf("kovs-controller's receipts: %v", err)
+	} else {
+		fo.PolicyClock = splitAtReceipts(finished, dump)
+	}
 
 	peers := policyKey{wideNamespace, "wide-peers"}
 	if err := h.setPolicy(ctx, peers.Name, sel, true); err != nil {
@@ -186,7 +193,6 @@ func (h *Harness) fanOut(ctx context.Context) error {
 	if dump, err := h.controllerReceipts(ctx); err != nil {
 		h.logf("kovs-controller's receipts: %v", err)
 	} else {
-		fo.PolicyClock = splitAtReceipts(finished, dump)
 		fo.splitAddresses(changes, dump)
 	}
 	return h.setPolicy(ctx, peers.Name, sel, false)

@@ -98,6 +98,7 @@ func (r *Result) summary(p func(string, ...any)) {
 		row("fan-out", "**a policy over one pod on every node**, created or deleted, to realized on every node, isolated probes", "**%s**; %d lost", fo.Policy.Summary(), fo.PolicyLost)
 		if len(fo.PolicyClock.Kovs) > 0 || fo.PolicyClock.NoReceipt > 0 {
 			row("fan-out", "... **kovs's time**: kovs-controller's informer receiving the change to realized on every node", "**%s**; %d without a receipt", fo.PolicyClock.Kovs.Summary(), fo.PolicyClock.NoReceipt)
+			writeSplit(row, "fan-out", fo.PolicyClock)
 		}
 		row("fan-out", fmt.Sprintf("**a pod's address into an address set all %d nodes hold** (a pod created while a policy's peers select it), from before its Create call to the last node", fo.Nodes),
 			"**%s**; %d address changes lost (creations and deletions)", fo.Added.Summary(), fo.Lost)
@@ -112,6 +113,7 @@ func (r *Result) summary(p func(string, ...any)) {
 	if kc := ch.KovsClock; len(kc.Kovs) > 0 || kc.NoReceipt > 0 {
 		p("| ... **kovs's time**: kovs-controller's informer receiving the change (its own timestamp, --debug-receipts) to realized on every concerned node | **%s**; %d without a receipt (ring overwrote %d), %d received after realized (not timed: a deletion looks realized on a node once the churn deleted the pods it selected there) |",
 			kc.Kovs.Summary(), kc.NoReceipt, kc.Overwritten, kc.ReceivedAfterRealized)
+		writeSplit(row, "churn", kc)
 		p("| ... from before the write to kovs-controller's informer receiving it (kube-apiserver's answer and watch) | %s |", kc.ToReceipt.Summary())
 	}
 	if sp := ch.PolicySplit; len(sp.Answered) > 0 {
@@ -347,4 +349,15 @@ func (r *Result) ran(name string) bool {
 		return true
 	}
 	return slices.ContainsFunc(r.Processes, func(u ProcessUsage) bool { return u.Name == name })
+}
+
+// writeSplit adds the rows splitting kovs's time at kovs-controller's writes to the
+// agents' streams, if the run recorded them.
+func writeSplit(row func(phase, what, format string, args ...any), phase string, kc KovsClock) {
+	if len(kc.Controller) == 0 && kc.NoWrite == 0 {
+		return
+	}
+	row(phase, "... of it **kovs-controller's part**: its receipt to its write to the last concerned node's policy stream returning", "**%s**; %d changes with a write not in its ring (it overwrote %d)",
+		kc.Controller.Summary(), kc.NoWrite, kc.WritesOverwritten)
+	row(phase, "... of it the slowest concerned **simulated agent's part**: kovs-controller's write to that agent applying it (loopback, and the harness's CPU reading, decoding and applying: on a cluster, each node's own)", "%s", kc.Agents.Summary())
 }

@@ -18,9 +18,17 @@ type policyChange struct {
 	seen     time.Time // when the harness's own watch delivered the change
 	done     chan struct{}
 	lost     []string // nodes that had not realized it by the deadline
-	// applied is, per concerned node, how long after start it applied the change.
-	applied  Durations
+	// applied is, per concerned node, when it applied the change and in which
+	// generation of its share.
+	applied  []nodeApplied
 	lastNode string
+}
+
+// nodeApplied is one node's application of a change.
+type nodeApplied struct {
+	node       string
+	generation uint64
+	at         time.Time
 }
 
 // realizationTracker matches what the agents observe to the changes the harness made.
@@ -47,6 +55,7 @@ type finishedChange struct {
 	create          bool
 	start, realized time.Time
 	tail            NodeTail
+	applied         []nodeApplied
 }
 
 // NodeTail is when the nodes a change concerned applied it, from before its write: a
@@ -63,12 +72,15 @@ type NodeTail struct {
 }
 
 func (c *policyChange) tail() NodeTail {
-	t := NodeTail{Create: c.create, Nodes: len(c.applied), P50: c.applied.Percentile(50), P90: c.applied.Percentile(90),
-		P99: c.applied.Percentile(99), Last: c.applied.Max(), LastNode: c.lastNode}
-	if n := len(c.applied); n > 1 {
-		sorted := slices.Clone(c.applied)
-		slices.Sort(sorted)
-		t.Second = sorted[n-2]
+	d := make(Durations, len(c.applied))
+	for i, a := range c.applied {
+		d[i] = a.at.Sub(c.start)
+	}
+	t := NodeTail{Create: c.create, Nodes: len(d), P50: d.Percentile(50), P90: d.Percentile(90),
+		P99: d.Percentile(99), Last: d.Max(), LastNode: c.lastNode}
+	if n := len(d); n > 1 {
+		slices.Sort(d)
+		t.Second = d[n-2]
 	}
 	return t
 }
@@ -174,7 +186,7 @@ func (t *realizationTracker) remove(c *policyChange) {
 	}
 }
 
-func (t *realizationTracker) observe(node string, p policyKey, present bool, at time.Time) {
+func (t *realizationTracker) observe(node string, p policyKey, present bool, at time.Time, generation uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.pending[p] {
@@ -182,7 +194,7 @@ func (t *realizationTracker) observe(node string, p policyKey, present bool, at 
 			continue
 		}
 		delete(c.waiting, node)
-		c.applied = append(c.applied, at.Sub(c.start))
+		c.applied = append(c.applied, nodeApplied{node, generation, at})
 		if at.After(c.realized) {
 			c.realized, c.lastNode = at, node
 		}
@@ -197,7 +209,7 @@ func (t *realizationTracker) finishIfDone(c *policyChange) {
 	}
 	if !c.realized.IsZero() {
 		t.latency = append(t.latency, c.realized.Sub(c.start))
-		t.finished = append(t.finished, finishedChange{policy: c.policy, create: c.create, start: c.start, realized: c.realized, tail: c.tail()})
+		t.finished = append(t.finished, finishedChange{policy: c.policy, create: c.create, start: c.start, realized: c.realized, tail: c.tail(), applied: c.applied})
 		if c.seen.IsZero() {
 			t.split.RealizedUnseen++
 		} else {

@@ -12,15 +12,15 @@ func TestRealizationTracker(t *testing.T) {
 	sel := selector{"ns", 1}
 	c := tr.expect(p, sel, true, []string{"a", "b"}, nil)
 	start := c.start
-	tr.observe("a", p, true, start.Add(10*time.Millisecond))
-	tr.observe("a", p, false, start.Add(20*time.Millisecond)) // not what the creation waits for
-	tr.observe("c", p, true, start.Add(30*time.Millisecond))  // not concerned
+	tr.observe("a", p, true, start.Add(10*time.Millisecond), 0)
+	tr.observe("a", p, false, start.Add(20*time.Millisecond), 0) // not what the creation waits for
+	tr.observe("c", p, true, start.Add(30*time.Millisecond), 0)  // not concerned
 	select {
 	case <-c.done:
 		t.Fatal("done before b realized it")
 	default:
 	}
-	tr.observe("b", p, true, start.Add(40*time.Millisecond))
+	tr.observe("b", p, true, start.Add(40*time.Millisecond), 0)
 	<-c.done
 	if f := tr.finishedResults(); len(f) != 1 || f[0].tail.LastNode != "b" || f[0].tail.Last != 40*time.Millisecond ||
 		f[0].tail.Second != 10*time.Millisecond || f[0].tail.Nodes != 2 || f[0].tail.P50 != 10*time.Millisecond {
@@ -33,7 +33,7 @@ func TestRealizationTracker(t *testing.T) {
 
 	// A deletion waits only on the nodes that hold the policy.
 	d := tr.expect(p, sel, false, []string{"a", "b"}, func(n string) bool { return n == "a" })
-	tr.observe("a", p, false, d.start.Add(5*time.Millisecond))
+	tr.observe("a", p, false, d.start.Add(5*time.Millisecond), 0)
 	<-d.done
 
 	// A creation whose only concerned node lost its pods is dropped by the sweep; one not
@@ -108,11 +108,11 @@ func TestRealizationTrackerSplit(t *testing.T) {
 	tr.seen(p, false, c.start.Add(35*time.Millisecond)) // a deletion: not this change's
 	tr.seen(p, true, c.start.Add(40*time.Millisecond))
 	tr.seen(p, true, c.start.Add(45*time.Millisecond)) // matched already
-	tr.observe("a", p, true, c.start.Add(100*time.Millisecond))
+	tr.observe("a", p, true, c.start.Add(100*time.Millisecond), 0)
 	<-c.done
 
 	d := tr.expect(p, sel, false, []string{"a"}, func(string) bool { return true })
-	tr.observe("a", p, false, d.start.Add(10*time.Millisecond))
+	tr.observe("a", p, false, d.start.Add(10*time.Millisecond), 0)
 	<-d.done
 	tr.seen(p, false, d.start.Add(20*time.Millisecond)) // after the change was realized
 
