@@ -261,3 +261,55 @@ func TestIssuerKeysRefresh(t *testing.T) {
 		t.Errorf("keys last read 11 minutes ago (Refresh 5): %v, want them unused, saying why", err)
 	}
 }
+
+// A token's signature is checked once: later uses of the same token take its claims from
+// the verified tokens while the issuer's key is the one it verified with, and still check
+// its times and bound objects every time. A token signed by another key under the same
+// key ID is another token, and refused.
+func TestBoundTokenVerifierChecksASignatureOnce(t *testing.T) {
+	issuer := newTestIssuer(t, "key-1")
+	objects := newTestObjects()
+	now := time.Now()
+	v, _, decided := newTestVerifier(issuer, objects)
+	v.now = func() time.Time { return now }
+	v.Keys = &IssuerKeys{Get: issuer.get, Refresh: 5 * time.Minute, MinRefresh: 10 * time.Second, now: func() time.Time { return now }}
+	ctx := context.Background()
+	token := boundToken(t, issuer.key, "key-1", "kovs-agent-1", nil)
+	for i := range 3 {
+		if id, err := v.Authenticate(ctx, token); err != nil || id.Node != "node1" {
+			t.Fatalf("use %d: %+v, %v", i, id, err)
+		}
+	}
+	if n := v.signatures.Load(); n != 1 {
+		t.Errorf("%d signatures checked for 3 uses of one token, want 1", n)
+	}
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Authenticate(ctx, boundToken(t, other, "key-1", "kovs-agent-1", nil)); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("a token signed by another key under key-1: %v, want a refusal", err)
+	}
+	// The keys read again (past Refresh) are new keys: the token is verified again.
+	now = now.Add(6 * time.Minute)
+	before := v.signatures.Load()
+	if _, err := v.Authenticate(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	if n := v.signatures.Load() - before; n != 1 {
+		t.Errorf("%d signatures checked after the keys were read again, want 1", n)
+	}
+	// A verified token still expires, and still dies with its Pod.
+	objects["pod/kube-system/kovs-agent-1"].Deleted = now.Add(-2 * time.Minute)
+	if _, err := v.Authenticate(ctx, token); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("after the Pod's deletion: %v, want a refusal", err)
+	}
+	objects["pod/kube-system/kovs-agent-1"].Deleted = time.Time{}
+	now = now.Add(2 * time.Hour)
+	if _, err := v.Authenticate(ctx, token); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("after its expiry: %v, want a refusal", err)
+	}
+	if decided["review"] != 0 {
+		t.Errorf("decided %v: nothing should have gone to a review", decided)
+	}
+}
