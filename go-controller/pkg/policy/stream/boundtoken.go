@@ -80,7 +80,7 @@ type BoundTokenVerifier struct {
 	Decided func(how string)
 
 	now func() time.Time
-	// signed are the tokens whose signature verified, by the token: a token is verified
+	// signed are the tokens accepted here, by the token: a token is verified
 	// on the stream's request and again on every realization report of its agent (each
 	// signature check and claims parse was 14 % of kovs-controller's CPU under churn at
 	// 5,000 nodes). An entry stands only while the issuer's key for its kid is the same
@@ -157,7 +157,7 @@ type objectRef struct {
 // verify returns the token's identity, an error wrapping ErrUnauthenticated for a token
 // kube-apiserver would refuse, or one wrapping errUndecided.
 func (v *BoundTokenVerifier) verify(ctx context.Context, token string, now time.Time) (Identity, error) {
-	issuer, st, err := v.signedClaims(ctx, token)
+	issuer, st, cached, err := v.signedClaims(ctx, token)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -168,46 +168,51 @@ func (v *BoundTokenVerifier) verify(ctx context.Context, token string, now time.
 	if err := std.ValidateWithLeeway(jwt.Expected{AnyAudience: v.Audiences, Time: now}, boundTokenLeeway); err != nil {
 		return Identity{}, fmt.Errorf("token claims: %v: %w", err, ErrUnauthenticated)
 	}
-	return v.checkBinding(std.Subject, bound, now)
+	id, err := v.checkBinding(std.Subject, bound, now)
+	if err == nil && !cached {
+		// Only a token accepted here is kept: one per agent, not one per token anyone
+		// with a signed token of another ServiceAccount sends.
+		v.mu.Lock()
+		if v.signed == nil || len(v.signed) >= maxSignedTokens {
+			v.signed = map[string]signedToken{}
+		}
+		v.signed[token] = st
+		v.mu.Unlock()
+	}
+	return id, err
 }
 
 // signedClaims returns the issuer and the token's claims once its signature verifies
-// with the issuer's current key for its kid: from the verified tokens when that key is
-// the one it verified with.
-func (v *BoundTokenVerifier) signedClaims(ctx context.Context, token string) (string, signedToken, error) {
+// with the issuer's current key for its kid: from the verified tokens (cached) when that
+// key is the one it verified with.
+func (v *BoundTokenVerifier) signedClaims(ctx context.Context, token string) (string, signedToken, bool, error) {
 	v.mu.Lock()
 	st, ok := v.signed[token]
 	v.mu.Unlock()
 	if ok {
 		issuer, key, err := v.Keys.Key(ctx, st.kid)
 		if err != nil {
-			return "", signedToken{}, err
+			return "", signedToken{}, false, err
 		}
 		if sameKey(key.Key, st.key) {
-			return issuer, st, nil
+			return issuer, st, true, nil
 		}
 	}
 	tok, err := jwt.ParseSigned(token, joseAlgorithms)
 	if err != nil || len(tok.Headers) != 1 {
-		return "", signedToken{}, fmt.Errorf("not a signed JWT: %v: %w", err, ErrUnauthenticated)
+		return "", signedToken{}, false, fmt.Errorf("not a signed JWT: %v: %w", err, ErrUnauthenticated)
 	}
 	kid := tok.Headers[0].KeyID
 	issuer, key, err := v.Keys.Key(ctx, kid)
 	if err != nil {
-		return "", signedToken{}, err
+		return "", signedToken{}, false, err
 	}
 	st = signedToken{kid: kid, key: key.Key}
 	v.signatures.Add(1)
 	if err := tok.Claims(key.Key, &st.std, &st.bound); err != nil {
-		return "", signedToken{}, fmt.Errorf("signature does not verify with the issuer's key %q: %w", kid, ErrUnauthenticated)
+		return "", signedToken{}, false, fmt.Errorf("signature does not verify with the issuer's key %q: %w", kid, ErrUnauthenticated)
 	}
-	v.mu.Lock()
-	if v.signed == nil || len(v.signed) >= maxSignedTokens {
-		v.signed = map[string]signedToken{}
-	}
-	v.signed[token] = st
-	v.mu.Unlock()
-	return issuer, st, nil
+	return issuer, st, false, nil
 }
 
 // sameKey reports whether a and b are one key: the same pointer (a key read again is a

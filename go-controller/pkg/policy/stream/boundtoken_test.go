@@ -283,6 +283,23 @@ func TestBoundTokenVerifierChecksASignatureOnce(t *testing.T) {
 	if n := v.signatures.Load(); n != 1 {
 		t.Errorf("%d signatures checked for 3 uses of one token, want 1", n)
 	}
+	// A well signed token this verifier does not accept (another ServiceAccount's: a
+	// review decides) is not kept: only the agents' tokens are.
+	stranger := boundToken(t, issuer.key, "key-1", "", func(std *jwt.Claims, k map[string]any) {
+		std.Subject = ServiceAccountUser("default", "stranger")
+		k["namespace"] = "default"
+		k["serviceaccount"] = map[string]string{"name": "stranger", "uid": "stranger-uid"}
+	})
+	for range 2 {
+		if _, err := v.Authenticate(ctx, stranger); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := v.signatures.Load(); n != 3 || len(v.signed) != 1 || decided["review"] != 2 {
+		t.Errorf("after two uses of another ServiceAccount's token: %d signatures checked, %d tokens kept, decided %v; want 3, 1 and 2 reviews",
+			n, len(v.signed), decided)
+	}
+	decided["review"] = 0
 	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
