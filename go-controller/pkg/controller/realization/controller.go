@@ -35,13 +35,15 @@ type Options struct {
 	// the deltas of one compiler batch have reached every node's record: a node whose
 	// delta is still on its way would count as realized at the previous version.
 	Settle time.Duration
-	// ReportSettle delays the look at the policies of a node after its report (default
-	// 100 ms). A policy's status asks about every node it concerns, so a look per report
-	// cost O(nodes) per report: a policy over 5,000 nodes, realized as their reports came
-	// in over several seconds, kept a worker computing its status back to back (57 % of
+	// ReportSettle delays the look at a policy after a report of one of its nodes when
+	// its last status concerned more than smallPolicyNodes nodes (default 100 ms). A
+	// policy's status asks about every node it concerns, so a look per report cost
+	// O(nodes) per report: a policy over 5,000 nodes, realized as their reports came in
+	// over several seconds, kept a worker computing its status back to back (57 % of
 	// kovs-controller's CPU in the 5,000-node run's fan-out phase, 2026-12-06). Delayed,
 	// the reports of a wave share one look per ReportSettle (the work queue keeps a
-	// waiting key's earliest time); the status is written that much later.
+	// waiting key's earliest time); the status is written that much later. A smaller
+	// policy is looked at on each report, at once, as before.
 	ReportSettle time.Duration
 	// StartupGrace is how long after start an incomplete status does not replace a
 	// complete annotation (default 15 s): the agents, which kept enforcing, reconnect and
@@ -252,15 +254,19 @@ func (c *Controller) annotate(ctx context.Context, np *networkingv1.NetworkPolic
 	return nil
 }
 
+// smallPolicyNodes is the most nodes a policy's status may concern for a report to have
+// it computed again at once: a computation over so few nodes costs little.
+const smallPolicyNodes = 64
+
 // shareChanged enqueues the policies a change of a node's share, or a report, concerns.
 // After a share change they wait for the other nodes' deltas to settle; after a report,
-// for the other nodes' reports of the same wave (ReportSettle).
+// a policy over many nodes waits for the other nodes' reports of the same wave
+// (ReportSettle).
 func (c *Controller) shareChanged(keys []types.NamespacedName, pods []policy.PodKey, fromShare bool) {
-	delay := c.opts.ReportSettle
-	if fromShare {
-		delay = c.opts.Settle
+	enqueue := func(k string) { c.ctl.EnqueueAfter(k, c.opts.Settle) }
+	if !fromShare {
+		enqueue = func(k string) { c.ctl.EnqueueAfter(k, c.reportDelay(k)) }
 	}
-	enqueue := func(k string) { c.ctl.EnqueueAfter(k, delay) }
 	for _, k := range keys {
 		enqueue(k.String())
 	}
@@ -273,6 +279,22 @@ func (c *Controller) shareChanged(keys []types.NamespacedName, pods []policy.Pod
 			enqueue(k)
 		}
 	}
+}
+
+// reportDelay is how long a report's look at the policy keyed k waits: ReportSettle if
+// its last status concerned more than smallPolicyNodes nodes, else none.
+func (c *Controller) reportDelay(k string) time.Duration {
+	ns, name, err := cache.SplitMetaNamespaceKey(k)
+	if err != nil {
+		return 0
+	}
+	c.mu.Lock()
+	st := c.statuses[types.NamespacedName{Namespace: ns, Name: name}]
+	c.mu.Unlock()
+	if st.Concerned > smallPolicyNodes {
+		return c.opts.ReportSettle
+	}
+	return 0
 }
 
 // podChanged enqueues the policies that select the pod before or after a change.

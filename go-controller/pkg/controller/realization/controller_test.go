@@ -340,3 +340,17 @@ func TestPolicyRealizedAfterConcerningNoNodeIsAnnounced(t *testing.T) {
 		return fmt.Errorf("no %s event for 1/1 nodes", ReasonRealized)
 	})
 }
+
+// A report has a policy over many nodes looked at again only after ReportSettle, so that
+// a wave of reports shares one computation over all its nodes; a small policy at once.
+func TestReportDelayGrowsWithThePolicy(t *testing.T) {
+	c := &Controller{opts: Options{ReportSettle: 100 * time.Millisecond}, statuses: map[types.NamespacedName]Status{
+		{Namespace: "ns", Name: "wide"}:  {Concerned: smallPolicyNodes + 1},
+		{Namespace: "ns", Name: "small"}: {Concerned: smallPolicyNodes},
+	}}
+	for k, want := range map[string]time.Duration{"ns/wide": 100 * time.Millisecond, "ns/small": 0, "ns/unknown": 0} {
+		if got := c.reportDelay(k); got != want {
+			t.Errorf("reportDelay(%s) = %s, want %s", k, got, want)
+		}
+	}
+}
