@@ -138,10 +138,8 @@ func checkOrphanReplace(t *testing.T, s *framework.Sandbox, pairs []pair) {
 			if old, ok := orphans[p.Spec.NodeName]; ok && old.UID == p.UID {
 				return fmt.Errorf("%s: the orphaned agent %s still runs", p.Spec.NodeName, p.Name)
 			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
-					ready[p.Spec.NodeName] = true
-				}
+			if podReady(p) && p.DeletionTimestamp == nil {
+				ready[p.Spec.NodeName] = true
 			}
 		}
 		if len(ready) != len(orphans) {
@@ -235,10 +233,8 @@ func checkOVSReplacement(t *testing.T, s *framework.Sandbox, pairs []pair) {
 		if !ok || p.UID == old.UID {
 			return fmt.Errorf("no new pod yet")
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if podReady(p) {
+			return nil
 		}
 		return fmt.Errorf("pod %s not Ready", p.Name)
 	})
@@ -345,4 +341,14 @@ spec:
   nodeName: ` + node + `
   containers: [{name: c, image: ` + agnhost + `, imagePullPolicy: IfNotPresent, args: [pause]}]
 `
+}
+
+// podReady reports whether the pod's Ready condition is True.
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
