@@ -88,6 +88,8 @@ type BoundTokenVerifier struct {
 	// use, as before.
 	mu     sync.Mutex
 	signed map[string]signedToken
+	// maxSigned bounds signed (0: maxSignedTokens; tests set less).
+	maxSigned int
 	// signatures counts the signatures checked (for tests).
 	signatures atomic.Int64
 }
@@ -100,8 +102,10 @@ type signedToken struct {
 	bound boundClaims
 }
 
-// maxSignedTokens bounds the verified tokens kept; past it they are all dropped (an
-// agent's token is renewed hourly: about one entry per agent).
+// maxSignedTokens bounds the verified tokens kept. An agent's token is renewed hourly, so
+// the live ones are about one per agent, and the expired ones pile up: when the bound is
+// reached the expired ones are dropped, and only if that frees less than a quarter of it
+// are all dropped (every agent's next use verifies its signature again).
 const maxSignedTokens = 1 << 16
 
 // Authenticate implements Authenticator.
@@ -173,13 +177,39 @@ func (v *BoundTokenVerifier) verify(ctx context.Context, token string, now time.
 		// Only a token accepted here is kept: one per agent, not one per token anyone
 		// with a signed token of another ServiceAccount sends.
 		v.mu.Lock()
-		if v.signed == nil || len(v.signed) >= maxSignedTokens {
-			v.signed = map[string]signedToken{}
-		}
-		v.signed[token] = st
+		v.keepSigned(token, st, now)
 		v.mu.Unlock()
 	}
 	return id, err
+}
+
+// keepSigned keeps a verified token, making room within the bound first (maxSignedTokens).
+// v.mu is held.
+func (v *BoundTokenVerifier) keepSigned(token string, st signedToken, now time.Time) {
+	limit := v.maxSigned
+	if limit == 0 {
+		limit = maxSignedTokens
+	}
+	if v.signed == nil {
+		v.signed = map[string]signedToken{}
+	}
+	if len(v.signed) >= limit {
+		for t, kept := range v.signed {
+			if kept.expired(now) {
+				delete(v.signed, t)
+			}
+		}
+		if len(v.signed) > limit*3/4 {
+			v.signed = map[string]signedToken{}
+		}
+	}
+	v.signed[token] = st
+}
+
+// expired reports whether the token can no longer be accepted: past its expiry and the
+// leeway the check allows.
+func (st signedToken) expired(now time.Time) bool {
+	return st.std.Expiry != nil && now.After(st.std.Expiry.Time().Add(boundTokenLeeway))
 }
 
 // signedClaims returns the issuer and the token's claims once its signature verifies

@@ -330,3 +330,59 @@ func TestBoundTokenVerifierChecksASignatureOnce(t *testing.T) {
 		t.Errorf("decided %v: nothing should have gone to a review", decided)
 	}
 }
+
+// TestBoundTokenVerifierDropsExpiredTokensFirst: when the verified tokens reach their
+// bound, the expired ones go and the live ones stay verified; only when the live ones
+// fill most of the bound are all dropped.
+func TestBoundTokenVerifierDropsExpiredTokensFirst(t *testing.T) {
+	issuer := newTestIssuer(t, "key-1")
+	start := time.Now()
+	now := start
+	v, _, _ := newTestVerifier(issuer, newTestObjects())
+	v.now = func() time.Time { return now }
+	v.Keys = &IssuerKeys{Get: issuer.get, Refresh: 24 * time.Hour, MinRefresh: 10 * time.Second, now: func() time.Time { return now }}
+	v.maxSigned = 8
+	ctx := context.Background()
+	token := func(id string, expiry time.Time) string {
+		return boundToken(t, issuer.key, "key-1", "kovs-agent-1", func(std *jwt.Claims, _ map[string]any) {
+			std.ID, std.Expiry = id, jwt.NewNumericDate(expiry)
+		})
+	}
+	use := func(tok string) {
+		t.Helper()
+		if _, err := v.Authenticate(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var live []string
+	for i := range 6 {
+		use(token(fmt.Sprintf("short-%d", i), start.Add(10*time.Minute)))
+	}
+	for i := range 2 {
+		live = append(live, token(fmt.Sprintf("long-%d", i), start.Add(2*time.Hour)))
+		use(live[i])
+	}
+	if len(v.signed) != 8 {
+		t.Fatalf("%d tokens kept, want 8", len(v.signed))
+	}
+	now = start.Add(time.Hour)
+	live = append(live, token("long-2", start.Add(2*time.Hour)))
+	use(live[2])
+	if len(v.signed) != 3 {
+		t.Errorf("a token past the bound with 6 of 8 expired: %d kept, want the 3 live ones", len(v.signed))
+	}
+	before := v.signatures.Load()
+	for _, tok := range live {
+		use(tok)
+	}
+	if n := v.signatures.Load() - before; n != 0 {
+		t.Errorf("%d signatures checked again for live tokens the sweep kept, want 0", n)
+	}
+	for i := 3; len(v.signed) < 8; i++ {
+		use(token(fmt.Sprintf("long-%d", i), start.Add(2*time.Hour)))
+	}
+	use(token("long-last", start.Add(2*time.Hour)))
+	if len(v.signed) != 1 {
+		t.Errorf("a token past the bound with none expired: %d kept, want 1 (all dropped)", len(v.signed))
+	}
+}
