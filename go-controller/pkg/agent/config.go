@@ -46,7 +46,7 @@ type Config struct {
 	// DatapathInvalidation is what a policy change does to ovs-vswitchd's datapath flows
 	// (--datapath-invalidation): DatapathInvalidationPurge drops them all
 	// (revalidator/purge), DatapathInvalidationNarrow deletes only those that may have met
-	// a policy table (invalidateDatapathFlows). Empty: narrow.
+	// a policy table (invalidateDatapathFlows). Empty: purge.
 	DatapathInvalidation string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
@@ -149,7 +149,7 @@ func (c *Config) Defaults() {
 		c.HostPortBackend = HostPortBackendAuto
 	}
 	if c.DatapathInvalidation == "" {
-		c.DatapathInvalidation = DatapathInvalidationNarrow
+		c.DatapathInvalidation = DatapathInvalidationPurge
 	}
 	if c.AuditRate == 0 {
 		c.AuditRate = DefaultAuditRate
@@ -181,13 +181,16 @@ const (
 // What a policy change does to the datapath flows (--datapath-invalidation).
 const (
 	// DatapathInvalidationNarrow deletes only the datapath flows that may have met a
-	// policy table, and purges when that fails: the default since 2026-12-06, when two
-	// whole truth-table runs with it passed on a quiet machine (docs/upgrades.md).
+	// policy table, and purges when that fails. It deletes them behind ovs-vswitchd's
+	// revalidators (dpctl/del-flow), and a revalidator round already under way then
+	// modifies the deleted flows by key, which OVS 3.1.0's userspace datapath can apply to
+	// another, overlapping flow (fixed in 3.1.3; docs/upgrades.md): not the default until
+	// the OVS kovs ships carries the fix.
 	DatapathInvalidationNarrow = "narrow"
 	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
-	// (revalidator/purge), so every established connection of the node goes through
-	// upcalls again at each policy change: the default before narrow, kept for an
-	// operator who sees a verdict narrow leaves stale.
+	// (revalidator/purge, which goes through the revalidators), so every established
+	// connection of the node goes through upcalls again at each policy change: the
+	// default (again since 2026-12-06; docs/upgrades.md).
 	DatapathInvalidationPurge = "purge"
 )
 
@@ -250,7 +253,7 @@ func (c *Config) Validate() error {
 	switch c.DatapathInvalidation {
 	case DatapathInvalidationPurge, DatapathInvalidationNarrow:
 	default:
-		return fmt.Errorf("--datapath-invalidation %q: use narrow (the default: only the datapath flows a policy change may affect are deleted) or purge (every datapath flow dropped after a policy change)", c.DatapathInvalidation)
+		return fmt.Errorf("--datapath-invalidation %q: use purge (the default: every datapath flow dropped after a policy change) or narrow (only the datapath flows a policy change may affect are deleted; unsafe with OVS before 3.1.3)", c.DatapathInvalidation)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

@@ -54,17 +54,18 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
 //     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
 //     realization; 2026-12-05): the misdirected modify above, which no number of
-//     revalidation rounds repairs. Until the OVS kovs ships carries the fix, the flows
-//     that may have met a policy table are deleted (policyBlind;
-//     --datapath-invalidation=narrow, the default): every such flow is one of a new
-//     connection, an invalid one or SCTP, which is what all those failures were; every
-//     datapath flow is purged (revalidator/purge) when that fails. Before 2026-12-06 the
-//     default was --datapath-invalidation=purge, every datapath flow of ovs-vswitchd at
-//     each change, which sends every established connection of the node through upcalls
-//     again (BenchmarkPolicyChurn counts them); narrow became the default when two whole
-//     truth-table runs with it passed on a quiet machine (docs/upgrades.md).
-//     TestPolicyChangeOverOverlappingMegaflows makes the misdirected modify happen, and
-//     passes with either mode;
+//     revalidation rounds repairs. Until the OVS kovs ships carries the fix, every
+//     datapath flow is purged (revalidator/purge; --datapath-invalidation=purge, the
+//     default), which sends every established connection of the node through upcalls
+//     again (BenchmarkPolicyChurn counts them). --datapath-invalidation=narrow deletes
+//     only the flows that may have met a policy table (policyBlind: every such flow is
+//     one of a new connection, an invalid one or SCTP, which is what all those failures
+//     were), by UFID behind the revalidators' back: a revalidator round under way then
+//     modifies flows narrow deleted, by key, which 3.1.0 can apply to another overlapping
+//     flow. It was the default for a day (2026-12-06); a services run logs about 30 such
+//     modifies with narrow and none with purge (docs/upgrades.md), so purge is the default
+//     again. TestPolicyChangeOverOverlappingMegaflows makes the misdirected modify happen,
+//     and passes with either mode;
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
@@ -85,8 +86,8 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) e
 	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev, a.narrowInvalidation())
 }
 
-// narrowInvalidation reports whether --datapath-invalidation is narrow (the default);
-// purge purges.
+// narrowInvalidation reports whether --datapath-invalidation is narrow; purge (the
+// default) purges.
 func (a *Agent) narrowInvalidation() bool {
 	return a.cfg.DatapathInvalidation == DatapathInvalidationNarrow
 }
@@ -182,8 +183,8 @@ type flowDeleter interface {
 
 // invalidatePolicyCaches invalidates the caches after a policy change: with narrow, only
 // the datapath flows that may have met a policy table (invalidateDatapathFlows,
-// --datapath-invalidation=narrow, the default), otherwise every one (revalidator/purge,
-// --datapath-invalidation=purge).
+// --datapath-invalidation=narrow), otherwise every one (revalidator/purge,
+// --datapath-invalidation=purge, the default).
 func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev, narrow bool) error {
 	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {

@@ -104,7 +104,7 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T
 	}
 }
 
-// TestConfigDatapathInvalidation: empty is narrow, purge and narrow are taken, anything
+// TestConfigDatapathInvalidation: empty is purge, purge and narrow are taken, anything
 // else is refused with an error naming the flag and its values.
 func TestConfigDatapathInvalidation(t *testing.T) {
 	valid := func(mode string) Config {
@@ -113,8 +113,8 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 		c.Defaults()
 		return c
 	}
-	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationNarrow || c.Validate() != nil {
-		t.Errorf("unset: %q (%v), want narrow and valid", c.DatapathInvalidation, c.Validate())
+	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationPurge || c.Validate() != nil {
+		t.Errorf("unset: %q (%v), want purge and valid", c.DatapathInvalidation, c.Validate())
 	}
 	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
 		if c := valid(mode); c.DatapathInvalidation != mode || c.Validate() != nil {
@@ -123,7 +123,7 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 	}
 	for _, bad := range []string{"Narrow", "selective", "none"} {
 		c := valid(bad)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use narrow", bad)) || !strings.Contains(err.Error(), "or purge") {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use purge", bad)) || !strings.Contains(err.Error(), "or narrow") {
 			t.Errorf("%s: Validate = %v, want an error naming --datapath-invalidation and its values", bad, err)
 		}
 	}
