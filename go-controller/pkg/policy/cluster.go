@@ -166,3 +166,43 @@ func (s NodeShare) Decide(dir Direction, local PodKey, remote netip.Addr, proto 
 	}
 	return ClusterDecision{Allowed: true, Tier: DecidedByDefault}
 }
+
+// ClusterBatch is one batch of the ClusterNetworkPolicy feed as the NetworkPolicy
+// compiler takes it: where the feed evaluated the pods it evaluated anew, the pods it no
+// longer evaluates, and, when HasRules, every node's cluster rules.
+type ClusterBatch struct {
+	// Rules, when HasRules, replaces every node's cluster rules (by node name, in
+	// precedence order; a node not listed has none). Without HasRules they are the same
+	// as the batch before.
+	Rules    map[string][]ClusterRule
+	HasRules bool
+	// Evaluated is the node where the batch evaluated each pod that is new to the feed or
+	// moved since the batch before ("" for a pod not scheduled); a pod not named keeps
+	// where the batches before evaluated it.
+	Evaluated map[PodKey]string
+	// Forgotten are the pods the feed no longer evaluates: deleted, or no longer
+	// selectable (host-network, terminated).
+	Forgotten map[PodKey]bool
+}
+
+// Add makes b say what b and next, the batch after it, say together (b's maps change,
+// next's do not).
+func (b *ClusterBatch) Add(next ClusterBatch) {
+	if next.HasRules {
+		b.Rules, b.HasRules = next.Rules, true
+	}
+	if b.Evaluated == nil {
+		b.Evaluated = map[PodKey]string{}
+	}
+	if b.Forgotten == nil {
+		b.Forgotten = map[PodKey]bool{}
+	}
+	for k := range next.Forgotten {
+		delete(b.Evaluated, k)
+		b.Forgotten[k] = true
+	}
+	for k, node := range next.Evaluated {
+		b.Evaluated[k] = node
+		delete(b.Forgotten, k)
+	}
+}

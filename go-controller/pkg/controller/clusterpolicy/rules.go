@@ -12,6 +12,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -29,14 +30,19 @@ import (
 // pod the batch evaluated ("" if not scheduled), so that a node's share lists a new pod
 // only with the cluster rules that select it.
 type Sink interface {
-	SetClusterRules(byNode map[string][]policy.ClusterRule, evaluated map[policy.PodKey]string)
+	UpdateClusterRules(policy.ClusterBatch)
 }
 
 // Feed compiles the ClusterNetworkPolicies against the cluster (Compile) into every
 // node's rules (Rules.NodeRules) and hands them to a Sink, again after every change of a
-// policy, pod, namespace or node, in batches at most once per MinInterval. Each batch
-// compiles everything afresh: the cost grows with policies times pods
-// (BenchmarkCompile), which is the price of this first version.
+// policy, pod, namespace or node, in batches at most once per MinInterval. While there is
+// a ClusterNetworkPolicy, and in the batch after the last one goes, each batch compiles
+// everything afresh: the cost grows with policies times pods (BenchmarkCompile), which
+// is the price of this first version. Without any, a batch evaluates only the pods that
+// changed since the batch before (a pod's events mark it), so a cluster without
+// ClusterNetworkPolicy pays per pod event, not per pod (BenchmarkFeedWithoutPolicies).
+// Either way a batch tells the sink only where pods are evaluated anew, and which pods
+// it no longer evaluates.
 type Feed struct {
 	sink       Sink
 	factory    externalversions.SharedInformerFactory
@@ -51,6 +57,15 @@ type Feed struct {
 	mu         sync.Mutex
 	compiled   map[string]int64
 	onCompiled func(names []string)
+	// changed are the pods whose events came since the last batch took them.
+	changedMu sync.Mutex
+	changed   map[types.NamespacedName]bool
+	// The batches' state (sync's only): where the batches sent evaluated each pod, each
+	// pod's key by name, whether one was sent, and whether the last had policies.
+	evaluated   map[policy.PodKey]string
+	keys        map[types.NamespacedName]policy.PodKey
+	sent        bool
+	hadPolicies bool
 }
 
 // Compiled is the metadata.generation of the policy that the last batch handed to the
@@ -68,7 +83,8 @@ func (f *Feed) OnCompiled(tell func(names []string)) { f.onCompiled = tell }
 // NewFeed builds the feed on its own ClusterNetworkPolicy informer and on core's Pod,
 // Namespace and Node informers (a factory the caller starts).
 func NewFeed(client versioned.Interface, core informers.SharedInformerFactory, sink Sink, minInterval time.Duration) (*Feed, error) {
-	f := &Feed{sink: sink, factory: externalversions.NewSharedInformerFactory(client, 0)}
+	f := &Feed{sink: sink, factory: externalversions.NewSharedInformerFactory(client, 0),
+		changed: map[types.NamespacedName]bool{}, evaluated: map[policy.PodKey]string{}, keys: map[types.NamespacedName]policy.PodKey{}}
 	batches, err := runner.NewBoundedFrequencyRunner("cluster network policy rules", f.sync, runner.Bounds{MinInterval: minInterval, Burst: 1})
 	if err != nil {
 		return nil, fmt.Errorf("cluster network policy rules: %w", err)
@@ -86,9 +102,19 @@ func NewFeed(client versioned.Interface, core informers.SharedInformerFactory, s
 		},
 		DeleteFunc: func(any) { f.batches.Run() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{cnps.Informer(), core.Core().V1().Pods().Informer(),
-		core.Core().V1().Namespaces().Informer(), core.Core().V1().Nodes().Informer()} {
-		reg, err := inf.AddEventHandler(kick)
+	podChanged := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { f.podChanged(obj) },
+		UpdateFunc: func(old, nu any) {
+			if relevantUpdate(old, nu) {
+				f.podChanged(nu)
+			}
+		},
+		DeleteFunc: func(obj any) { f.podChanged(obj) },
+	}
+	for inf, handler := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{cnps.Informer(): kick,
+		core.Core().V1().Pods().Informer(): podChanged, core.Core().V1().Namespaces().Informer(): kick,
+		core.Core().V1().Nodes().Informer(): kick} {
+		reg, err := inf.AddEventHandler(handler)
 		if err != nil {
 			return nil, fmt.Errorf("cluster network policy rules: %w", err)
 		}
@@ -110,6 +136,31 @@ func (f *Feed) Run(ctx context.Context) error {
 	return nil
 }
 
+// podChanged marks a pod for the next batch, and asks for one.
+func (f *Feed) podChanged(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return
+	}
+	f.changedMu.Lock()
+	f.changed[types.NamespacedName{Namespace: ns, Name: name}] = true
+	f.changedMu.Unlock()
+	f.batches.Run()
+}
+
+// takeChanged returns the pods marked since the last take.
+func (f *Feed) takeChanged() map[types.NamespacedName]bool {
+	f.changedMu.Lock()
+	defer f.changedMu.Unlock()
+	changed := f.changed
+	f.changed = map[types.NamespacedName]bool{}
+	return changed
+}
+
 func (f *Feed) sync() {
 	start := time.Now()
 	cnps, err := f.policies.List(labels.Everything())
@@ -117,10 +168,19 @@ func (f *Feed) sync() {
 		log.WithError(err).Error("list ClusterNetworkPolicies")
 		return
 	}
-	c, evaluated := f.cluster()
-	rules := Compile(cnps, c)
-	byNode := rules.NodeRules(func(k policy.PodKey) string { return evaluated[k] })
-	f.sink.SetClusterRules(byNode, evaluated)
+	changed := f.takeChanged()
+	var batch policy.ClusterBatch
+	var rules Rules
+	if !f.sent || len(cnps) > 0 || f.hadPolicies {
+		c, evaluated := f.cluster()
+		rules = Compile(cnps, c)
+		batch = policy.ClusterBatch{Rules: rules.NodeRules(func(k policy.PodKey) string { return evaluated[k] }), HasRules: true}
+		batch.Evaluated, batch.Forgotten = f.evaluateAll(evaluated)
+	} else {
+		batch.Evaluated, batch.Forgotten = f.evaluateChanged(changed)
+	}
+	f.sent, f.hadPolicies = true, len(cnps) > 0
+	f.sink.UpdateClusterRules(batch)
 	compiled := make(map[string]int64, len(cnps))
 	names := make([]string, 0, len(cnps))
 	for _, p := range cnps {
@@ -133,8 +193,59 @@ func (f *Feed) sync() {
 	if f.onCompiled != nil {
 		f.onCompiled(names)
 	}
-	log.WithField("policies", len(cnps)).WithField("rules", len(rules)).WithField("nodes", len(byNode)).
+	log.WithField("policies", len(cnps)).WithField("rules", len(rules)).WithField("pods", len(batch.Evaluated)).
 		WithField("took", time.Since(start)).Debug("cluster network policy rules compiled")
+}
+
+// evaluateAll makes evaluated, where a batch that read the whole cluster evaluated every
+// pod, the feed's, and returns how it differs from what the batches before said.
+func (f *Feed) evaluateAll(evaluated map[policy.PodKey]string) (anew map[policy.PodKey]string, forgotten map[policy.PodKey]bool) {
+	anew, forgotten = map[policy.PodKey]string{}, map[policy.PodKey]bool{}
+	for k, node := range evaluated {
+		if was, ok := f.evaluated[k]; !ok || was != node {
+			anew[k] = node
+		}
+	}
+	for k := range f.evaluated {
+		if _, ok := evaluated[k]; !ok {
+			forgotten[k] = true
+		}
+	}
+	f.evaluated = maps.Clone(evaluated)
+	f.keys = make(map[types.NamespacedName]policy.PodKey, len(evaluated))
+	for k := range evaluated {
+		f.keys[types.NamespacedName{Namespace: k.Namespace, Name: k.Name}] = k
+	}
+	return anew, forgotten
+}
+
+// evaluateChanged evaluates the pods marked since the batch before, as the listers have
+// them now, and returns where it evaluated those that are new or moved and which pods it
+// no longer evaluates.
+func (f *Feed) evaluateChanged(changed map[types.NamespacedName]bool) (anew map[policy.PodKey]string, forgotten map[policy.PodKey]bool) {
+	anew, forgotten = map[policy.PodKey]string{}, map[policy.PodKey]bool{}
+	for name := range changed {
+		var pod Pod
+		selectable := false
+		if p, err := f.pods.Pods(name.Namespace).Get(name.Name); err == nil {
+			pod, selectable = PodOf(p)
+		}
+		if old, ok := f.keys[name]; ok && (!selectable || old != pod.PodKey) {
+			delete(f.evaluated, old)
+			delete(f.keys, name)
+			forgotten[old] = true
+		}
+		if !selectable {
+			continue
+		}
+		if was, ok := f.evaluated[pod.PodKey]; !ok || was != pod.Node {
+			anew[pod.PodKey] = pod.Node
+			f.evaluated[pod.PodKey] = pod.Node
+			delete(forgotten, pod.PodKey)
+		}
+		f.keys[name] = pod.PodKey
+	}
+	return anew, forgotten
 }
 
 // cluster reads the cluster from the listers, and where each of its pods runs ("" for a

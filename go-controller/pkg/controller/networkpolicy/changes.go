@@ -25,12 +25,11 @@ type changes struct {
 	// since is when the first change not yet taken was recorded (zero: none).
 	since time.Time
 	now   func() time.Time
-	// cluster and clusterEvaluated are the latest SetClusterRules not yet taken
-	// (clusterSet: there is one); clusterExpected, when set, is closed by the first one.
-	cluster          map[string][]policy.ClusterRule
-	clusterEvaluated map[policy.PodKey]string
-	clusterSet       bool
-	clusterExpected  chan struct{}
+	// cluster is what the cluster feed's batches not yet taken say together (clusterSet:
+	// there is one); clusterExpected, when set, is closed by the first one.
+	cluster         policy.ClusterBatch
+	clusterSet      bool
+	clusterExpected chan struct{}
 	// signal asks the worker for a batch (the compiler's runner coalesces the asks).
 	signal func()
 }

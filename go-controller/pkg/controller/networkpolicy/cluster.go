@@ -3,6 +3,8 @@ package networkpolicy
 import (
 	"slices"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
@@ -27,15 +29,16 @@ func (c *Compiler) ExpectClusterRules() {
 	c.changes.clusterExpected = make(chan struct{})
 }
 
-// SetClusterRules replaces every node's cluster rules (by node name, in precedence
-// order; a node not listed has none), compiled from a view of the cluster in which
-// evaluated names the node of every pod ("" for a pod not scheduled then). The compiler
-// sends the nodes whose rules changed a delta in its next batch, and lists in the shares
-// the pods it has evaluated itself on that node too. The maps are the compiler's from
-// then on: the caller must not change them.
-func (c *Compiler) SetClusterRules(byNode map[string][]policy.ClusterRule, evaluated map[policy.PodKey]string) {
+// UpdateClusterRules takes a batch of the cluster feed: every node's cluster rules when
+// the batch has them (compiled from a view of the cluster in which the pods were where
+// the feed's batches evaluated them), and where it evaluated the pods that changed. The
+// compiler sends the nodes whose rules changed a delta in its next batch, and lists in
+// the shares the pods it has evaluated itself on that node too. The batch's rules are the
+// compiler's from then on: the caller must not change them.
+func (c *Compiler) UpdateClusterRules(b policy.ClusterBatch) {
 	c.changes.mu.Lock()
-	c.changes.cluster, c.changes.clusterEvaluated, c.changes.clusterSet = byNode, evaluated, true
+	c.changes.cluster.Add(b)
+	c.changes.clusterSet = true
 	if c.changes.since.IsZero() {
 		c.changes.since = c.changes.now()
 	}
@@ -60,14 +63,14 @@ func (c *changes) clusterRulesArrived() <-chan struct{} {
 	return c.clusterExpected
 }
 
-// takeCluster returns the cluster rules and evaluated pods set since the last take, if
-// any.
-func (c *changes) takeCluster() (map[string][]policy.ClusterRule, map[policy.PodKey]string, bool) {
+// takeCluster returns what the cluster feed's batches since the last take say, if any
+// came.
+func (c *changes) takeCluster() (policy.ClusterBatch, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	byNode, evaluated, set := c.cluster, c.clusterEvaluated, c.clusterSet
-	c.cluster, c.clusterEvaluated, c.clusterSet = nil, nil, false
-	return byNode, evaluated, set
+	b, set := c.cluster, c.clusterSet
+	c.cluster, c.clusterSet = policy.ClusterBatch{}, false
+	return b, set
 }
 
 // listable reports whether p's node's share may list p: the cluster feed, once it has
@@ -89,17 +92,29 @@ func (m *model) list(p *pod) {
 	m.emitPod(p.node, p.apiKey(), opAdd)
 }
 
-// setClusterRules gives every node its new cluster rules, touching those whose rules
-// changed, and lists the pods the feed has now evaluated on their nodes.
-func (m *model) setClusterRules(byNode map[string][]policy.ClusterRule, evaluated map[policy.PodKey]string) {
+// setClusterRules takes a batch of the cluster feed: it lists the pods the feed has now
+// evaluated on their nodes and, when the batch has rules, gives every node its new
+// cluster rules, touching those whose rules changed. Only the pods the batch names are
+// looked at: where the feed evaluated any other pod is as before, and so is whether it
+// may be listed.
+func (m *model) setClusterRules(b policy.ClusterBatch) {
 	m.batch.changed = true
-	if evaluated == nil {
-		evaluated = map[policy.PodKey]string{} // a feed has sent a batch: listing waits for it from now on
+	if m.clusterEvaluated == nil {
+		m.clusterEvaluated = map[policy.PodKey]string{} // a feed has sent a batch: listing waits for it from now on
 	}
-	m.clusterEvaluated = evaluated
-	for _, p := range m.pods {
-		m.list(p)
+	for k := range b.Forgotten {
+		delete(m.clusterEvaluated, k)
 	}
+	for k, node := range b.Evaluated {
+		m.clusterEvaluated[k] = node
+		if p, ok := m.pods[types.NamespacedName{Namespace: k.Namespace, Name: k.Name}]; ok {
+			m.list(p)
+		}
+	}
+	if !b.HasRules {
+		return
+	}
+	byNode := b.Rules
 	for name, n := range m.nodes {
 		if _, ok := byNode[name]; !ok && len(n.cluster) > 0 {
 			n.cluster = nil

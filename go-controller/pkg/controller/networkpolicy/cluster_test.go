@@ -17,7 +17,7 @@ func TestSharesListPodsOnlyOnceTheClusterFeedEvaluatedThem(t *testing.T) {
 	for _, p := range w.pods {
 		evaluated[policy.PodKey{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}] = p.Spec.NodeName
 	}
-	m.setClusterRules(map[string][]policy.ClusterRule{}, evaluated)
+	m.setClusterRules(policy.ClusterBatch{Rules: map[string][]policy.ClusterRule{}, HasRules: true, Evaluated: evaluated})
 	m.commit()
 	s, share := m.subscribe("node-1")
 	share = share.Clone()
@@ -51,8 +51,8 @@ func TestSharesListPodsOnlyOnceTheClusterFeedEvaluatedThem(t *testing.T) {
 	dKey := policy.PodKey{Namespace: "x", Name: "d", UID: string(d.UID)}
 	deny := []policy.ClusterRule{{ID: "deny/ingress/0", Policy: "deny", Tier: policy.TierAdmin, Priority: 1,
 		Direction: policy.Ingress, Action: policy.ClusterDeny, Subjects: []policy.PodKey{dKey}, AnyPeer: true}}
-	evaluated = withPod(evaluated, dKey, "node-1")
-	m.setClusterRules(map[string][]policy.ClusterRule{"node-1": deny}, evaluated)
+	m.setClusterRules(policy.ClusterBatch{Rules: map[string][]policy.ClusterRule{"node-1": deny}, HasRules: true,
+		Evaluated: map[policy.PodKey]string{dKey: "node-1"}})
 	delta := step("the feed evaluated x/d")
 	if !listed("d") || delta.ClusterRules == nil || !policy.EqualClusterRules(*delta.ClusterRules, deny) {
 		t.Fatalf("the feed's batch with x/d: listed %v, delta's cluster rules %+v, want x/d listed with %+v", listed("d"), delta.ClusterRules, deny)
@@ -63,8 +63,7 @@ func TestSharesListPodsOnlyOnceTheClusterFeedEvaluatedThem(t *testing.T) {
 	e := podObj("x", "e", "", "pod=e")
 	eKey := policy.PodKey{Namespace: "x", Name: "e", UID: string(e.UID)}
 	m.setPod(podKey(e), e)
-	evaluated = withPod(evaluated, eKey, "")
-	m.setClusterRules(map[string][]policy.ClusterRule{"node-1": deny}, evaluated)
+	m.setClusterRules(policy.ClusterBatch{Evaluated: map[policy.PodKey]string{eKey: ""}})
 	step("x/e seen by the feed unscheduled")
 	e = e.DeepCopy()
 	e.Spec.NodeName = "node-1"
@@ -78,12 +77,12 @@ func TestSharesListPodsOnlyOnceTheClusterFeedEvaluatedThem(t *testing.T) {
 	if delta := step("x/e deleted unlisted"); len(delta.RemovedPods) != 0 {
 		t.Errorf("the deletion of x/e, never listed, removes pods %v", delta.RemovedPods)
 	}
-	// A listed pod stays listed through a feed batch that (racing with its creation) does
-	// not name it, and leaves the share when it is deleted.
-	m.setClusterRules(map[string][]policy.ClusterRule{}, map[policy.PodKey]string{})
-	step("a batch without x/d")
+	// A listed pod stays listed through a feed batch that (racing with its deletion)
+	// forgets it, and leaves the share when the compiler sees it deleted.
+	m.setClusterRules(policy.ClusterBatch{Rules: map[string][]policy.ClusterRule{}, HasRules: true, Forgotten: map[policy.PodKey]bool{dKey: true}})
+	step("a batch that forgets x/d")
 	if !listed("d") {
-		t.Fatal("a feed batch that does not name x/d unlisted it: the agent would close a running pod")
+		t.Fatal("a feed batch that forgets x/d unlisted it: the agent would close a running pod")
 	}
 	m.setPod(podKey(d), nil)
 	if delta := step("x/d deleted"); !slices.Contains(delta.RemovedPods, dKey) {
@@ -109,14 +108,4 @@ func TestSharesListPodsAtOnceWithoutAClusterFeed(t *testing.T) {
 	if !slices.ContainsFunc(share.Pods, func(k policy.PodKey) bool { return k.Name == "d" }) {
 		t.Fatalf("without a cluster feed node-1's share does not list x/d: %v", share.Pods)
 	}
-}
-
-// withPod is evaluated with k at node, as a new map (the compiler keeps the one it got).
-func withPod(evaluated map[policy.PodKey]string, k policy.PodKey, node string) map[policy.PodKey]string {
-	out := make(map[policy.PodKey]string, len(evaluated)+1)
-	for key, n := range evaluated {
-		out[key] = n
-	}
-	out[k] = node
-	return out
 }

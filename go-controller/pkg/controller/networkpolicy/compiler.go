@@ -137,8 +137,8 @@ func (c *Compiler) sync() {
 	for key, np := range policies {
 		c.model.setPolicy(key, np)
 	}
-	if byNode, evaluated, ok := c.changes.takeCluster(); ok {
-		c.model.setClusterRules(byNode, evaluated)
+	if b, ok := c.changes.takeCluster(); ok {
+		c.model.setClusterRules(b)
 	}
 	notify := c.model.commit()
 	generation := c.model.generation

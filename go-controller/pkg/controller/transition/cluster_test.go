@@ -14,7 +14,7 @@ import (
 	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 )
 
-// Cluster rules go from the compiler (SetClusterRules) through the gate to a node: in its
+// Cluster rules go from the compiler (UpdateClusterRules) through the gate to a node: in its
 // first share, then as deltas that replace them whole. A Deny that becomes an Accept
 // is a relaxation: the node keeps the Deny until the gate releases it.
 func TestGateCarriesClusterRules(t *testing.T) {
@@ -41,7 +41,7 @@ func TestGateCarriesClusterRules(t *testing.T) {
 	}
 	deny := []policy.ClusterRule{rule(policy.ClusterDeny)}
 	evaluated := map[policy.PodKey]string{a: "node-1"}
-	compiler.SetClusterRules(map[string][]policy.ClusterRule{"node-1": deny}, evaluated)
+	compiler.UpdateClusterRules(policy.ClusterBatch{Rules: map[string][]policy.ClusterRule{"node-1": deny}, HasRules: true, Evaluated: evaluated})
 	share, deltas, stop, err := gate.Watch(ctx, "node-1")
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +56,12 @@ func TestGateCarriesClusterRules(t *testing.T) {
 	}
 
 	accept := []policy.ClusterRule{rule(policy.ClusterAccept)}
-	compiler.SetClusterRules(map[string][]policy.ClusterRule{"node-1": accept}, evaluated)
+	compiler.UpdateClusterRules(policy.ClusterBatch{Rules: map[string][]policy.ClusterRule{"node-1": accept}, HasRules: true})
 	d := receive(t, deltas, "the Accept")
 	if d.ClusterRules == nil || !policy.EqualClusterRules(*d.ClusterRules, accept) {
 		t.Fatalf("node-1's delta after the Deny became an Accept has cluster rules %+v, want %+v", d.ClusterRules, accept)
 	}
-	compiler.SetClusterRules(map[string][]policy.ClusterRule{}, evaluated)
+	compiler.UpdateClusterRules(policy.ClusterBatch{Rules: map[string][]policy.ClusterRule{}, HasRules: true})
 	d = receive(t, deltas, "the rule's removal")
 	if d.ClusterRules == nil || len(*d.ClusterRules) != 0 {
 		t.Fatalf("node-1's delta after its rules went does not empty them: %+v", d.ClusterRules)
