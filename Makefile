@@ -20,11 +20,16 @@ IP_FAMILY   ?= ipv4
 E2E_TIMEOUT ?= 40m
 
 export GOFLAGS ?= -buildvcs=false
+# The ovs-vswitchd kovs ships (in the kovs/ovs image) and tests with: Debian's, with the
+# patches in hack/ovs (hack/build-ovs.sh, `make ovs`). First in PATH, so that the
+# sandbox's nodes and the tests that start an ovs-vswitchd run it.
+OVS_DIR     := $(KOVS_CACHE)/ovs
+export PATH := $(OVS_DIR)/bin:$(PATH)
 # The reference CNI plugin kovs chains for hostPort (a go.mod tool); the sandbox installs
 # it next to kovs-cni, as the agent image does.
 PORTMAP     := github.com/containernetworking/plugins/plugins/meta/portmap
 
-.PHONY: all build tools deps k8s test unit e2e conformance scale upgrade-test truth-tables old-release demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
+.PHONY: all build tools deps k8s ovs test unit e2e conformance scale upgrade-test truth-tables old-release demo sandbox-up sandbox-down bench bench-once fuzz lint clean images
 
 all: build
 
@@ -32,14 +37,18 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./go-controller/cmd/... $(PORTMAP)
 
-## tools: Debian packages and the cached Kubernetes binaries
-tools: deps k8s
+## tools: Debian packages, the cached Kubernetes binaries and the cached ovs-vswitchd
+tools: deps k8s ovs
 
 deps:
 	bash hack/install-deps.sh
 
 k8s:
 	K8S_VERSION=$(K8S_VERSION) bash hack/build-k8s.sh
+
+## ovs: ovs-vswitchd from Debian's source with hack/ovs's patches, cached in $(OVS_DIR)
+ovs: deps
+	bash hack/build-ovs.sh
 
 # TESTRUN runs go test -json, prints the -v output and fails on a failure or on a skip
 # that hack/allowed-skips.txt does not list with its reason (hack/testrun).
@@ -162,6 +171,6 @@ clean:
 
 ## images: every image (kovs/controller, kovs/agent, kovs/ovs, pause, agnhost) as an OCI
 ## image archive in _output/images, without a container engine (images/README.md)
-images: deps k8s build
+images: deps k8s ovs build
 	$(BIN)/kovs-images build --repo $(CURDIR) --out $(CURDIR)/_output/images \
-		--cache $(KOVS_CACHE)/images --k8s-dir $(KOVS_CACHE)/k8s-v$(K8S_VERSION)
+		--cache $(KOVS_CACHE)/images --k8s-dir $(KOVS_CACHE)/k8s-v$(K8S_VERSION) --ovs-dir $(OVS_DIR)

@@ -18,6 +18,10 @@ declare -A need=(
   [ping]=iputils-ping
   [mmdebstrap]=mmdebstrap
   [gcc]=gcc
+  # hack/build-ovs.sh: the ovs-vswitchd kovs ships, built from Debian's source.
+  [make]=make
+  [patch]=patch
+  [python3]=python3
   # Real nodes of the sandbox (kovs-sandbox up --runtime containerd).
   [containerd]=containerd
   [ctr]=containerd
@@ -30,6 +34,9 @@ done
 # The C library's headers and static archive: hack/build-k8s.sh compiles the pause image's
 # binary static.
 [ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
+# hack/build-ovs.sh: Open vSwitch's source, as Debian ships it, and OpenSSL's headers.
+[ -e /usr/src/openvswitch/openvswitch.tar.gz ] || missing+=(openvswitch-source)
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
 # The reference CNI plugins a real node's OS ships in /opt/cni/bin (loopback, portmap, ...).
 [ -e /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 if [ ${#missing[@]} -eq 0 ]; then
