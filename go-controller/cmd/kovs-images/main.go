@@ -74,6 +74,7 @@ func build(ctx context.Context, args []string) error {
 	out := fs.String("out", "_output/images", "directory the archives (<NAME>.tar) and the kovs binaries (bin/) go to")
 	imageCache := fs.String("cache", filepath.Join(cache, "images"), "directory of the cached root filesystems")
 	k8sDir := fs.String("k8s-dir", filepath.Join(cache, "k8s-v"+images.K8sVersion), "the cached Kubernetes build (bin/agnhost, bin/pause), made by make k8s")
+	ovsDir := fs.String("ovs-dir", filepath.Join(cache, "ovs"), "the cached Open vSwitch build (bin/ovs-vswitchd), made by make ovs")
 	k8sModule := fs.String("k8s-module", "", "the k8s.io/kubernetes@v"+images.K8sVersion+" module source (default: in the Go module cache)")
 	repo := fs.String("repo", ".", "the kovs repository the kovs binaries are built from")
 	aptSources := fs.String("apt-sources", strings.Join(images.DefaultAptSources(), ","), "apt source files mmdebstrap installs from, comma-separated")
@@ -92,7 +93,7 @@ func build(ctx context.Context, args []string) error {
 		sources = strings.Split(*aptSources, ",")
 	}
 	b := &images.Builder{
-		RepoRoot: *repo, Out: *out, Cache: *imageCache, K8sDir: *k8sDir, K8sModule: *k8sModule,
+		RepoRoot: *repo, Out: *out, Cache: *imageCache, K8sDir: *k8sDir, K8sModule: *k8sModule, OVSDir: *ovsDir,
 		AptSources: sources, Go: *goCmd, Arch: runtime.GOARCH, Log: log.StandardLogger(),
 	}
 	results, err := b.Build(ctx, specs)

@@ -28,6 +28,8 @@ type Builder struct {
 	// K8sModule is the k8s.io/kubernetes module's source; empty: found with `go env
 	// GOMODCACHE`.
 	K8sModule string
+	// OVSDir is the cached Open vSwitch build ($KOVS_CACHE/ovs), with bin/.
+	OVSDir string
 	// AptSources are the apt source files mmdebstrap installs from.
 	AptSources []string
 	// Go is the go command.
@@ -122,6 +124,11 @@ func (b *Builder) resolve(src Source) (string, error) {
 		p = filepath.Join(b.K8sDir, "bin", src.Name)
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s: %s is missing: build the Kubernetes binaries and test-image binaries first (make k8s)", src, p)
+		}
+	case OVSBinary:
+		p = filepath.Join(b.OVSDir, "bin", src.Name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %s is missing: build Open vSwitch with kovs's patches first (make ovs)", src, p)
 		}
 	case K8sSource:
 		mod, err := b.k8sModule()

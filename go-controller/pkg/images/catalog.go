@@ -133,7 +133,11 @@ func ovsSpec() Spec {
 			DockerImage: debianDocker,
 			Packages:    []string{"iproute2", "openvswitch-switch"},
 		},
-		Files:      []File{kovsBin("kovs-ovs", "/usr/local/bin/kovs-ovs")},
+		// The package's ovs-vswitchd replaced by the same version built with the patches in
+		// hack/ovs (hack/build-ovs.sh): 3.1.0's userspace datapath can give a connection
+		// another megaflow's verdict (docs/upgrades.md).
+		Files: []File{kovsBin("kovs-ovs", "/usr/local/bin/kovs-ovs"),
+			{Src: Source{Kind: OVSBinary, Name: "ovs-vswitchd"}, Dest: "/usr/sbin/ovs-vswitchd", Mode: 0o755}},
 		Env:        []string{DefaultPath},
 		Entrypoint: []string{"/usr/local/bin/kovs-ovs"},
 		Dockerfile: "Dockerfile.ovs",

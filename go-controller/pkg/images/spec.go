@@ -91,6 +91,9 @@ const (
 	K8sBinary SourceKind = "k8s-bin"
 	// K8sSource is a file of the k8s.io/kubernetes module source (<module>/<Name>).
 	K8sSource SourceKind = "k8s-src"
+	// OVSBinary is a binary of the cached Open vSwitch build (<ovs dir>/bin/<Name>): Debian's
+	// source with the patches in hack/ovs, made by hack/build-ovs.sh (`make ovs`).
+	OVSBinary SourceKind = "ovs-bin"
 )
 
 // Source is where a file comes from.
@@ -213,7 +216,7 @@ func (s Spec) validatePaths() error {
 			return fmt.Errorf("image %s: file %s: mode %o is not a permission mode", s.Short, f.Dest, f.Mode)
 		}
 		switch f.Src.Kind {
-		case KovsBinary, K8sBinary, K8sSource:
+		case KovsBinary, K8sBinary, K8sSource, OVSBinary:
 		default:
 			return fmt.Errorf("image %s: file %s: unknown source kind %q", s.Short, f.Dest, f.Src.Kind)
 		}
