@@ -184,8 +184,9 @@ const (
 	// policy table, and purges when that fails. It deletes them behind ovs-vswitchd's
 	// revalidators (dpctl/del-flow), and a revalidator round already under way then
 	// modifies the deleted flows by key, which OVS 3.1.0's userspace datapath can apply to
-	// another, overlapping flow (fixed in 3.1.3; docs/upgrades.md): not the default until
-	// the OVS kovs ships carries the fix.
+	// another, overlapping flow (fixed in 3.1.3, and by the patch kovs's ovs-vswitchd
+	// carries, hack/ovs; docs/upgrades.md): not the default until the truth tables pass
+	// with it on that ovs-vswitchd.
 	DatapathInvalidationNarrow = "narrow"
 	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
 	// (revalidator/purge, which goes through the revalidators), so every established

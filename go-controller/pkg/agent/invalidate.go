@@ -54,7 +54,8 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
 //     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
 //     realization; 2026-12-05): the misdirected modify above, which no number of
-//     revalidation rounds repairs. Until the OVS kovs ships carries the fix, every
+//     revalidation rounds repairs. kovs's ovs-vswitchd carries a fix since the evening of
+//     2026-12-06 (hack/ovs); until the truth tables have run on it without a purge, every
 //     datapath flow is purged (revalidator/purge; --datapath-invalidation=purge, the
 //     default), which sends every established connection of the node through upcalls
 //     again (BenchmarkPolicyChurn counts them). --datapath-invalidation=narrow deletes
