@@ -198,13 +198,13 @@ func BenchmarkFeedWithoutPolicies(b *testing.B) {
 	feed := func() *Feed {
 		f := &Feed{sink: discardSink{}, policies: listers.NewClusterNetworkPolicyLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),
 			pods: corelisters.NewPodLister(podIndex), namespaces: corelisters.NewNamespaceLister(nsIndex), nodes: corelisters.NewNodeLister(nodeIndex),
-			changed: map[types.NamespacedName]bool{}, evaluated: map[policy.PodKey]string{}, keys: map[types.NamespacedName]policy.PodKey{}}
+			changed: map[types.NamespacedName]bool{}, evaluated: map[types.NamespacedName]evaluation{}, readAll: true}
 		f.sync() // the first batch reads everything
 		return f
 	}
 	batch := func(f *Feed, i int, full bool) time.Duration {
 		f.changed[types.NamespacedName{Namespace: fmt.Sprintf("ns-%d", i%500), Name: fmt.Sprintf("pod-%d", i%pods)}] = true
-		f.hadPolicies = full
+		f.readAll = full
 		start := time.Now()
 		f.sync()
 		return time.Since(start)

@@ -60,12 +60,17 @@ type Feed struct {
 	// changed are the pods whose events came since the last batch took them.
 	changedMu sync.Mutex
 	changed   map[types.NamespacedName]bool
-	// The batches' state (sync's only): where the batches sent evaluated each pod, each
-	// pod's key by name, whether one was sent, and whether the last had policies.
-	evaluated   map[policy.PodKey]string
-	keys        map[types.NamespacedName]policy.PodKey
-	sent        bool
-	hadPolicies bool
+	// The batches' state (sync's only): where the batches sent evaluated each pod, by
+	// name, and whether the next batch reads the whole cluster (the first, and the one
+	// after a batch that had policies).
+	evaluated map[types.NamespacedName]evaluation
+	readAll   bool
+}
+
+// evaluation is where the feed's batches evaluated a pod.
+type evaluation struct {
+	key  policy.PodKey
+	node string
 }
 
 // Compiled is the metadata.generation of the policy that the last batch handed to the
@@ -84,7 +89,7 @@ func (f *Feed) OnCompiled(tell func(names []string)) { f.onCompiled = tell }
 // Namespace and Node informers (a factory the caller starts).
 func NewFeed(client versioned.Interface, core informers.SharedInformerFactory, sink Sink, minInterval time.Duration) (*Feed, error) {
 	f := &Feed{sink: sink, factory: externalversions.NewSharedInformerFactory(client, 0),
-		changed: map[types.NamespacedName]bool{}, evaluated: map[policy.PodKey]string{}, keys: map[types.NamespacedName]policy.PodKey{}}
+		changed: map[types.NamespacedName]bool{}, evaluated: map[types.NamespacedName]evaluation{}, readAll: true}
 	batches, err := runner.NewBoundedFrequencyRunner("cluster network policy rules", f.sync, runner.Bounds{MinInterval: minInterval, Burst: 1})
 	if err != nil {
 		return nil, fmt.Errorf("cluster network policy rules: %w", err)
@@ -93,26 +98,9 @@ func NewFeed(client versioned.Interface, core informers.SharedInformerFactory, s
 	cnps := f.factory.Policy().V1beta1().ClusterNetworkPolicies()
 	f.policies, f.pods, f.namespaces, f.nodes = cnps.Lister(), core.Core().V1().Pods().Lister(),
 		core.Core().V1().Namespaces().Lister(), core.Core().V1().Nodes().Lister()
-	kick := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { f.batches.Run() },
-		UpdateFunc: func(old, nu any) {
-			if relevantUpdate(old, nu) {
-				f.batches.Run()
-			}
-		},
-		DeleteFunc: func(any) { f.batches.Run() },
-	}
-	podChanged := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { f.podChanged(obj) },
-		UpdateFunc: func(old, nu any) {
-			if relevantUpdate(old, nu) {
-				f.podChanged(nu)
-			}
-		},
-		DeleteFunc: func(obj any) { f.podChanged(obj) },
-	}
+	kick := onRelevant(func(any) { f.batches.Run() })
 	for inf, handler := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{cnps.Informer(): kick,
-		core.Core().V1().Pods().Informer(): podChanged, core.Core().V1().Namespaces().Informer(): kick,
+		core.Core().V1().Pods().Informer(): onRelevant(f.podChanged), core.Core().V1().Namespaces().Informer(): kick,
 		core.Core().V1().Nodes().Informer(): kick} {
 		reg, err := inf.AddEventHandler(handler)
 		if err != nil {
@@ -134,6 +122,20 @@ func (f *Feed) Run(ctx context.Context) error {
 	f.sync()
 	f.batches.Loop(ctx)
 	return nil
+}
+
+// onRelevant calls changed with the object of every add, delete and update that changes
+// what Compile reads (relevantUpdate).
+func onRelevant(changed func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: changed,
+		UpdateFunc: func(old, nu any) {
+			if relevantUpdate(old, nu) {
+				changed(nu)
+			}
+		},
+		DeleteFunc: changed,
+	}
 }
 
 // podChanged marks a pod for the next batch, and asks for one.
@@ -171,7 +173,7 @@ func (f *Feed) sync() {
 	changed := f.takeChanged()
 	var batch policy.ClusterBatch
 	var rules Rules
-	if !f.sent || len(cnps) > 0 || f.hadPolicies {
+	if f.readAll || len(cnps) > 0 {
 		c, evaluated := f.cluster()
 		rules = Compile(cnps, c)
 		batch = policy.ClusterBatch{Rules: rules.NodeRules(func(k policy.PodKey) string { return evaluated[k] }), HasRules: true}
@@ -179,7 +181,7 @@ func (f *Feed) sync() {
 	} else {
 		batch.Evaluated, batch.Forgotten = f.evaluateChanged(changed)
 	}
-	f.sent, f.hadPolicies = true, len(cnps) > 0
+	f.readAll = len(cnps) > 0
 	f.sink.UpdateClusterRules(batch)
 	compiled := make(map[string]int64, len(cnps))
 	names := make([]string, 0, len(cnps))
@@ -201,21 +203,20 @@ func (f *Feed) sync() {
 // pod, the feed's, and returns how it differs from what the batches before said.
 func (f *Feed) evaluateAll(evaluated map[policy.PodKey]string) (anew map[policy.PodKey]string, forgotten map[policy.PodKey]bool) {
 	anew, forgotten = map[policy.PodKey]string{}, map[policy.PodKey]bool{}
+	now := make(map[types.NamespacedName]evaluation, len(evaluated))
 	for k, node := range evaluated {
-		if was, ok := f.evaluated[k]; !ok || was != node {
+		name := types.NamespacedName{Namespace: k.Namespace, Name: k.Name}
+		now[name] = evaluation{key: k, node: node}
+		if f.evaluated[name] != now[name] {
 			anew[k] = node
 		}
 	}
-	for k := range f.evaluated {
-		if _, ok := evaluated[k]; !ok {
-			forgotten[k] = true
+	for name, was := range f.evaluated {
+		if now[name].key != was.key {
+			forgotten[was.key] = true
 		}
 	}
-	f.evaluated = maps.Clone(evaluated)
-	f.keys = make(map[types.NamespacedName]policy.PodKey, len(evaluated))
-	for k := range evaluated {
-		f.keys[types.NamespacedName{Namespace: k.Namespace, Name: k.Name}] = k
-	}
+	f.evaluated = now
 	return anew, forgotten
 }
 
@@ -230,20 +231,22 @@ func (f *Feed) evaluateChanged(changed map[types.NamespacedName]bool) (anew map[
 		if p, err := f.pods.Pods(name.Namespace).Get(name.Name); err == nil {
 			pod, selectable = PodOf(p)
 		}
-		if old, ok := f.keys[name]; ok && (!selectable || old != pod.PodKey) {
-			delete(f.evaluated, old)
-			delete(f.keys, name)
-			forgotten[old] = true
-		}
+		was, had := f.evaluated[name]
 		if !selectable {
+			if had {
+				delete(f.evaluated, name)
+				forgotten[was.key] = true
+			}
 			continue
 		}
-		if was, ok := f.evaluated[pod.PodKey]; !ok || was != pod.Node {
-			anew[pod.PodKey] = pod.Node
-			f.evaluated[pod.PodKey] = pod.Node
-			delete(forgotten, pod.PodKey)
+		now := evaluation{key: pod.PodKey, node: pod.Node}
+		if had && was.key != now.key {
+			forgotten[was.key] = true
 		}
-		f.keys[name] = pod.PodKey
+		if was != now {
+			anew[now.key] = now.node
+			f.evaluated[name] = now
+		}
 	}
 	return anew, forgotten
 }
