@@ -43,6 +43,14 @@ if [ ! -x "$OUT/bin/ovs-vswitchd" ]; then
   # Debian's paths, so that the binary runs in place of the package's.
   (cd "$dir" && ./configure --prefix=/usr --localstatedir=/var --sysconfdir=/etc --enable-ssl >"$work/configure.log" 2>&1) \
     || { tail -20 "$work/configure.log" >&2; exit 1; }
+  # The version says the binary carries kovs's fix: `ovs-vswitchd --version` and ovs-appctl
+  # version print 3.1.0+kovs<digest>, which the agent reads to choose its datapath
+  # invalidation (--datapath-invalidation=auto: narrow only where a modify goes by UFID).
+  upstream=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "$dir/config.h")
+  stamped="$upstream+kovs$digest"
+  sed -i "s/\"$upstream\"/\"$stamped\"/; s/\"openvswitch $upstream\"/\"openvswitch $stamped\"/" "$dir/config.h"
+  sed -i "s/\"$upstream\"/\"$stamped\"/" "$dir/include/openvswitch/version.h"
+  grep -q "\"$stamped\"" "$dir/include/openvswitch/version.h" || { echo "build-ovs: could not stamp the version in include/openvswitch/version.h" >&2; exit 1; }
   (cd "$dir" && make -j"$(nproc)" >"$work/make.log" 2>&1) || { tail -30 "$work/make.log" >&2; exit 1; }
   mkdir -p "$work/out/bin"
   install -m 0755 "$dir/vswitchd/ovs-vswitchd" "$work/out/bin/ovs-vswitchd"

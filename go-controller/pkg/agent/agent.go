@@ -71,6 +71,12 @@ type Agent struct {
 	tunnelGuard func()
 	// egress follows the Egresses (nil without a dynamic client).
 	egress *egressAgent
+	// vswitchdVersion is what --datapath-invalidation=auto read of ovs-vswitchd
+	// (vswitchdSafeForNarrow), until it restarts.
+	vswitchdVersion struct {
+		sync.Mutex
+		known, narrow bool
+	}
 }
 
 // Run runs the agent until ctx ends.

@@ -46,7 +46,8 @@ type Config struct {
 	// DatapathInvalidation is what a policy change does to ovs-vswitchd's datapath flows
 	// (--datapath-invalidation): DatapathInvalidationPurge drops them all
 	// (revalidator/purge), DatapathInvalidationNarrow deletes only those that may have met
-	// a policy table (invalidateDatapathFlows). Empty: purge.
+	// a policy table (invalidateDatapathFlows), DatapathInvalidationAuto chooses narrow
+	// where the running ovs-vswitchd is safe for it. Empty: auto.
 	DatapathInvalidation string
 	// ResyncPeriod is how often the agent resyncs its flows against the switch: a count
 	// of them (FlowSyncer.CheapResync), and every FullResyncPeriod a full diff against
@@ -149,7 +150,7 @@ func (c *Config) Defaults() {
 		c.HostPortBackend = HostPortBackendAuto
 	}
 	if c.DatapathInvalidation == "" {
-		c.DatapathInvalidation = DatapathInvalidationPurge
+		c.DatapathInvalidation = DatapathInvalidationAuto
 	}
 	if c.AuditRate == 0 {
 		c.AuditRate = DefaultAuditRate
@@ -180,18 +181,20 @@ const (
 
 // What a policy change does to the datapath flows (--datapath-invalidation).
 const (
+	// DatapathInvalidationAuto is narrow where the running ovs-vswitchd modifies a
+	// megaflow by the UFID it is given (OVS 3.1.3 and later in 3.1, 3.2.1 and later,
+	// kovs's own build: ovsVersionModifiesByUFID), purge anywhere else: the default.
+	DatapathInvalidationAuto = "auto"
 	// DatapathInvalidationNarrow deletes only the datapath flows that may have met a
 	// policy table, and purges when that fails. It deletes them behind ovs-vswitchd's
 	// revalidators (dpctl/del-flow), and a revalidator round already under way then
 	// modifies the deleted flows by key, which OVS 3.1.0's userspace datapath can apply to
 	// another, overlapping flow (fixed in 3.1.3, and by the patch kovs's ovs-vswitchd
-	// carries, hack/ovs; docs/upgrades.md): not the default until the truth tables pass
-	// with it on that ovs-vswitchd.
+	// carries, hack/ovs; docs/upgrades.md): forced, it is unsafe on such an ovs-vswitchd.
 	DatapathInvalidationNarrow = "narrow"
 	// DatapathInvalidationPurge drops every datapath flow of ovs-vswitchd
 	// (revalidator/purge, which goes through the revalidators), so every established
-	// connection of the node goes through upcalls again at each policy change: the
-	// default (again since 2026-12-06; docs/upgrades.md).
+	// connection of the node goes through upcalls again at each policy change.
 	DatapathInvalidationPurge = "purge"
 )
 
@@ -252,9 +255,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--hostport-backend %q: use auto, iptables or nftables (what the node's kube-proxy or firewall uses)", c.HostPortBackend)
 	}
 	switch c.DatapathInvalidation {
-	case DatapathInvalidationPurge, DatapathInvalidationNarrow:
+	case DatapathInvalidationAuto, DatapathInvalidationPurge, DatapathInvalidationNarrow:
 	default:
-		return fmt.Errorf("--datapath-invalidation %q: use purge (the default: every datapath flow dropped after a policy change) or narrow (only the datapath flows a policy change may affect are deleted; unsafe with OVS before 3.1.3)", c.DatapathInvalidation)
+		return fmt.Errorf("--datapath-invalidation %q: use auto (the default: narrow where ovs-vswitchd carries the fix of OVS 3.1.3, purge elsewhere), purge (every datapath flow dropped after a policy change) or narrow (only the datapath flows a policy change may affect are deleted; unsafe with an ovs-vswitchd without that fix)", c.DatapathInvalidation)
 	}
 	switch c.DatapathType {
 	case "auto", "system", "netdev":

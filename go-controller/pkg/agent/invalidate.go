@@ -54,19 +54,19 @@ func changedFlows(p SwitchPlan) []ovs.FlowKey {
 //     passed TestPolicyChangeIsInForceOnTheNextPacket but failed the dual-stack truth
 //     table in case 31 step 1 (z/a -> x/a 81/tcp over IPv6, denied, connected right after
 //     realization; 2026-12-05): the misdirected modify above, which no number of
-//     revalidation rounds repairs. kovs's ovs-vswitchd carries a fix since the evening of
-//     2026-12-06 (hack/ovs); until the truth tables have run on it without a purge, every
-//     datapath flow is purged (revalidator/purge; --datapath-invalidation=purge, the
-//     default), which sends every established connection of the node through upcalls
-//     again (BenchmarkPolicyChurn counts them). --datapath-invalidation=narrow deletes
-//     only the flows that may have met a policy table (policyBlind: every such flow is
-//     one of a new connection, an invalid one or SCTP, which is what all those failures
-//     were), by UFID behind the revalidators' back: a revalidator round under way then
-//     modifies flows narrow deleted, by key, which 3.1.0 can apply to another overlapping
-//     flow. It was the default for a day (2026-12-06); a services run logs about 30 such
-//     modifies with narrow and none with purge (docs/upgrades.md), so purge is the default
-//     again. TestPolicyChangeOverOverlappingMegaflows makes the misdirected modify happen,
-//     and passes with either mode;
+//     revalidation rounds repairs. Narrow invalidation deletes only the flows that may
+//     have met a policy table (policyBlind: every such flow is one of a new connection,
+//     an invalid one or SCTP, which is what all those failures were), by UFID behind the
+//     revalidators' back: a revalidator round under way then modifies flows narrow
+//     deleted, which 3.1.0 applies by key to another overlapping flow (a services run
+//     logs about 30 such modifies with narrow and none with purge, docs/upgrades.md). So
+//     narrow needs an ovs-vswitchd that modifies by UFID: 3.1.3 and later, or kovs's own
+//     build of 3.1.0 (hack/ovs, since 2026-12-06). --datapath-invalidation=auto, the
+//     default, reads the running ovs-vswitchd's version (narrowInvalidation) and narrows
+//     there; anywhere else every datapath flow is purged (revalidator/purge), which sends
+//     every established connection of the node through upcalls again
+//     (BenchmarkPolicyChurn counts them). TestPolicyChangeOverOverlappingMegaflows makes
+//     the misdirected modify happen, and passes with either mode;
 //   - SCTP conntrack: the userspace conntrack tracks SCTP by addresses only (ports 0). The
 //     pipeline never trusts it for SCTP, but the entries are flushed all the same, so
 //     related ICMP of associations the new policy denies no longer passes;
@@ -84,13 +84,92 @@ func (a *Agent) invalidateAfterPolicyChange(ctx context.Context, p SwitchPlan) e
 	if !touchesPolicy(changedFlows(p)) {
 		return nil
 	}
-	return invalidatePolicyCaches(ctx, a.of.Vswitchd(), a.of, a.netdev, a.narrowInvalidation())
+	v := a.of.Vswitchd()
+	return invalidatePolicyCaches(ctx, v, a.of, a.netdev, a.narrowInvalidation(ctx, v))
 }
 
-// narrowInvalidation reports whether --datapath-invalidation is narrow; purge (the
-// default) purges.
-func (a *Agent) narrowInvalidation() bool {
-	return a.cfg.DatapathInvalidation == DatapathInvalidationNarrow
+// narrowInvalidation reports whether a policy change deletes only the datapath flows it
+// may affect: --datapath-invalidation=narrow, or auto on an ovs-vswitchd that modifies
+// megaflows by UFID (asked once per ovs-vswitchd: forgetVswitchdVersion on a restart).
+// When the version can't be read, purge: the choice safe on every OVS.
+func (a *Agent) narrowInvalidation(ctx context.Context, v versionReader) bool {
+	switch a.cfg.DatapathInvalidation {
+	case DatapathInvalidationNarrow:
+		return true
+	case DatapathInvalidationAuto:
+		return a.vswitchdSafeForNarrow(ctx, v)
+	}
+	return false
+}
+
+// versionReader reads ovs-vswitchd's version (ovs-appctl version).
+type versionReader interface {
+	Version(ctx context.Context) (string, error)
+}
+
+// vswitchdSafeForNarrow answers narrowInvalidation's auto from the version ovs-vswitchd
+// reports, read once until the next restart, and logs the choice when it is made.
+func (a *Agent) vswitchdSafeForNarrow(ctx context.Context, v versionReader) bool {
+	a.vswitchdVersion.Lock()
+	defer a.vswitchdVersion.Unlock()
+	if a.vswitchdVersion.known {
+		return a.vswitchdVersion.narrow
+	}
+	version, err := v.Version(ctx)
+	if err != nil {
+		log.WithError(err).Warn("--datapath-invalidation=auto: ovs-vswitchd's version unreadable; this policy change purges every datapath flow")
+		return false
+	}
+	narrow := ovsVersionModifiesByUFID(version)
+	a.vswitchdVersion.known, a.vswitchdVersion.narrow = true, narrow
+	mode := DatapathInvalidationPurge
+	if narrow {
+		mode = DatapathInvalidationNarrow
+	}
+	log.WithFields(log.Fields{"ovs-vswitchd": version, "invalidation": mode}).Info("--datapath-invalidation=auto: chosen for this ovs-vswitchd")
+	return narrow
+}
+
+// forgetVswitchdVersion makes the next policy change ask a restarted ovs-vswitchd its
+// version again: an OVS upgrade replaces the binary.
+func (a *Agent) forgetVswitchdVersion() {
+	a.vswitchdVersion.Lock()
+	a.vswitchdVersion.known = false
+	a.vswitchdVersion.Unlock()
+}
+
+// ovsVersionRE takes the version out of ovs-vswitchd's answer to `version`
+// ("ovs-vswitchd (Open vSwitch) 3.1.0"): major, minor, patch and the rest.
+var ovsVersionRE = regexp.MustCompile(`\(Open vSwitch\) ([0-9]+)\.([0-9]+)\.([0-9]+)(\S*)`)
+
+// ovsVersionModifiesByUFID reports whether an ovs-vswitchd of this version applies a
+// revalidator's modify to the megaflow its UFID names (or to none), which narrow
+// invalidation needs (docs/upgrades.md, "Policy changes and traffic they do not
+// concern"): upstream's fix ("dpif-netdev: Fix dpif_netdev_flow_put") is in 3.1.3 and
+// the releases after it, 3.2.1 and 3.3.0 on; kovs's own build of 3.1.0 carries it and
+// says so in its version (+kovs, hack/build-ovs.sh). Older series (3.0, 2.17) count as
+// without it, though a distribution may have backported it: --datapath-invalidation=narrow
+// is for those.
+func ovsVersionModifiesByUFID(version string) bool {
+	m := ovsVersionRE.FindStringSubmatch(version)
+	if m == nil {
+		return false
+	}
+	if strings.HasPrefix(m[4], "+kovs") {
+		return true
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	patch, _ := strconv.Atoi(m[3])
+	switch {
+	case major != 3:
+		return major > 3
+	case minor == 1:
+		return patch >= 3
+	case minor == 2:
+		return patch >= 1
+	}
+	return minor > 2
 }
 
 // datapathCaches are the ovs-vswitchd caches a policy change invalidates.
@@ -184,8 +263,7 @@ type flowDeleter interface {
 
 // invalidatePolicyCaches invalidates the caches after a policy change: with narrow, only
 // the datapath flows that may have met a policy table (invalidateDatapathFlows,
-// --datapath-invalidation=narrow), otherwise every one (revalidator/purge,
-// --datapath-invalidation=purge, the default).
+// narrowInvalidation), otherwise every one (revalidator/purge).
 func invalidatePolicyCaches(ctx context.Context, v datapathCaches, of flowDeleter, netdev, narrow bool) error {
 	if netdev {
 		if err := v.FlushConntrack(ctx, pipeline.CTZone, pipeline.IPProtoSCTP); err != nil {

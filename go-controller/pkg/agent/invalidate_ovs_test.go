@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,45 @@ func failedInvalidationKeepsThePolicyUnrealized(t *testing.T, mode string) {
 	s.sync(ctx, true)
 	if synced, err := s.Synced(); synced != 2 || err != nil {
 		t.Errorf("after the control socket came back: generation %d synced (%v), want 2", synced, err)
+	}
+}
+
+// TestAutoInvalidationReadsTheRunningVswitchd: --datapath-invalidation=auto asks the real
+// ovs-vswitchd its version over its unixctl socket and narrows exactly when that is kovs's
+// build (make puts it first in PATH) or a release with upstream's fix; the same question
+// after the socket is gone purges.
+func TestAutoInvalidationReadsTheRunningVswitchd(t *testing.T) {
+	rig := ovstest.Start(t)
+	rig.Vsctl(t, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+	of, err := ovs.NewOpenFlow(ovs.OpenFlowConfig{Bridge: "br-int", RunDir: rig.Dir, VswitchdCtl: rig.VswitchdCtl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer of.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	version, err := of.Vswitchd().Version(ctx)
+	if err != nil || !strings.Contains(version, "(Open vSwitch) ") {
+		t.Fatalf("Version = %q, %v; want ovs-vswitchd's version line", version, err)
+	}
+	binary, err := exec.Command("ovs-vswitchd", "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := strings.SplitN(string(binary), "\n", 2)[0]; strings.TrimSpace(first) != version {
+		t.Fatalf("the running ovs-vswitchd says %q, the one in PATH %q", version, first)
+	}
+	a := &Agent{cfg: Config{DatapathInvalidation: DatapathInvalidationAuto}}
+	want := strings.Contains(version, "+kovs") || ovsVersionModifiesByUFID(version)
+	if got := a.narrowInvalidation(ctx, of.Vswitchd()); got != want {
+		t.Fatalf("auto on %q: narrow = %v, want %v", version, got, want)
+	}
+	t.Logf("auto on %q: narrow = %v", version, want)
+	if err := os.Rename(rig.VswitchdCtl, rig.VswitchdCtl+".away"); err != nil {
+		t.Fatal(err)
+	}
+	a.forgetVswitchdVersion()
+	if a.narrowInvalidation(ctx, of.Vswitchd()) {
+		t.Fatal("auto without an answer from ovs-vswitchd: narrow, want purge")
 	}
 }

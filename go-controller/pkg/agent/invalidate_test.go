@@ -81,13 +81,13 @@ func (r *recordingCaches) DeleteFlows(_ context.Context, cookie, mask uint64) er
 // TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows: only the replies (kind
 // 0, object 0), not the learned translations of stateless SCTP Services. With
 // --datapath-invalidation=purge every datapath flow is purged and none is dumped; with
-// narrow (the default), the stale ones are dumped and deleted in one batch.
+// narrow, the stale ones are dumped and deleted in one batch.
 func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T) {
 	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
 		for _, netdev := range []bool{true, false} {
 			r := &recordingCaches{dp: []ovs.DatapathFlow{{UFID: "ufid:1", Key: newConnFlow}}}
 			a := &Agent{cfg: Config{DatapathInvalidation: mode}, netdev: netdev}
-			if err := invalidatePolicyCaches(context.Background(), r, r, a.netdev, a.narrowInvalidation()); err != nil {
+			if err := invalidatePolicyCaches(context.Background(), r, r, a.netdev, a.narrowInvalidation(context.Background(), nil)); err != nil {
 				t.Fatal(err)
 			}
 			want := []string{"purge", "del-flows cookie=0x800000000000/0xffffffffffff"}
@@ -104,8 +104,8 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T
 	}
 }
 
-// TestConfigDatapathInvalidation: empty is purge, purge and narrow are taken, anything
-// else is refused with an error naming the flag and its values.
+// TestConfigDatapathInvalidation: empty is auto, auto, purge and narrow are taken,
+// anything else is refused with an error naming the flag and its values.
 func TestConfigDatapathInvalidation(t *testing.T) {
 	valid := func(mode string) Config {
 		c := Config{NodeName: "node1", OVSDB: "unix:/run/db.sock", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
@@ -113,18 +113,89 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 		c.Defaults()
 		return c
 	}
-	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationPurge || c.Validate() != nil {
-		t.Errorf("unset: %q (%v), want purge and valid", c.DatapathInvalidation, c.Validate())
+	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationAuto || c.Validate() != nil {
+		t.Errorf("unset: %q (%v), want auto and valid", c.DatapathInvalidation, c.Validate())
 	}
-	for _, mode := range []string{DatapathInvalidationPurge, DatapathInvalidationNarrow} {
+	for _, mode := range []string{DatapathInvalidationAuto, DatapathInvalidationPurge, DatapathInvalidationNarrow} {
 		if c := valid(mode); c.DatapathInvalidation != mode || c.Validate() != nil {
 			t.Errorf("%s: %q (%v), want it kept and valid", mode, c.DatapathInvalidation, c.Validate())
 		}
 	}
 	for _, bad := range []string{"Narrow", "selective", "none"} {
 		c := valid(bad)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use purge", bad)) || !strings.Contains(err.Error(), "or narrow") {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use auto", bad)) ||
+			!strings.Contains(err.Error(), "purge (") || !strings.Contains(err.Error(), "or narrow") {
 			t.Errorf("%s: Validate = %v, want an error naming --datapath-invalidation and its values", bad, err)
+		}
+	}
+}
+
+// TestOVSVersionModifiesByUFID: the releases with upstream's fix and kovs's own build
+// count as safe for narrow; 3.1.0 to 3.1.2 (Debian 12's package), 3.2.0, older series
+// and what can't be read do not.
+func TestOVSVersionModifiesByUFID(t *testing.T) {
+	for version, want := range map[string]bool{
+		"ovs-vswitchd (Open vSwitch) 3.1.0":                  false,
+		"ovs-vswitchd (Open vSwitch) 3.1.2":                  false,
+		"ovs-vswitchd (Open vSwitch) 3.1.0+kovsf577529219bb": true,
+		"ovs-vswitchd (Open vSwitch) 3.1.3":                  true,
+		"ovs-vswitchd (Open vSwitch) 3.1.10":                 true,
+		"ovs-vswitchd (Open vSwitch) 3.2.0":                  false,
+		"ovs-vswitchd (Open vSwitch) 3.2.1":                  true,
+		"ovs-vswitchd (Open vSwitch) 3.3.0":                  true,
+		"ovs-vswitchd (Open vSwitch) 4.0.0":                  true,
+		"ovs-vswitchd (Open vSwitch) 3.0.7":                  false,
+		"ovs-vswitchd (Open vSwitch) 2.17.9":                 false,
+		"ovs-vswitchd (Open vSwitch) 3.1.0-kovs":             false, // not kovs's stamp
+		"ovs-vswitchd 3.1.0":                                 false,
+		"":                                                   false,
+	} {
+		if got := ovsVersionModifiesByUFID(version); got != want {
+			t.Errorf("ovsVersionModifiesByUFID(%q) = %v, want %v", version, got, want)
+		}
+	}
+}
+
+// versions answers Version with answer (or err), and counts the questions.
+type versions struct {
+	answer string
+	err    error
+	asked  int
+}
+
+func (v *versions) Version(context.Context) (string, error) {
+	v.asked++
+	return v.answer, v.err
+}
+
+// TestAutoInvalidationFollowsTheRunningVswitchd: auto asks ovs-vswitchd's version once,
+// narrows on a fixed one and purges on 3.1.0; a restart (forgetVswitchdVersion) makes it
+// ask again, so an OVS upgrade or downgrade under the agent changes the choice; an
+// unreadable version purges and is asked again next time. narrow and purge never ask.
+func TestAutoInvalidationFollowsTheRunningVswitchd(t *testing.T) {
+	ctx := context.Background()
+	a := &Agent{cfg: Config{DatapathInvalidation: DatapathInvalidationAuto}}
+	v := &versions{answer: "ovs-vswitchd (Open vSwitch) 3.1.0+kovs0123456789ab"}
+	if !a.narrowInvalidation(ctx, v) || !a.narrowInvalidation(ctx, v) || v.asked != 1 {
+		t.Fatalf("kovs's build: want narrow twice, asked once (asked %d)", v.asked)
+	}
+	v.answer = "ovs-vswitchd (Open vSwitch) 3.1.0"
+	if !a.narrowInvalidation(ctx, v) {
+		t.Fatal("before a restart the first answer holds")
+	}
+	a.forgetVswitchdVersion()
+	if a.narrowInvalidation(ctx, v) || v.asked != 2 {
+		t.Fatalf("after a restart into 3.1.0: want purge, asked twice (asked %d)", v.asked)
+	}
+	a.forgetVswitchdVersion()
+	v.err = fmt.Errorf("ovs-appctl: cannot connect")
+	if a.narrowInvalidation(ctx, v) || a.narrowInvalidation(ctx, v) || v.asked != 4 {
+		t.Fatalf("unreadable: want purge and a question each time (asked %d)", v.asked)
+	}
+	for mode, want := range map[string]bool{DatapathInvalidationNarrow: true, DatapathInvalidationPurge: false} {
+		a := &Agent{cfg: Config{DatapathInvalidation: mode}}
+		if got := a.narrowInvalidation(ctx, nil); got != want {
+			t.Errorf("%s: narrow = %v, want %v", mode, got, want)
 		}
 	}
 }

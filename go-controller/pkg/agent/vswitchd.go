@@ -15,6 +15,7 @@ import (
 func (a *Agent) watchVswitchd(ctx context.Context, pods *PodPorts) {
 	socket := filepath.Join(a.cfg.OVSRundir, a.cfg.Bridge+".mgmt")
 	ovs.WatchBridge(ctx, socket, func() {
+		a.forgetVswitchdVersion()
 		// A new ovs-vswitchd has no meters, and refuses flows that use a missing one:
 		// the pods' meters come back before their flows.
 		if err := pods.syncBandwidth(ctx); err != nil {

@@ -98,6 +98,15 @@ func (v *Vswitchd) Ctl() string {
 	return v.ctl
 }
 
+// Version is ovs-vswitchd's answer to `version`: "ovs-vswitchd (Open vSwitch) 3.1.0".
+func (v *Vswitchd) Version(ctx context.Context) (string, error) {
+	out, err := v.run(ctx, "version")
+	if err != nil {
+		return "", fmt.Errorf("ovs-vswitchd version: %w", err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
 // PurgeDatapathFlows removes every cached datapath flow (revalidator/purge): the next
 // packets are classified again against the OpenFlow tables.
 func (v *Vswitchd) PurgeDatapathFlows(ctx context.Context) error {
