@@ -3,6 +3,7 @@ package transition_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 	"testing"
@@ -128,12 +129,12 @@ func (f *fanOut) agent(ctx context.Context, b *testing.B, gate *transition.Gate,
 		}
 		f.check(node, &share)
 	}
-	if _, err := f.enc.Append(nil, stream.Message{Type: stream.MessageSnapshot, Generation: share.Generation, Snapshot: &share}); err != nil {
+	if err := f.enc.Write(io.Discard, stream.Message{Type: stream.MessageSnapshot, Generation: share.Generation, Snapshot: &share}); err != nil {
 		b.Error(err)
 	}
 	realized()
 	for d := range deltas {
-		if _, err := f.enc.Append(nil, stream.Message{Type: stream.MessageDelta, Generation: d.Generation, Delta: &d}); err != nil {
+		if err := f.enc.Write(io.Discard, stream.Message{Type: stream.MessageDelta, Generation: d.Generation, Delta: &d}); err != nil {
 			b.Error(err)
 		}
 		f.mu.Lock()

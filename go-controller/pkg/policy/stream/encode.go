@@ -2,6 +2,7 @@ package stream
 
 import (
 	"encoding/json"
+	"io"
 	"maps"
 	"net/netip"
 	"slices"
@@ -63,20 +64,78 @@ func NewEncoder() *Encoder { return &Encoder{sets: newSetEncodings()} }
 
 // Append appends m's line of the stream to b.
 func (e *Encoder) Append(b []byte, m Message) ([]byte, error) {
-	b, err := e.sets.appendMessage(b, m)
-	if err != nil {
+	var l line
+	if err := e.sets.appendMessage(&l, m); err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	return append(l.flatten(b), '\n'), nil
 }
 
-// encode returns the JSON of l (nil for an empty list, which the field then omits).
-func (c *setEncodings) encode(l []netip.Prefix) ([]byte, error) {
+// Write writes m's line of the stream to w as a stream does: the shared lists' JSON is
+// written from the encodings, not copied into the line.
+func (e *Encoder) Write(w io.Writer, m Message) error {
+	var l line
+	if err := e.sets.appendMessage(&l, m); err != nil {
+		return err
+	}
+	l.buf = append(l.buf, '\n')
+	return l.writeTo(w)
+}
+
+// line is one message being encoded: its own bytes in buf, and the shared lists' JSON
+// (setEncodings) spliced in without a copy: each of shared goes after buf[:at].
+// A set every node of n holds is n addresses sent to n streams; copied into each
+// stream's line it made n² bytes of garbage per change (26 % of the allocation of
+// transition's BenchmarkFanOutPolicyGrowth, 2026-12-07), written from here it makes none.
+type line struct {
+	buf    []byte
+	shared []splice
+}
+
+type splice struct {
+	at   int
+	json []byte
+}
+
+// splice puts shared bytes at the end of the line so far.
+func (l *line) splice(json []byte) { l.shared = append(l.shared, splice{at: len(l.buf), json: json}) }
+
+// flatten appends the whole line to b.
+func (l *line) flatten(b []byte) []byte {
+	from := 0
+	for _, s := range l.shared {
+		b = append(append(b, l.buf[from:s.at]...), s.json...)
+		from = s.at
+	}
+	return append(b, l.buf[from:]...)
+}
+
+// writeTo writes the line to w, its own bytes and the shared ones in order.
+func (l *line) writeTo(w io.Writer) error {
+	from := 0
+	for _, s := range l.shared {
+		if _, err := w.Write(l.buf[from:s.at]); err != nil {
+			return err
+		}
+		if _, err := w.Write(s.json); err != nil {
+			return err
+		}
+		from = s.at
+	}
+	_, err := w.Write(l.buf[from:])
+	return err
+}
+
+// encode returns the JSON of l (nil for an empty list, which the field then omits), and
+// whether the encodings keep it (shared by every message that sends l: never to be
+// changed).
+func (c *setEncodings) encode(l []netip.Prefix) ([]byte, bool, error) {
 	if len(l) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	if c == nil || len(l) < minEncodedAddresses {
-		return json.Marshal(l)
+		j, err := json.Marshal(l)
+		return j, false, err
 	}
 	k := listKey{&l[0], len(l)}
 	c.mu.Lock()
@@ -93,11 +152,11 @@ func (c *setEncodings) encode(l []netip.Prefix) ([]byte, error) {
 	}
 	c.mu.Unlock()
 	e.once.Do(func() { e.json, e.err = json.Marshal(l) })
-	return e.json, e.err
+	return e.json, e.err == nil, e.err
 }
 
-// appendMessage appends m's JSON to b: the JSON of the policy types, with each address
-// set's list taken from the encodings and copied in as it is. (A list handed to
+// appendMessage appends m's JSON to l: the JSON of the policy types, with each address
+// set's list taken from the encodings and spliced in as it is. (A list handed to
 // encoding/json as a json.RawMessage is validated and compacted byte by byte on every
 // message: with that, BenchmarkEncodeSharedSet measured 0.34 of the time of each stream
 // encoding its own; copied, 0.04.) A message is written as its header's JSON
@@ -106,80 +165,91 @@ func (c *setEncodings) encode(l []netip.Prefix) ([]byte, error) {
 // generation and isolation; a delta's node and generations), so the splice needs no case
 // for an empty object. TestWireFormIsThePolicyTypesJSON holds the result equal to
 // json.Marshal's of the same message.
-func (c *setEncodings) appendMessage(b []byte, m Message) ([]byte, error) {
+func (c *setEncodings) appendMessage(l *line, m Message) error {
 	if m.Snapshot == nil && m.Delta == nil {
-		return appendJSON(b, m)
+		return l.appendJSON(m)
 	}
-	b, err := appendJSON(b, Message{Type: m.Type, Generation: m.Generation})
-	if err != nil {
-		return nil, err
+	if err := l.appendJSON(Message{Type: m.Type, Generation: m.Generation}); err != nil {
+		return err
 	}
-	b = b[:len(b)-1] // the header's closing brace
+	l.buf = l.buf[:len(l.buf)-1] // the header's closing brace
 	if m.Snapshot != nil {
 		rest := *m.Snapshot
 		rest.AddressSets = nil
-		if b, err = appendJSON(append(b, `,"snapshot":`...), rest); err != nil {
-			return nil, err
+		l.buf = append(l.buf, `,"snapshot":`...)
+		if err := l.appendJSON(rest); err != nil {
+			return err
 		}
 		if len(m.Snapshot.AddressSets) > 0 {
 			ids := slices.Sorted(maps.Keys(m.Snapshot.AddressSets))
-			b = append(b[:len(b)-1], `,"addressSets":{`...)
+			l.buf = append(l.buf[:len(l.buf)-1], `,"addressSets":{`...)
 			for i, id := range ids {
 				if i > 0 {
-					b = append(b, ',')
+					l.buf = append(l.buf, ',')
 				}
-				if b, err = appendJSON(b, id); err != nil {
-					return nil, err
+				if err := l.appendJSON(id); err != nil {
+					return err
 				}
-				if b, err = c.appendSet(append(b, ':'), m.Snapshot.AddressSets[id]); err != nil {
-					return nil, err
+				l.buf = append(l.buf, ':')
+				if err := c.appendSet(l, m.Snapshot.AddressSets[id]); err != nil {
+					return err
 				}
 			}
-			b = append(b, "}}"...)
+			l.buf = append(l.buf, "}}"...)
 		}
 	}
 	if m.Delta != nil {
 		rest := *m.Delta
 		rest.AddedAddressSets = nil
-		if b, err = appendJSON(append(b, `,"delta":`...), rest); err != nil {
-			return nil, err
+		l.buf = append(l.buf, `,"delta":`...)
+		if err := l.appendJSON(rest); err != nil {
+			return err
 		}
 		if len(m.Delta.AddedAddressSets) > 0 {
-			b = append(b[:len(b)-1], `,"addedAddressSets":[`...)
+			l.buf = append(l.buf[:len(l.buf)-1], `,"addedAddressSets":[`...)
 			for i, s := range m.Delta.AddedAddressSets {
 				if i > 0 {
-					b = append(b, ',')
+					l.buf = append(l.buf, ',')
 				}
-				if b, err = c.appendSet(b, s); err != nil {
-					return nil, err
+				if err := c.appendSet(l, s); err != nil {
+					return err
 				}
 			}
-			b = append(b, "]}"...)
+			l.buf = append(l.buf, "]}"...)
 		}
 	}
-	return append(b, '}'), nil
+	l.buf = append(l.buf, '}')
+	return nil
 }
 
-// appendSet appends an address set's JSON, its list from the encodings.
-func (c *setEncodings) appendSet(b []byte, s policy.AddressSet) ([]byte, error) {
-	b, err := appendJSON(append(b, `{"id":`...), s.ID)
-	if err != nil {
-		return nil, err
+// appendSet appends an address set's JSON, its list from the encodings: spliced in when
+// the encodings keep it, copied when it is one of its own.
+func (c *setEncodings) appendSet(l *line, s policy.AddressSet) error {
+	l.buf = append(l.buf, `{"id":`...)
+	if err := l.appendJSON(s.ID); err != nil {
+		return err
 	}
 	if len(s.Addresses) > 0 {
-		addrs, err := c.encode(s.Addresses)
+		addrs, kept, err := c.encode(s.Addresses)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		b = append(append(b, `,"addresses":`...), addrs...)
+		l.buf = append(l.buf, `,"addresses":`...)
+		if kept {
+			l.splice(addrs)
+		} else {
+			l.buf = append(l.buf, addrs...)
+		}
 	}
-	return append(b, '}'), nil
+	l.buf = append(l.buf, '}')
+	return nil
 }
 
-func appendJSON(b []byte, v any) ([]byte, error) {
+func (l *line) appendJSON(v any) error {
 	j, err := json.Marshal(v)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return append(b, j...), nil
+	l.buf = append(l.buf, j...)
+	return nil
 }

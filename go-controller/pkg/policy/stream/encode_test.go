@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -99,24 +100,78 @@ func TestWireFormIsThePolicyTypesJSON(t *testing.T) {
 	if len(sets.byList) != 1 {
 		t.Fatalf("encodings hold %d lists, want 1 (the one long list, shared by a snapshot set and a delta set)", len(sets.byList))
 	}
+	// The Encoder's two forms give the stream's bytes.
+	enc := NewEncoder()
+	for _, m := range fullMessages(t) {
+		var stream bytes.Buffer
+		if err := newMessageWriter(&stream, sets).write(m); err != nil {
+			t.Fatal(err)
+		}
+		appended, err := enc.Append([]byte("prefix"), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var written bytes.Buffer
+		if err := enc.Write(&written, m); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(appended, append([]byte("prefix"), stream.Bytes()...)) || !bytes.Equal(written.Bytes(), stream.Bytes()) {
+			t.Fatalf("%s: Append gave\n%s\nWrite\n%s\nthe stream\n%s", m.Type, appended, written.Bytes(), stream.Bytes())
+		}
+	}
+}
+
+// writes records each slice written to it.
+type writes [][]byte
+
+func (w *writes) Write(b []byte) (int, error) {
+	*w = append(*w, b)
+	return len(b), nil
+}
+
+// TestStreamsWriteASharedListWithoutACopy: a stream writes a kept list's JSON from the
+// encodings themselves, so n streams sent a set of n addresses make no n copies of it
+// (BenchmarkEncodeSharedSet counts the bytes allocated). Written the same way twice, it is
+// the same bytes both times.
+func TestStreamsWriteASharedListWithoutACopy(t *testing.T) {
+	sets := newSetEncodings()
+	long := addresses(1000)
+	m := Message{Type: MessageDelta, Generation: 2, Delta: &policy.Delta{Node: "n1", FromGeneration: 1, Generation: 2,
+		AddedAddressSets: []policy.AddressSet{{ID: "wide", Addresses: long}}}}
+	var first, second writes
+	for _, w := range []*writes{&first, &second} {
+		if err := newMessageWriter(w, sets).write(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, _, _ := sets.encode(long)
+	for i, w := range []writes{first, second} {
+		found := false
+		for _, b := range w {
+			found = found || (len(b) == len(kept) && &b[0] == &kept[0])
+		}
+		if !found {
+			t.Fatalf("stream %d: the list's JSON was not written from the encodings (%d writes)", i+1, len(w))
+		}
+	}
 }
 
 func TestSetEncodingsByIdentity(t *testing.T) {
 	c := newSetEncodings()
 	l := addresses(100)
-	a, _ := c.encode(l)
-	b, _ := c.encode(l)
+	a, _, _ := c.encode(l)
+	b, _, _ := c.encode(l)
 	if &a[0] != &b[0] {
 		t.Fatal("the same list was encoded twice")
 	}
 	// The same addresses in another list are another list: they are encoded on their own
 	// (identity is all the encodings look at).
-	other, _ := c.encode(slices.Clone(l))
+	other, _, _ := c.encode(slices.Clone(l))
 	if &other[0] == &a[0] || !bytes.Equal(other, a) {
 		t.Fatal("another list with the same addresses did not get its own, equal encoding")
 	}
 	// A shorter list from the same first element is another list.
-	short, _ := c.encode(l[:minEncodedAddresses])
+	short, _, _ := c.encode(l[:minEncodedAddresses])
 	want, _ := json.Marshal(l[:minEncodedAddresses])
 	if !bytes.Equal(short, want) {
 		t.Fatalf("a list's prefix encoded as %s, want %s", short, want)
@@ -129,7 +184,7 @@ func TestSetEncodingsByIdentity(t *testing.T) {
 func TestSetEncodingsBounded(t *testing.T) {
 	c := newSetEncodings()
 	for range 3 * maxEncodedBytes / (12 * 10_000) {
-		if _, err := c.encode(addresses(10_000)); err != nil {
+		if _, _, err := c.encode(addresses(10_000)); err != nil {
 			t.Fatal(err)
 		}
 		if c.bytes > maxEncodedBytes {
@@ -145,7 +200,8 @@ func TestSetEncodingsBounded(t *testing.T) {
 // 2,000 nodes is sent a delta that adds the set of all 2,000 nodes' pods. Reported: the
 // time to encode all of them with the lists' JSON shared (messageWriter) against each
 // stream encoding its own with encoding/json (as the streams did before), run in the same
-// process, alternating, and the ratio.
+// process, alternating, and the ratio; and the bytes the shared way allocates (the
+// encodings' one copy of the list, and since 2026-12-07 no copy per stream).
 func BenchmarkEncodeSharedSet(b *testing.B) {
 	const nodes = 2000
 	set := addresses(nodes)
@@ -165,12 +221,18 @@ func BenchmarkEncodeSharedSet(b *testing.B) {
 		return time.Since(start)
 	}
 	var own, shared time.Duration
+	var allocated uint64
+	var before, after runtime.MemStats
 	for range b.N {
 		own += encodeAll(func(m Message) error { return json.NewEncoder(io.Discard).Encode(m) })
 		sets := newSetEncodings()
+		runtime.ReadMemStats(&before)
 		shared += encodeAll(func(m Message) error { return newMessageWriter(io.Discard, sets).write(m) })
+		runtime.ReadMemStats(&after)
+		allocated += after.TotalAlloc - before.TotalAlloc
 	}
 	b.ReportMetric(float64(own.Nanoseconds())/float64(b.N), "ns-own/op")
 	b.ReportMetric(float64(shared.Nanoseconds())/float64(b.N), "ns-shared/op")
+	b.ReportMetric(float64(allocated)/float64(b.N), "bytes-shared/op")
 	b.ReportMetric(float64(shared)/float64(own), "shared/own")
 }

@@ -71,32 +71,40 @@ func (m *Message) check(node string) error {
 	return nil
 }
 
-// messageWriter writes messages, one JSON document per line, through an Encoder over sets
-// (shared by every stream of a server).
+// messageWriter writes messages, one JSON document per line, through setEncodings shared
+// by every stream of a server: the lists they keep are written from there (line).
 type messageWriter struct {
-	w   io.Writer
-	enc Encoder
-	buf []byte
+	w    io.Writer
+	sets *setEncodings
+	line line
 }
 
 func newMessageWriter(w io.Writer, sets *setEncodings) *messageWriter {
-	return &messageWriter{w: w, enc: Encoder{sets: sets}}
+	return &messageWriter{w: w, sets: sets}
 }
 
 func (w *messageWriter) write(m Message) error {
-	b, err := w.enc.Append(w.buf[:0], m)
-	if err != nil {
+	w.line.buf, w.line.shared = w.line.buf[:0], w.line.shared[:0]
+	if err := w.sets.appendMessage(&w.line, m); err != nil {
 		return fmt.Errorf("encode the %s of generation %d: %w", m.Type, m.Generation, err)
 	}
-	_, err = w.w.Write(b)
-	// The buffer is kept for the next message only while small: each of thousands of
-	// streams keeping the largest message it ever wrote would hold a set every node
-	// holds once per node.
-	if w.buf = b; cap(b) > maxKeptBuffer {
-		w.buf = nil
+	w.line.buf = append(w.line.buf, '\n')
+	err := w.line.writeTo(w.w)
+	// The buffers are kept for the next message only while small: each of thousands of
+	// streams keeping the largest message it ever wrote would hold much more than its
+	// share. The shared lists are not the stream's: the references go.
+	clear(w.line.shared)
+	if cap(w.line.buf) > maxKeptBuffer {
+		w.line.buf = nil
+	}
+	if cap(w.line.shared) > maxKeptSplices {
+		w.line.shared = nil
 	}
 	return err
 }
+
+// maxKeptSplices is the most splices a stream keeps room for between messages.
+const maxKeptSplices = 64
 
 // maxKeptBuffer is the largest buffer a stream keeps between messages.
 const maxKeptBuffer = 16 << 10
