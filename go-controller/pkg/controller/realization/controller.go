@@ -35,16 +35,6 @@ type Options struct {
 	// the deltas of one compiler batch have reached every node's record: a node whose
 	// delta is still on its way would count as realized at the previous version.
 	Settle time.Duration
-	// ReportSettle delays the look at a policy after a report of one of its nodes when
-	// its last status concerned more than smallPolicyNodes nodes (default 100 ms). A
-	// policy's status asks about every node it concerns, so a look per report cost
-	// O(nodes) per report: a policy over 5,000 nodes, realized as their reports came in
-	// over several seconds, kept a worker computing its status back to back (57 % of
-	// kovs-controller's CPU in the 5,000-node run's fan-out phase, 2026-12-06). Delayed,
-	// the reports of a wave share one look per ReportSettle (the work queue keeps a
-	// waiting key's earliest time); the status is written that much later. A smaller
-	// policy is looked at on each report, at once, as before.
-	ReportSettle time.Duration
 	// StartupGrace is how long after start an incomplete status does not replace a
 	// complete annotation (default 15 s): the agents, which kept enforcing, reconnect and
 	// report meanwhile, and a restart is not shown as a loss of enforcement.
@@ -72,7 +62,10 @@ type Controller struct {
 
 	mu       sync.Mutex
 	statuses map[types.NamespacedName]Status
-	written  map[types.NamespacedName]time.Time
+	// views are what the last computation of each policy's status found per node, so
+	// that a report needs a look at the node that reported only (statusView).
+	views   map[types.NamespacedName]*statusView
+	written map[types.NamespacedName]time.Time
 	// incomplete are the policies this controller saw not realized: their completion is
 	// news (an Event).
 	incomplete map[types.NamespacedName]bool
@@ -87,9 +80,6 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 	if opts.Settle <= 0 {
 		opts.Settle = 50 * time.Millisecond
 	}
-	if opts.ReportSettle <= 0 {
-		opts.ReportSettle = 100 * time.Millisecond
-	}
 	if opts.StartupGrace <= 0 {
 		opts.StartupGrace = 15 * time.Second
 	}
@@ -99,11 +89,24 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 	}
 	c := &Controller{opts: opts, client: client, recorder: recorder, policies: policies.Lister(), pods: pods.Lister(),
 		podIndex: pods.Informer().GetIndexer(), started: time.Now(), statuses: map[types.NamespacedName]Status{},
-		written: map[types.NamespacedName]time.Time{}, incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors()}
+		written: map[types.NamespacedName]time.Time{}, incomplete: map[types.NamespacedName]bool{}, selectors: newPolicySelectors(),
+		views: map[types.NamespacedName]*statusView{}}
 	c.tracker = NewTracker(c.shareChanged)
 	c.ctl = reconcile.New(reconcile.Options{Name: "policy-realization", Workers: opts.Workers, Metrics: opts.Metrics}, c,
 		policies.Informer().HasSynced, pods.Informer().HasSynced)
 	if _, err := policies.Informer().AddEventHandler(c.selectors.handler()); err != nil {
+		return nil, err
+	}
+	// A policy's change makes its view stale before its key is queued (the version check
+	// in status covers a reconcile that reads the new policy before this runs).
+	stalePolicy := func(obj interface{}) {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.staleKey(k)
+		}
+	}
+	if _, err := policies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: stalePolicy, UpdateFunc: func(_, obj interface{}) { stalePolicy(obj) }, DeleteFunc: stalePolicy,
+	}); err != nil {
 		return nil, err
 	}
 	if _, err := policies.Informer().AddEventHandler(c.ctl.Handler()); err != nil {
@@ -169,6 +172,7 @@ func (c *Controller) Reconcile(ctx context.Context, k string) error {
 		c.tracker.forgetPolicy(key)
 		c.mu.Lock()
 		delete(c.statuses, key)
+		delete(c.views, key)
 		delete(c.written, key)
 		delete(c.incomplete, key)
 		c.mu.Unlock()
@@ -225,21 +229,109 @@ func (c *Controller) Reconcile(ctx context.Context, k string) error {
 	return nil
 }
 
-// status asks the tracker about every node the policy concerns.
+// statusView is what the last computation of a policy's status found: what the policy
+// expects on each node it concerns, and which of them enforce it. A node's report makes
+// only that node's verdict stale (reported), so a policy over n nodes, realized as their
+// reports come in, costs O(1) per report rather than O(n) (BenchmarkReportStatusGrowth);
+// anything else that can change a verdict (a share change, a pod's, the policy's own)
+// makes the whole view stale and the next computation starts over. Guarded by the
+// controller's mu; the work queue gives a policy's key to one worker at a time.
+type statusView struct {
+	version  string // the policy's resourceVersion the expectations are of
+	exp      map[string]*onNode
+	done     map[string]bool
+	st       Status
+	stale    bool
+	reported map[string]struct{}
+}
+
+// status tells how far the policy is enforced: from its view, asking the tracker again
+// about the nodes that reported since, or about every node it concerns when the view is
+// stale.
 func (c *Controller) status(np *networkingv1.NetworkPolicy) (Status, error) {
-	exp, err := expectations(np, c.podIndex)
-	if err != nil {
-		return Status{}, err
+	key := types.NamespacedName{Namespace: np.Namespace, Name: np.Name}
+	c.mu.Lock()
+	v := c.views[key]
+	if v == nil || v.stale || v.version != np.ResourceVersion {
+		if v == nil {
+			v = &statusView{}
+			c.views[key] = v
+		}
+		v.stale, v.reported = false, nil
+		c.mu.Unlock()
+		return c.wholeStatus(np, v)
 	}
-	st := Status{Concerned: len(exp)}
-	for node, on := range exp {
+	reported := v.reported
+	v.reported = nil
+	st := v.st
+	c.mu.Unlock()
+	for node := range reported {
+		on, ok := v.exp[node]
+		if !ok || v.done[node] {
+			continue
+		}
 		done, need := c.tracker.verdict(node, *on)
 		if done {
+			v.done[node] = true
 			st.Realized++
 		}
 		st.Generation = max(st.Generation, need)
 	}
+	c.mu.Lock()
+	v.st = st
+	c.mu.Unlock()
 	return st, nil
+}
+
+// wholeStatus asks the tracker about every node the policy concerns, and keeps what it
+// found in v.
+func (c *Controller) wholeStatus(np *networkingv1.NetworkPolicy, v *statusView) (Status, error) {
+	exp, err := expectations(np, c.podIndex)
+	if err != nil {
+		c.mu.Lock()
+		v.stale = true
+		c.mu.Unlock()
+		return Status{}, err
+	}
+	st := Status{Concerned: len(exp)}
+	done := make(map[string]bool, len(exp))
+	for node, on := range exp {
+		ok, need := c.tracker.verdict(node, *on)
+		if ok {
+			st.Realized++
+			done[node] = true
+		}
+		st.Generation = max(st.Generation, need)
+	}
+	c.mu.Lock()
+	v.version, v.exp, v.done, v.st = np.ResourceVersion, exp, done, st
+	c.mu.Unlock()
+	return st, nil
+}
+
+// stale makes the next computation of the policies' statuses start over.
+func (c *Controller) stale(keys ...types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if v := c.views[k]; v != nil {
+			v.stale = true
+		}
+	}
+}
+
+// reportedBy makes the next computation of the policies' statuses ask about node again.
+func (c *Controller) reportedBy(node string, keys []types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if v := c.views[k]; v != nil {
+			if v.reported == nil {
+				v.reported = map[string]struct{}{}
+			}
+			v.reported[node] = struct{}{}
+		}
+	}
 }
 
 func (c *Controller) annotate(ctx context.Context, np *networkingv1.NetworkPolicy, st Status) error {
@@ -254,21 +346,21 @@ func (c *Controller) annotate(ctx context.Context, np *networkingv1.NetworkPolic
 	return nil
 }
 
-// smallPolicyNodes is the most nodes a policy's status may concern for a report to have
-// it computed again at once: a computation over so few nodes costs little.
-const smallPolicyNodes = 64
-
 // shareChanged enqueues the policies a change of a node's share, or a report, concerns.
-// After a share change they wait for the other nodes' deltas to settle; after a report,
-// a policy over many nodes waits for the other nodes' reports of the same wave
-// (ReportSettle).
-func (c *Controller) shareChanged(keys []types.NamespacedName, pods []policy.PodKey, fromShare bool) {
-	enqueue := func(k string) { c.ctl.EnqueueAfter(k, c.opts.Settle) }
-	if !fromShare {
-		enqueue = func(k string) { c.ctl.EnqueueAfter(k, c.reportDelay(k)) }
+// After a share change their views are stale, and they wait for the other nodes' deltas
+// to settle (Settle); after a report, they are looked at again at once, asking about the
+// node that reported only.
+func (c *Controller) shareChanged(keys []types.NamespacedName, pods []policy.PodKey, reported string) {
+	if reported != "" {
+		c.reportedBy(reported, keys)
+		for _, k := range keys {
+			c.ctl.Enqueue(k.String())
+		}
+		return
 	}
+	c.stale(keys...)
 	for _, k := range keys {
-		enqueue(k.String())
+		c.ctl.EnqueueAfter(k.String(), c.opts.Settle)
 	}
 	for _, p := range pods {
 		pod, err := c.pods.Pods(p.Namespace).Get(p.Name)
@@ -276,25 +368,17 @@ func (c *Controller) shareChanged(keys []types.NamespacedName, pods []policy.Pod
 			continue // gone: its deletion enqueued the policies that selected it
 		}
 		for _, k := range c.selecting(pod.Namespace, pod.Labels) {
-			enqueue(k)
+			c.staleKey(k)
+			c.ctl.EnqueueAfter(k, c.opts.Settle)
 		}
 	}
 }
 
-// reportDelay is how long a report's look at the policy keyed k waits: ReportSettle if
-// its last status concerned more than smallPolicyNodes nodes, else none.
-func (c *Controller) reportDelay(k string) time.Duration {
-	ns, name, err := cache.SplitMetaNamespaceKey(k)
-	if err != nil {
-		return 0
+// staleKey is stale for a work queue key (namespace/name).
+func (c *Controller) staleKey(k string) {
+	if ns, name, err := cache.SplitMetaNamespaceKey(k); err == nil {
+		c.stale(types.NamespacedName{Namespace: ns, Name: name})
 	}
-	c.mu.Lock()
-	st := c.statuses[types.NamespacedName{Namespace: ns, Name: name}]
-	c.mu.Unlock()
-	if st.Concerned > smallPolicyNodes {
-		return c.opts.ReportSettle
-	}
-	return 0
 }
 
 // podChanged enqueues the policies that select the pod before or after a change.
@@ -311,6 +395,7 @@ func (c *Controller) podChanged(old, obj interface{}) {
 
 func (c *Controller) enqueueSelecting(namespace string, podLabels map[string]string) {
 	for _, k := range c.selecting(namespace, podLabels) {
+		c.staleKey(k)
 		c.ctl.Enqueue(k)
 	}
 }

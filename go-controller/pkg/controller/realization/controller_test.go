@@ -18,6 +18,7 @@ import (
 
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/cachetrim"
 	"github.com/kovs-net/kovs/go-controller/pkg/controller/networkpolicy"
+	"github.com/kovs-net/kovs/go-controller/pkg/policy"
 	"github.com/kovs-net/kovs/go-controller/pkg/policy/stream"
 )
 
@@ -341,16 +342,67 @@ func TestPolicyRealizedAfterConcerningNoNodeIsAnnounced(t *testing.T) {
 	})
 }
 
-// A report has a policy over many nodes looked at again only after ReportSettle, so that
-// a wave of reports shares one computation over all its nodes; a small policy at once.
-func TestReportDelayGrowsWithThePolicy(t *testing.T) {
-	c := &Controller{opts: Options{ReportSettle: 100 * time.Millisecond}, statuses: map[types.NamespacedName]Status{
-		{Namespace: "ns", Name: "wide"}:  {Concerned: smallPolicyNodes + 1},
-		{Namespace: "ns", Name: "small"}: {Concerned: smallPolicyNodes},
-	}}
-	for k, want := range map[string]time.Duration{"ns/wide": 100 * time.Millisecond, "ns/small": 0, "ns/unknown": 0} {
-		if got := c.reportDelay(k); got != want {
-			t.Errorf("reportDelay(%s) = %s, want %s", k, got, want)
+// TestStatusAfterReportsIsTheWholeStatus: a policy over 50 nodes; after each node's
+// report its status, which asks about the reporting node only, equals one computed over
+// every node afresh; a share change on a node that had realized it (its rule changed,
+// then its pod no longer isolated) is seen at once, and so is a pod leaving a node, and
+// the policy's update.
+func TestStatusAfterReportsIsTheWholeStatus(t *testing.T) {
+	const n = 50
+	x := newWideStatus(t, n)
+	defer x.stop()
+	whole := func() Status {
+		t.Helper()
+		v := &statusView{}
+		st, err := x.c.wholeStatus(x.np, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	check := func(what string, want Status) {
+		t.Helper()
+		st, err := x.c.status(x.np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st != want || st != whole() {
+			t.Fatalf("%s: status %s, computed whole %s, want %s", what, st, whole(), want)
 		}
 	}
+	check("no report", Status{Concerned: n, Generation: 10})
+	for i, node := range x.nodes {
+		x.c.tracker.Realized(node, 10)
+		check(fmt.Sprintf("%d reports", i+1), Status{Realized: i + 1, Concerned: n, Generation: 10})
+	}
+	// The policy's rule changes on node-0 at generation 11 (the pods stay as they are).
+	rule := wideRule
+	rule.Ports = []policy.Port{{Protocol: policy.TCP, Port: 81}}
+	if err := x.c.tracker.delta("node-0", policy.Delta{Node: "node-0", FromGeneration: 10, Generation: 11, UpdatedRules: []policy.Rule{rule}}); err != nil {
+		t.Fatal(err)
+	}
+	check("its rule changed on node-0", Status{Realized: n - 1, Concerned: n, Generation: 11})
+	// node-0's share no longer reflects the policy: a snapshot at generation 12 without
+	// the pod isolated.
+	s := policy.NewNodeShare("node-0")
+	s.Generation = 12
+	if err := x.c.tracker.snapshot("node-0", s); err != nil {
+		t.Fatal(err)
+	}
+	check("node-0 no longer reflecting it", Status{Realized: n - 1, Concerned: n, Generation: 10})
+	// w-1 finishes: node-1 is no longer concerned (the pod handler makes the view stale).
+	old, _ := x.c.pods.Pods("x").Get("w-1")
+	done := old.DeepCopy()
+	done.Status.Phase = corev1.PodSucceeded
+	if err := x.c.podIndex.Update(done); err != nil {
+		t.Fatal(err)
+	}
+	x.c.podChanged(old, done)
+	check("w-1 finished", Status{Realized: n - 2, Concerned: n - 1, Generation: 10})
+	// The policy isolates egress too, which no share reflects: a new version of it.
+	np := x.np.DeepCopy()
+	np.ResourceVersion = "2"
+	np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+	x.np = np
+	check("the policy isolating egress", Status{Realized: 0, Concerned: n - 1, Generation: 0})
 }

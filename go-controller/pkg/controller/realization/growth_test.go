@@ -117,7 +117,7 @@ func BenchmarkPolicyStatusGrowth(b *testing.B) {
 func BenchmarkTrackerSetChangeGrowth(b *testing.B) {
 	const rounds = 5
 	growth.Ratio2x(b, 2000, func(n int) func() {
-		tr := NewTracker(func([]types.NamespacedName, []policy.PodKey, bool) {})
+		tr := NewTracker(func([]types.NamespacedName, []policy.PodKey, string) {})
 		share := policy.NewNodeShare("node1")
 		share.Generation = 1
 		for i := range n {
@@ -149,6 +149,84 @@ func BenchmarkTrackerSetChangeGrowth(b *testing.B) {
 			for _, d := range deltas {
 				if err := tr.delta("node1", d); err != nil {
 					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// wideStatus is a policy over n nodes: pod w-i on node-i labelled app=wide, policy "wide"
+// isolating them for ingress with one rule (from app=wide to port 80), and every node's
+// share reflecting it at generation 10, not yet reported, over the controller's
+// informers and tracker.
+type wideStatus struct {
+	c     *Controller
+	np    *networkingv1.NetworkPolicy
+	nodes []string
+	stop  func()
+}
+
+// wideRule is the policy's rule in every node's share.
+var wideRule = policy.Rule{ID: RuleID("x", "wide", policy.Ingress, 0), Policy: policy.PolicyRef{Namespace: "x", Name: "wide", UID: "uid-wide"},
+	Direction: policy.Ingress, AppliedTo: "wide-to", Peers: []string{"wide-peers"},
+	Ports: []policy.Port{{Protocol: policy.TCP, Port: 80}}, Action: policy.ActionAllow}
+
+func newWideStatus(tb testing.TB, n int) *wideStatus {
+	objs := []runtime.Object{namespace("x")}
+	np := policyObj("wide", "app=wide", allowFrom("app=wide", 80))
+	objs = append(objs, np)
+	x := &wideStatus{np: np}
+	shares := make([]policy.NodeShare, n)
+	for i := range n {
+		node := fmt.Sprint("node-", i)
+		p := pod(fmt.Sprint("w-", i), node, "app=wide")
+		objs = append(objs, p)
+		x.nodes = append(x.nodes, node)
+		s := policy.NewNodeShare(node)
+		s.Generation = 10
+		s.Isolation.Ingress = []policy.PodKey{{Namespace: "x", Name: p.Name, UID: string(p.UID)}}
+		s.AppliedToSets["wide-to"] = policy.AppliedToSet{ID: "wide-to", Pods: []policy.AppliedPod{{PodKey: s.Isolation.Ingress[0]}}}
+		s.AddressSets["wide-peers"] = policy.AddressSet{ID: "wide-peers"}
+		s.Rules[wideRule.ID] = wideRule
+		shares[i] = s
+	}
+	client := fake.NewClientset(objs...)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
+	c, err := New(factory, client, record.NewFakeRecorder(1), Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	podInformer := factory.Core().V1().Pods().Informer()
+	if !cache.WaitForCacheSync(ctx.Done(), factory.Networking().V1().NetworkPolicies().Informer().HasSynced, podInformer.HasSynced) {
+		tb.Fatal("informers did not sync")
+	}
+	for i, s := range shares {
+		if err := c.tracker.snapshot(x.nodes[i], s); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	x.c, x.stop = c, func() { cancel(); factory.Shutdown() }
+	return x
+}
+
+// BenchmarkReportStatusGrowth grows the nodes of one policy (wideStatus). The work: every
+// node reports the generation the policy needs, one after the other, and the policy's
+// status is computed after each report, as a report's reconcile does. Computed whole, a
+// status asks about every node: O(n) per report, O(n²) per wave.
+func BenchmarkReportStatusGrowth(b *testing.B) {
+	growth.Ratio2x(b, 1000, func(n int) func() {
+		x := newWideStatus(b, n)
+		if st, err := x.c.status(x.np); err != nil || st.Concerned != n || st.Realized != 0 {
+			b.Fatalf("before the reports: %s, %v", st, err)
+		}
+		return func() {
+			defer x.stop()
+			for i, node := range x.nodes {
+				x.c.tracker.Realized(node, 10)
+				if st, err := x.c.status(x.np); err != nil || st.Realized != i+1 {
+					b.Fatalf("after %d reports: %s, %v", i+1, st, err)
 				}
 			}
 		}

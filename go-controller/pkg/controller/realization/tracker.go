@@ -41,9 +41,11 @@ type Tracker struct {
 // apply a patch then makes a list of its own, which the next nodes share).
 const maxSetMemo = 4096
 
-// Changed is told which policies, and the policies of which pods, need another look,
-// and whether because a share changed (fromShare) or because a node reported.
-type Changed func(policies []types.NamespacedName, pods []policy.PodKey, fromShare bool)
+// Changed is told which policies, and the policies of which pods, need another look:
+// after a change of a node's share (reported ""), or after the report of the node
+// reported, which made the policies realized there (and only there: the rest of what
+// their statuses say of the other nodes still holds).
+type Changed func(policies []types.NamespacedName, pods []policy.PodKey, reported string)
 
 // NewTracker returns a tracker that tells changed what needs another look.
 func NewTracker(changed Changed) *Tracker {
@@ -72,7 +74,7 @@ func (t *Tracker) Realized(node string, generation uint64) {
 	t.mu.Unlock()
 	t.tellCluster(cluster)
 	if len(ready) > 0 {
-		t.changed(ready, nil, false)
+		t.changed(ready, nil, node)
 	}
 }
 
@@ -218,7 +220,7 @@ func (t *Tracker) tell(tc touched) {
 	for k := range tc.policies {
 		keys = append(keys, k)
 	}
-	t.changed(keys, tc.pods, true)
+	t.changed(keys, tc.pods, "")
 }
 
 // onNode is what a policy expects on one node: its selected pods there, the directions

@@ -39,7 +39,7 @@ func webOnNode() onNode {
 
 func newTestTracker() (*Tracker, *[]types.NamespacedName) {
 	var told []types.NamespacedName
-	return NewTracker(func(keys []types.NamespacedName, _ []policy.PodKey, _ bool) { told = append(told, keys...) }), &told
+	return NewTracker(func(keys []types.NamespacedName, _ []policy.PodKey, _ string) { told = append(told, keys...) }), &told
 }
 
 func TestVerdictFollowsReports(t *testing.T) {
