@@ -6,9 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// PolicyTransitions measures the transition gate (package transition): how long the
-// relaxations of a transition waited for its restrictions to be realized on every node,
-// and how many nodes were held for not realizing one in time.
+// PolicyTransitions measures the transition gate (package transition): how long
+// relaxations waited for the restrictions before them to be realized on every node, and
+// how many nodes were held for not realizing one in time.
 type PolicyTransitions struct {
 	wait prometheus.Histogram
 	held prometheus.Counter
@@ -19,7 +19,7 @@ type PolicyTransitions struct {
 func NewPolicyTransitions(reg prometheus.Registerer) (*PolicyTransitions, error) {
 	t := &PolicyTransitions{
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kovs_controller_policy_transition_wait_seconds",
-			Help:    "Time from a NetworkPolicy transition's restrictions being sent to the last concerned node reporting them realized, when its relaxations go out.",
+			Help:    "How long NetworkPolicy relaxations waited for the restrictions sent before them to be realized on every node: per batch of relaxations sent together, the longest wait among them.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{Name: "kovs_controller_policy_transition_held_nodes_total",
 			Help: "Nodes that did not realize a NetworkPolicy restriction within --policy-transition-timeout and were held (no relaxation until they report)."}),
@@ -32,7 +32,7 @@ func NewPolicyTransitions(reg prometheus.Registerer) (*PolicyTransitions, error)
 	return t, nil
 }
 
-// Waited records one transition's wait (transition.Options.Waited).
+// Waited records one batch of relaxations' wait (transition.Options.Waited).
 func (t *PolicyTransitions) Waited(d time.Duration) { t.wait.Observe(d.Seconds()) }
 
 // Held counts held nodes (transition.Options.Held).

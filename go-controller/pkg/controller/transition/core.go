@@ -1,6 +1,7 @@
 package transition
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -14,9 +15,9 @@ type cutSource interface {
 	Take(add, remove []string) networkpolicy.Cut
 }
 
-// nodeState is what the gate knows of one node. Whatever changes restriction, held,
-// diverged, floor, floorRealized or floorHeld calls core.reindex, which keeps the core's
-// indexes of its nodes.
+// nodeState is what the gate knows of one node. Whatever changes restrictions, held,
+// diverged, relaxEpoch, floor, floorRealized or floorHeld calls core.reindex, which keeps
+// the core's indexes of its nodes.
 type nodeState struct {
 	name string
 	// target is the compiler's share; sent is what the node's receivers are, or will
@@ -24,16 +25,24 @@ type nodeState struct {
 	target, sent policy.NodeShare
 	// diverged names what may differ between sent and target.
 	diverged policy.Changes
-	// restriction is the generation of the last meet sent to the node that it has not
-	// reported realized (0: none). While any node has one, no relaxation is sent.
-	restriction uint64
-	// restrictionSince is when the oldest restriction the node has not realized was sent.
+	// restrictions are the meets sent to the node that it has not reported realized,
+	// oldest first. restriction is the newest's generation (0: none) and restrictionSince
+	// when the oldest was sent (syncRestriction keeps them). A relaxation waits for every
+	// restriction of its epoch or older on the nodes that are not held.
+	restrictions     []sentRestriction
+	restriction      uint64
 	restrictionSince time.Time
 	// held: the node did not report its restriction in time; it gets no relaxation
 	// until it does, and holds up nobody else meanwhile.
-	held      bool
-	realized  uint64
-	receivers []*receiver
+	held     bool
+	realized uint64
+	// relaxEpoch is the gate's generation when the node's relaxation (what diverged
+	// names) was last added to: it goes out once no node that is not held has an
+	// unrealized restriction of that generation or older. relaxFirst and relaxSince are
+	// the generation and the time it began waiting (an addition does not move them).
+	relaxEpoch, relaxFirst uint64
+	relaxSince             time.Time
+	receivers              []*receiver
 	// floor is the generation of the node's first share from this gate, sent with
 	// MeetPrevious: the gate does not know what the node enforced before (another leader
 	// sent it), so the node enforces the meet of that and what it is sent, until every
@@ -43,8 +52,24 @@ type nodeState struct {
 	floorSince    time.Time
 	floorRealized bool
 	floorHeld     bool
-	// blockingAt and floorAt are the node's places in core.blocking and core.floors.
-	blockingAt, floorAt int
+	// blockingAt, floorAt, relaxAt and relaxAgeAt are the node's places in
+	// core.blocking, core.floors, core.relaxations and core.relaxAge.
+	blockingAt, floorAt, relaxAt, relaxAgeAt int
+}
+
+// sentRestriction is a meet sent to a node: its generation and when.
+type sentRestriction struct {
+	gen  uint64
+	sent time.Time
+}
+
+// syncRestriction sets restriction and restrictionSince from restrictions.
+func (n *nodeState) syncRestriction() {
+	if len(n.restrictions) == 0 {
+		n.restriction, n.restrictionSince = 0, time.Time{}
+		return
+	}
+	n.restriction, n.restrictionSince = n.restrictions[len(n.restrictions)-1].gen, n.restrictions[0].sent
 }
 
 // core is the gate's logic without goroutines: the caller serializes every call.
@@ -55,41 +80,55 @@ type core struct {
 	nodes   map[string]*nodeState
 	// adds and removes are the nodes to start and stop following at the next cut.
 	adds, removes map[string]struct{}
-	// waitingSince is when the relaxations started waiting for restrictions.
-	waitingSince time.Time
-	// cutWhileWaiting is how long new cuts (restrictions) still go out while relaxations
-	// wait.
+	// cutWhileWaiting is how long a relaxation may wait before no new cut is taken until
+	// it goes out: a node changed by every cut would otherwise have its relaxation put
+	// off to the next epoch for as long as the changes come.
 	cutWhileWaiting time.Duration
 	// onHeld is told of the nodes that did not realize a restriction in time.
 	onHeld func(nodes []string, gen uint64)
 	// onWaited is told how long each transition's relaxations waited.
 	onWaited func(time.Duration)
-	// gone are the pods removed (and their addresses) since no node that is not held
-	// had anything left to release: meets keep them (package policy, Gone).
-	gone policy.Gone
+	// gone are the pods removed (and their addresses) that a node not held may still
+	// have in the share it was sent: meets keep them (package policy, Gone). goneSince
+	// says which cut removed them, so that they are forgotten once every relaxation that
+	// began waiting by then has gone out (pruneGone).
+	gone      policy.Gone
+	goneSince []goneChunk
 	// memo is the set operations of the last cut and the receivers' deltas since: every
 	// node holding a set gets the same patch, meet and diff of it, computed once, and the
 	// nodes share the lists (a new memo per cut, so that old lists are let go).
 	memo *policy.SetMemo
 
 	// The indexes of the nodes (index.go), kept by reindex. blocking are the nodes whose
-	// restriction holds up the relaxations (restriction != 0, not held), oldest
-	// restriction first.
+	// restrictions hold up relaxations (some unrealized, not held), oldest restriction
+	// first.
 	blocking nodeQueue
-	// toRelease are the nodes that are not held and wait for a relaxation (diverged is not
-	// empty): release sends them their targets.
-	toRelease map[*nodeState]struct{}
+	// relaxations are the nodes that are not held and wait for a relaxation (diverged is
+	// not empty), lowest epoch first; relaxAge the same nodes, the one waiting longest
+	// first.
+	relaxations, relaxAge nodeQueue
 	// floors are the nodes whose floor is neither realized nor held, oldest first;
 	// floorsRealized those whose floor is realized, released together once floors is
 	// empty.
 	floors         nodeQueue
 	floorsRealized map[*nodeState]struct{}
+
+	// releasedAhead counts the relaxations sent while a later restriction was not
+	// realized yet (TestNoWindowAcrossNodes asks whether its runs made any).
+	releasedAhead int
+}
+
+// goneChunk is what one cut removed, and the gate's generation after that cut.
+type goneChunk struct {
+	gen  uint64
+	gone policy.Gone
 }
 
 func newCore(src cutSource, base uint64, timeout time.Duration) *core {
 	return &core{src: src, timeout: timeout, gen: base, cutWhileWaiting: min(time.Second, timeout/2), nodes: map[string]*nodeState{},
 		adds: map[string]struct{}{}, removes: map[string]struct{}{}, onHeld: func([]string, uint64) {}, onWaited: func(time.Duration) {},
-		blocking: newBlockingQueue(), toRelease: map[*nodeState]struct{}{}, floors: newFloorQueue(), floorsRealized: map[*nodeState]struct{}{}}
+		blocking: newBlockingQueue(), relaxations: newRelaxationQueue(), relaxAge: newRelaxAgeQueue(), floors: newFloorQueue(),
+		floorsRealized: map[*nodeState]struct{}{}}
 }
 
 // waiting lists the nodes whose restriction holds up the relaxations (held nodes do not).
@@ -108,8 +147,16 @@ func (c *core) realized(name string, gen uint64) {
 		return
 	}
 	n.realized = max(n.realized, gen)
-	if n.restriction != 0 && n.realized >= n.restriction {
-		n.restriction, n.held = 0, false
+	i := 0
+	for i < len(n.restrictions) && n.restrictions[i].gen <= n.realized {
+		i++
+	}
+	if i > 0 {
+		n.restrictions = n.restrictions[i:]
+		if len(n.restrictions) == 0 {
+			n.restrictions, n.held = nil, false
+		}
+		n.syncRestriction()
 	}
 	if n.floor != 0 && n.realized >= n.floor {
 		n.floorRealized = true
@@ -119,42 +166,22 @@ func (c *core) realized(name string, gen uint64) {
 
 // advance moves every node as far as it may go now, and returns when it should be
 // called again at the latest (zero: on the next event). Restrictions (meets) go out as
-// soon as the compiler has them, unless a relaxation is waiting; relaxations only when no
-// restriction is waiting to be realized. So new cuts are taken while restrictions are
-// being realized only until some relaxation waits (and for at most cutWhileWaiting):
-// a stream of restrictions never starves a relaxation, which waits only for the
-// restrictions sent before it (changes made meanwhile coalesce in the compiler).
+// soon as the compiler has them; a relaxation goes out once every restriction sent
+// before it or with it (of its epoch or older) is realized or held, and waits for no
+// later one. New cuts are taken while relaxations wait, until one has waited
+// cutWhileWaiting: then none until it goes out, so that a node changed by every cut
+// does not have its relaxation put off for as long as the changes come.
 func (c *core) advance(now time.Time) time.Time {
 	if late := c.holdLate(now); len(late) > 0 {
 		c.onHeld(late, c.gen)
 	}
-	if c.blocking.Len() > 0 {
-		if !c.relaxing() && now.Sub(c.waitingSince) < c.cutWhileWaiting {
-			c.cut(now)
-		}
-		return earliest(c.deadline(), c.releaseFloors(now))
+	c.release(now)
+	if oldest := c.relaxAge.front(); oldest == nil || now.Sub(oldest.relaxSince) < c.cutWhileWaiting {
+		c.cut(now)
+		// What the cut relaxed with no restriction before it goes out at once.
+		c.release(now)
 	}
-	if !c.waitingSince.IsZero() {
-		c.onWaited(now.Sub(c.waitingSince))
-		c.waitingSince = time.Time{}
-	}
-	c.release()
-	c.cut(now)
-	floors := c.releaseFloors(now)
-	if c.blocking.Len() > 0 {
-		c.waitingSince = now
-		return earliest(c.deadline(), floors)
-	}
-	// Nothing to wait for: what the cut relaxed goes out at once.
-	c.release()
-	return floors
-}
-
-// relaxing reports whether some node that is not held waits for its relaxation: then no
-// new cut is taken until it goes out, so that it waits only for the restrictions already
-// sent.
-func (c *core) relaxing() bool {
-	return len(c.toRelease) > 0
+	return earliest(c.deadline(), c.releaseFloors(now))
 }
 
 // holdLate holds the waiting nodes whose restriction is older than the timeout, and
@@ -222,22 +249,68 @@ func (c *core) releaseFloors(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// release sends every node that is not held its target. Then only held nodes may differ
-// from their targets, and the gone pods are forgotten (a held node's next meet drops
+// release sends their targets to the nodes that are not held and whose relaxation no
+// restriction holds up any more: those of an epoch older than the oldest unrealized
+// restriction of a node that is not held. Then the gone pods that no node not held can
+// have in its share any more are forgotten (pruneGone; a held node's next meet drops
 // them: more than it needs to, never less). It goes through the nodes that wait for a
-// relaxation (toRelease), not every node.
-func (c *core) release() {
+// relaxation in order of their epochs, not every node.
+func (c *core) release(now time.Time) {
+	c.releaseBefore(now, c.relaxationBound())
+}
+
+// relaxationBound is the oldest generation of a restriction that holds up relaxations:
+// a relaxation of an older epoch may go (MaxUint64: none holds any up).
+func (c *core) relaxationBound() uint64 {
+	if n := c.blocking.front(); n != nil {
+		return n.restrictions[0].gen
+	}
+	return math.MaxUint64
+}
+
+// releaseBefore sends their targets to the nodes whose relaxation's epoch is older than
+// bound.
+func (c *core) releaseBefore(now time.Time, bound uint64) {
 	var gen uint64
-	for n := range c.toRelease {
+	var waited time.Duration
+	for n := c.relaxations.front(); n != nil && n.relaxEpoch < bound; n = c.relaxations.front() {
 		if gen == 0 {
 			c.gen++
 			gen = c.gen
+		}
+		waited = max(waited, now.Sub(n.relaxSince))
+		if bound != math.MaxUint64 {
+			c.releasedAhead++
 		}
 		c.set(n, n.diverged, entriesOf(&n.target, n.diverged), n.target.Isolation, n.target.Pods, n.target.ClusterRules, gen)
 		n.diverged = policy.NewChanges()
 		c.reindex(n)
 	}
+	if waited > 0 {
+		c.onWaited(waited)
+	}
+	c.pruneGone()
+}
+
+// pruneGone forgets the pods removed by cuts after which every relaxation that began
+// waiting has gone out: every node not held has been sent a target without them since.
+func (c *core) pruneGone() {
+	first := uint64(math.MaxUint64)
+	if n := c.relaxAge.front(); n != nil {
+		first = n.relaxFirst
+	}
+	drop := 0
+	for drop < len(c.goneSince) && c.goneSince[drop].gen < first {
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	c.goneSince = slices.Delete(c.goneSince, 0, drop)
 	c.gone = policy.Gone{}
+	for _, g := range c.goneSince {
+		c.gone.Merge(g.gone)
+	}
 }
 
 // cut takes the compiler's changes and sends every changed node the meet of what it was
@@ -249,6 +322,8 @@ func (c *core) cut(now time.Time) {
 	cut := c.src.Take(add, remove)
 	c.gone.Merge(cut.Gone)
 	c.memo = policy.NewSetMemo()
+	// waited: the nodes of the cut's deltas whose relaxation was waiting before it.
+	waited := map[*nodeState]bool{}
 	for _, name := range remove {
 		if n, ok := c.nodes[name]; ok {
 			c.unindex(n)
@@ -284,6 +359,7 @@ func (c *core) cut(now time.Time) {
 		if !ok {
 			continue
 		}
+		waited[n] = *c.relaxAge.place(n) != 0
 		if err := d.ApplyWith(&n.target, c.memo); err != nil {
 			// The compiler's deltas always follow; this is a bug, not an input error.
 			panic("transition gate: " + err.Error())
@@ -297,15 +373,27 @@ func (c *core) cut(now time.Time) {
 		}
 		g := next()
 		c.set(n, n.diverged, m.Entries, m.Isolation, m.Pods, m.ClusterRules, g)
-		if n.restriction == 0 {
-			n.restrictionSince = now
-		}
-		n.restriction = g
-		if n.realized >= g {
-			n.restriction = 0
+		if n.realized < g {
+			n.restrictions = append(n.restrictions, sentRestriction{gen: g, sent: now})
+			n.syncRestriction()
 		}
 		n.diverged = diverged(&n.sent, &n.target, n.diverged, c.memo)
 		c.reindex(n)
+	}
+	// Every node the cut left waiting for a relaxation waits for the cut's restrictions
+	// and every one before: its epoch is the gate's generation now.
+	for n, was := range waited {
+		if n.diverged.Empty() {
+			continue
+		}
+		if !was {
+			n.relaxFirst, n.relaxSince = c.gen, now
+		}
+		n.relaxEpoch = c.gen
+		c.reindex(n)
+	}
+	if len(cut.Gone.Pods)+len(cut.Gone.Addresses) > 0 {
+		c.goneSince = append(c.goneSince, goneChunk{gen: c.gen, gone: cut.Gone})
 	}
 }
 

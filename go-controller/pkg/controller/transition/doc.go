@@ -10,13 +10,19 @@
 // yet restricted: a connection neither state allowed goes through.
 //
 // The gate moves every node through the meet of what it was sent and its new share (see
-// meet.go: a share that allows only what both allow), and sends the new shares only once
-// every node sent a meet that changed anything has reported it realized. Then, and only
-// then, it takes the compiler's next cut: one transition completes before the next
-// begins, and changes made meanwhile coalesce in the compiler. A change that only
-// restricts is complete with its meet; one that only relaxes has a meet equal to what
-// was sent and goes out at once when no restriction is waiting (a new pod's addresses,
-// a new pod listed on its node).
+// meet.go: a share that allows only what both allow), and sends a node its new share
+// (its relaxation) only once every meet that changed anything, on any node, sent up to
+// the cut that last changed that node (the relaxation's epoch) has been reported
+// realized. Later cuts are taken meanwhile: their meets go out at once and their
+// relaxations wait for them, so that up to the last epoch whose relaxations went out,
+// every node is at or below its share of that cut, and no combination of nodes allows
+// what no single state of the API allowed. A node changed again while its relaxation
+// waits has it moved to the later epoch; once a relaxation has waited cutWhileWaiting,
+// no cut is taken until it goes out. A change that only restricts is complete with its
+// meet; one that only relaxes has a meet equal to what was sent and goes out at once
+// when no restriction before it is waiting (a new pod's addresses, a new pod listed on
+// its node). TestNoWindowAcrossNodes and TestNoWindowWhileRelaxationsWait check the
+// guarantee against random writes, reports and failovers.
 //
 // A node that does not report its restriction within the timeout is held: it gets no
 // relaxation until it reports (fail closed) and stops holding up the others, and the

@@ -26,9 +26,8 @@ type Options struct {
 	Timeout time.Duration
 	// Held, if set, is told of the nodes that did not realize a restriction in time.
 	Held func(nodes []string)
-	// Waited, if set, is told how long each transition's relaxations waited for its
-	// restrictions (from the restrictions sent to the last one realized, or to the
-	// timeout).
+	// Waited, if set, is told how long each batch of relaxations sent together waited
+	// for the restrictions before them (the longest wait among them).
 	Waited func(time.Duration)
 }
 

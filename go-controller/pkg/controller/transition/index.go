@@ -2,7 +2,6 @@ package transition
 
 import (
 	"container/heap"
-	"time"
 )
 
 // The core's indexes follow the fields of its nodes that advance looks for (a restriction
@@ -12,11 +11,13 @@ import (
 // several times under the gate's lock, which the nodes' streams need too.
 
 // reindex puts n in the indexes its fields say it belongs in, and takes it out of the
-// others. Whatever changes restriction, held, diverged, floor, floorRealized or floorHeld
-// calls it before it returns.
+// others. Whatever changes restrictions, held, diverged, relaxEpoch, floor, floorRealized
+// or floorHeld calls it before it returns.
 func (c *core) reindex(n *nodeState) {
-	c.blocking.set(n, n.restriction != 0 && !n.held)
-	setIf(c.toRelease, n, !n.held && !n.diverged.Empty())
+	c.blocking.set(n, len(n.restrictions) != 0 && !n.held)
+	relaxing := !n.held && !n.diverged.Empty()
+	c.relaxations.set(n, relaxing)
+	c.relaxAge.set(n, relaxing)
 	c.floors.set(n, n.floor != 0 && !n.floorRealized && !n.floorHeld)
 	setIf(c.floorsRealized, n, n.floor != 0 && n.floorRealized)
 }
@@ -24,7 +25,8 @@ func (c *core) reindex(n *nodeState) {
 // unindex takes n out of every index: the gate stops following it.
 func (c *core) unindex(n *nodeState) {
 	c.blocking.set(n, false)
-	delete(c.toRelease, n)
+	c.relaxations.set(n, false)
+	c.relaxAge.set(n, false)
 	c.floors.set(n, false)
 	delete(c.floorsRealized, n)
 }
@@ -37,26 +39,44 @@ func setIf(set map[*nodeState]struct{}, n *nodeState, in bool) {
 	}
 }
 
-// nodeQueue is a min-heap of nodes by a time of theirs (when their restriction or floor
-// was sent), oldest first, where each node keeps its place so that it leaves or moves in
-// O(log n): the nodes that timed out are taken from the front, and the next deadline is
-// the front's.
+// nodeQueue is a min-heap of nodes by a generation or time of theirs, where each node
+// keeps its place so that it leaves or moves in O(log n): the nodes due are taken from
+// the front.
 type nodeQueue struct {
 	nodes []*nodeState
-	// since is the time a node is queued by.
-	since func(*nodeState) time.Time
+	// less orders the nodes (only by what the queue is of: nodes that tie may come in
+	// any order).
+	less func(a, b *nodeState) bool
 	// place is where the node keeps its index in nodes plus one (0: not queued).
 	place func(*nodeState) *int
 }
 
+// newBlockingQueue queues the nodes whose restriction holds up relaxations by their
+// oldest unrealized restriction: its generation, and so its time (generations are
+// handed out in time order), so that the front both times out first and bounds the
+// relaxations that may go.
 func newBlockingQueue() nodeQueue {
-	return nodeQueue{since: func(n *nodeState) time.Time { return n.restrictionSince },
+	return nodeQueue{less: func(a, b *nodeState) bool { return a.restrictions[0].gen < b.restrictions[0].gen },
 		place: func(n *nodeState) *int { return &n.blockingAt }}
 }
 
 func newFloorQueue() nodeQueue {
-	return nodeQueue{since: func(n *nodeState) time.Time { return n.floorSince },
+	return nodeQueue{less: func(a, b *nodeState) bool { return a.floorSince.Before(b.floorSince) },
 		place: func(n *nodeState) *int { return &n.floorAt }}
+}
+
+// newRelaxationQueue queues the nodes waiting for a relaxation by its epoch: the front
+// goes first.
+func newRelaxationQueue() nodeQueue {
+	return nodeQueue{less: func(a, b *nodeState) bool { return a.relaxEpoch < b.relaxEpoch },
+		place: func(n *nodeState) *int { return &n.relaxAt }}
+}
+
+// newRelaxAgeQueue queues the same nodes by when their relaxation began waiting: the
+// front is the one waiting longest.
+func newRelaxAgeQueue() nodeQueue {
+	return nodeQueue{less: func(a, b *nodeState) bool { return a.relaxFirst < b.relaxFirst },
+		place: func(n *nodeState) *int { return &n.relaxAgeAt }}
 }
 
 // set queues n (or moves it to where its time now puts it) when in, and takes it out
@@ -85,12 +105,10 @@ func (q *nodeQueue) front() *nodeState {
 
 func (q *nodeQueue) Len() int { return len(q.nodes) }
 
-// Less orders the nodes by time alone: the order of nodes of one time does not matter
-// (holdLate sorts the nodes it holds), and the nodes of one cut all have its time, so a
-// node leaves the queue with few comparisons.
-func (q *nodeQueue) Less(i, j int) bool {
-	return q.since(q.nodes[i]).Before(q.since(q.nodes[j]))
-}
+// Less is the queue's order: the order of nodes that tie does not matter (holdLate sorts
+// the nodes it holds), and the nodes of one cut all tie, so a node leaves the queue with
+// few comparisons.
+func (q *nodeQueue) Less(i, j int) bool { return q.less(q.nodes[i], q.nodes[j]) }
 
 func (q *nodeQueue) Swap(i, j int) {
 	q.nodes[i], q.nodes[j] = q.nodes[j], q.nodes[i]

@@ -136,7 +136,8 @@ func (c *core) checkIndexes() error {
 			want, got bool
 		}{
 			{"blocking", n.restriction != 0 && !n.held, queued(&c.blocking, n)},
-			{"toRelease", !n.held && !n.diverged.Empty(), in(c.toRelease, n)},
+			{"relaxations", !n.held && !n.diverged.Empty(), queued(&c.relaxations, n)},
+			{"relaxAge", !n.held && !n.diverged.Empty(), queued(&c.relaxAge, n)},
 			{"floors", n.floor != 0 && !n.floorRealized && !n.floorHeld, queued(&c.floors, n)},
 			{"floorsRealized", n.floor != 0 && n.floorRealized, in(c.floorsRealized, n)},
 		} {
@@ -153,7 +154,8 @@ func (c *core) checkIndexes() error {
 	for _, x := range []struct {
 		index string
 		got   int
-	}{{"blocking", c.blocking.Len()}, {"toRelease", len(c.toRelease)}, {"floors", c.floors.Len()}, {"floorsRealized", len(c.floorsRealized)}} {
+	}{{"blocking", c.blocking.Len()}, {"relaxations", c.relaxations.Len()}, {"relaxAge", c.relaxAge.Len()}, {"floors", c.floors.Len()},
+		{"floorsRealized", len(c.floorsRealized)}} {
 		if x.got != counts[x.index] {
 			errs = append(errs, fmt.Errorf("%s has %d nodes, want %d", x.index, x.got, counts[x.index]))
 		}
@@ -161,13 +163,13 @@ func (c *core) checkIndexes() error {
 	for _, q := range []struct {
 		name  string
 		queue *nodeQueue
-	}{{"blocking", &c.blocking}, {"floors", &c.floors}} {
+	}{{"blocking", &c.blocking}, {"relaxations", &c.relaxations}, {"relaxAge", &c.relaxAge}, {"floors", &c.floors}} {
 		for i, n := range q.queue.nodes {
 			if *q.queue.place(n) != i+1 {
 				errs = append(errs, fmt.Errorf("%s: node %s at %d thinks it is at %d", q.name, n.name, i, *q.queue.place(n)-1))
 			}
 			if i > 0 && q.queue.Less(i, (i-1)/2) {
-				errs = append(errs, fmt.Errorf("%s: node %s at %d is older than its parent", q.name, n.name, i))
+				errs = append(errs, fmt.Errorf("%s: node %s at %d comes before its parent", q.name, n.name, i))
 			}
 		}
 	}

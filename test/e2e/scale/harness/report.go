@@ -126,7 +126,7 @@ func (r *Result) summary(p func(string, ...any)) {
 		p("| ... inside kovs-controller (its /metrics from the churn's start to its last change realized, bucket estimates): the oldest change's wait for its compile batch, per batch | %s |", cs.BatchWait.Summary())
 		p("| ... the compile batch, per batch | %s |", cs.Batch.Summary())
 		p("| ... a node's new generation sent on its stream to the agent's report of it realized, per node generation | %s |", cs.SentToRealized.Summary())
-		p("| ... relaxations held by the transition gate until the restrictions sent before them were realized, per transition that held some | %s |", cs.TransitionWait.Summary())
+		p("| ... relaxations held by the transition gate until the restrictions sent before them were realized, per batch of relaxations that waited (the longest wait in it) | %s |", cs.TransitionWait.Summary())
 	}
 	rate := func(n int64) float64 { return float64(n) / ch.Duration.Seconds() }
 	row("churn", "churn achieved", "%.1f pod creations/s, %.1f deletions/s, %.1f policy changes/s (%d writes failed)",
