@@ -39,11 +39,7 @@ var seedFlag = flag.Uint64("transition.seed", 0, "seed of TestNoWindowAcrossNode
 // agents that ignore MeetPrevious, must find violations: otherwise the test could not
 // fail.
 func TestNoWindowAcrossNodes(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -transition.seed %d)", seed, seed)
+	seed := testSeed(t)
 	const runs = 300
 	variants := []struct {
 		name            string
@@ -82,11 +78,7 @@ func TestNoWindowAcrossNodes(t *testing.T) {
 // restrictions once the ones before them are realized (the gate's epochs), which the
 // short runs with failovers make seldom.
 func TestNoWindowWhileRelaxationsWait(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -transition.seed %d)", seed, seed)
+	seed := testSeed(t)
 	const runs = 600
 	violations, checks, ahead := 0, 0, 0
 	for i := range runs {
@@ -102,6 +94,16 @@ func TestNoWindowWhileRelaxationsWait(t *testing.T) {
 	if ahead < runs/4 {
 		t.Errorf("%d relaxations sent ahead of a later restriction in %d runs: the runs hardly try the gate's epochs", ahead, runs)
 	}
+}
+
+// testSeed is -transition.seed, or a new seed; it is logged.
+func testSeed(t *testing.T) uint64 {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -transition.seed %d)", seed, seed)
+	return seed
 }
 
 // simulation is a cluster of three nodes under random writes, realizations and failovers.
