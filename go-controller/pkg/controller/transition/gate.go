@@ -122,8 +122,8 @@ func (g *Gate) Realized(node string, generation uint64) {
 }
 
 // Watch returns the node's share as the gate has sent it and the deltas that follow
-// (stream.Source). A node the gate does not follow yet is added at its next step, which
-// waits for the transition under way, if any, to end.
+// (stream.Source). A node the gate does not follow yet is added at its next cut (which
+// waits while a relaxation has waited more than a second, until it goes out).
 func (g *Gate) Watch(ctx context.Context, node string) (policy.NodeShare, <-chan policy.Delta, func(), error) {
 	select {
 	case <-g.started:
