@@ -320,6 +320,11 @@ func (c *core) cut(now time.Time) {
 	clear(c.adds)
 	clear(c.removes)
 	cut := c.src.Take(add, remove)
+	if len(cut.Shares)+len(cut.Deltas)+len(remove)+len(cut.Gone.Pods)+len(cut.Gone.Addresses) == 0 {
+		// Nothing changed: the memo stays, so that the receivers' deltas of the last
+		// change still share their patches (cuts come after most reports).
+		return
+	}
 	c.gone.Merge(cut.Gone)
 	c.memo = policy.NewSetMemo()
 	// waited: the nodes of the cut's deltas whose relaxation was waiting before it.
