@@ -86,7 +86,7 @@ func (e *Encoder) Write(w io.Writer, m Message) error {
 // (setEncodings) spliced in without a copy: each of shared goes after buf[:at].
 // A set every node of n holds is n addresses sent to n streams; copied into each
 // stream's line it made n² bytes of garbage per change (26 % of the allocation of
-// transition's BenchmarkFanOutPolicyGrowth, 2026-12-07), written from here it makes none.
+// transition's BenchmarkFanOutPolicyGrowth), written from here it makes none.
 type line struct {
 	buf    []byte
 	shared []splice

@@ -201,7 +201,7 @@ func TestSetEncodingsBounded(t *testing.T) {
 // time to encode all of them with the lists' JSON shared (messageWriter) against each
 // stream encoding its own with encoding/json (as the streams did before), run in the same
 // process, alternating, and the ratio; and the bytes the shared way allocates (the
-// encodings' one copy of the list, and since 2026-12-07 no copy per stream).
+// encodings' one copy of the list, and no copy per stream).
 func BenchmarkEncodeSharedSet(b *testing.B) {
 	const nodes = 2000
 	set := addresses(nodes)
