@@ -28,6 +28,12 @@ import "slices"
 // What it cannot see is the NetworkPolicy tier: for a pod isolated in one share only,
 // the meet must also stay within the other share's Baseline rules for that pod, which
 // Meet does by leaving out one-sided NetworkPolicy rules of such pods.
+//
+// old may itself be a meet (the transition gate meets what it sent a node, a meet still
+// waiting for its relaxation, with the node's next share): its "/meet-deny" rules are
+// Denies of old, kept, and a Pass kept in both makes its "/meet-deny" again; the two
+// Denies of one ID become one, of their union (two Denies at one place deny what either
+// denies).
 func MeetClusterRules(old, nu []ClusterRule) []ClusterRule {
 	olds, news := clusterRulesByID(old), clusterRulesByID(nu)
 	var out []ClusterRule
@@ -45,6 +51,27 @@ func MeetClusterRules(old, nu []ClusterRule) []ClusterRule {
 		}
 	}
 	slices.SortStableFunc(out, CompareClusterRules)
+	return mergeSameID(out)
+}
+
+// mergeSameID makes the rules of one ID one Deny of their union, at the earlier place,
+// and returns the rules in precedence order.
+func mergeSameID(rules []ClusterRule) []ClusterRule {
+	at := make(map[string]int, len(rules))
+	var out []ClusterRule
+	merged := false
+	for _, r := range rules {
+		if i, ok := at[r.ID]; ok {
+			out[i] = unionClusterRules(out[i], r)
+			merged = true
+			continue
+		}
+		at[r.ID] = len(out)
+		out = append(out, r)
+	}
+	if merged {
+		slices.SortStableFunc(out, CompareClusterRules)
+	}
 	return out
 }
 
