@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,12 +114,14 @@ type simulation struct {
 	meetFirst bool // agents honour MeetPrevious
 	pods      map[string]*corev1.Pod
 	policies  map[string]*networkingv1.NetworkPolicy
-	states    []map[string]policy.NodeShare // after every write
-	src       *fakeSource
-	core      *core
-	agents    map[string]*agent
-	first     string
-	serial    int
+	// cluster are the ClusterNetworkPolicies, one rule each, by name.
+	cluster map[string]simClusterPolicy
+	states  []map[string]policy.NodeShare // after every write
+	src     *fakeSource
+	core    *core
+	agents  map[string]*agent
+	first   string
+	serial  int
 	// gone are the pods deleted since the gate's last cut.
 	gone policy.Gone
 	// releasedAhead is what the gates before the last failover counted (core's).
@@ -151,7 +154,7 @@ var nodes = []string{"node-1", "node-2", "node-3"}
 
 func newSimulation(rng *rand.Rand, withGate, meetFirst bool) *simulation {
 	s := &simulation{rng: rng, withGate: withGate, meetFirst: meetFirst, pods: map[string]*corev1.Pod{}, now: time.Unix(0, 0),
-		policies: map[string]*networkingv1.NetworkPolicy{}, agents: map[string]*agent{}}
+		policies: map[string]*networkingv1.NetworkPolicy{}, cluster: map[string]simClusterPolicy{}, agents: map[string]*agent{}}
 	for i, ns := range []string{"x", "y"} {
 		for j, name := range []string{"a", "b", "c"} {
 			s.setPod(ns, name, nodes[(i+j)%3], fmt.Sprintf("10.0.%d.%d", i, j+1))
@@ -239,12 +242,81 @@ func (s *simulation) compile() map[string]policy.NodeShare {
 		if _, ok := shares[n]; !ok {
 			shares[n] = policy.NewNodeShare(n)
 		}
+		share := shares[n]
+		share.ClusterRules = s.clusterRules(n)
+		shares[n] = share
 	}
 	return shares
 }
 
+// simClusterPolicy is a ClusterNetworkPolicy of one rule: its subjects and peers are the
+// pods labelled app=subject and app=peer ("" any pod; any address for the peer).
+type simClusterPolicy struct {
+	tier          policy.Tier
+	priority      int32
+	action        policy.ClusterAction
+	dir           policy.Direction
+	subject, peer string
+	port          int32 // 0: every port
+}
+
+// writeCluster creates, changes or deletes a ClusterNetworkPolicy.
+func (s *simulation) writeCluster() {
+	name := fmt.Sprint("cnp-", s.rng.IntN(3))
+	if _, ok := s.cluster[name]; ok && s.rng.IntN(3) == 0 {
+		delete(s.cluster, name)
+		return
+	}
+	s.cluster[name] = simClusterPolicy{
+		tier:     []policy.Tier{policy.TierAdmin, policy.TierBaseline}[s.rng.IntN(2)],
+		priority: int32(s.rng.IntN(2)),
+		action:   []policy.ClusterAction{policy.ClusterAccept, policy.ClusterDeny, policy.ClusterPass}[s.rng.IntN(3)],
+		dir:      []policy.Direction{policy.Ingress, policy.Egress}[s.rng.IntN(2)],
+		subject:  s.pick("web", "db", ""),
+		peer:     s.pick("web", "db", ""),
+		port:     []int32{0, 80, 81}[s.rng.IntN(3)],
+	}
+}
+
+// clusterRules are the node's cluster rules: a rule of each policy that selects one of
+// its pods, in precedence order.
+func (s *simulation) clusterRules(node string) []policy.ClusterRule {
+	var out []policy.ClusterRule
+	for _, name := range keysOf(setOf(s.cluster)) {
+		c := s.cluster[name]
+		r := policy.ClusterRule{ID: fmt.Sprintf("%s/%s/0", name, c.dir), Policy: name, Tier: c.tier, Priority: c.priority,
+			Direction: c.dir, Action: c.action, AnyPeer: c.peer == ""}
+		if c.port != 0 {
+			r.Ports = []policy.Port{{Protocol: policy.TCP, Port: c.port}}
+		}
+		for _, p := range s.pods {
+			if c.subject == "" || p.Labels["app"] == c.subject {
+				if p.Spec.NodeName == node {
+					r.Subjects = append(r.Subjects, keyOf(p))
+				}
+			}
+			if !r.AnyPeer && p.Labels["app"] == c.peer {
+				r.Peers = append(r.Peers, policy.HostPrefix(ipOf(p)))
+			}
+		}
+		if len(r.Subjects) == 0 {
+			continue
+		}
+		slices.SortFunc(r.Subjects, policy.PodKey.Compare)
+		r.Peers = policy.SortPrefixes(r.Peers)
+		out = append(out, r)
+	}
+	slices.SortFunc(out, policy.CompareClusterRules)
+	return out
+}
+
 // write makes one random API write.
 func (s *simulation) write() {
+	if s.rng.IntN(4) == 0 {
+		s.writeCluster()
+		s.states = append(s.states, s.compile())
+		return
+	}
 	switch s.rng.IntN(6) {
 	case 0, 1, 2:
 		np := s.policy()
@@ -446,10 +518,10 @@ func (s *simulation) possible(c conn) (oldest int, allowed bool) {
 	a, b := s.agents[c.src.Spec.NodeName], s.agents[c.dst.Spec.NodeName]
 	oldest = min(a.sent[a.realized].cut, b.sent[b.realized].cut)
 	egress := func(sh policy.NodeShare) bool {
-		return sh.HasPod(srcKey) && sh.AllowsEgress(srcKey, dstIP, policy.TCP, c.port)
+		return sh.HasPod(srcKey) && sh.Decide(policy.Egress, srcKey, dstIP, policy.TCP, c.port).Allowed
 	}
 	ingress := func(sh policy.NodeShare) bool {
-		return sh.HasPod(dstKey) && sh.AllowsIngress(dstKey, srcIP, policy.TCP, c.port)
+		return sh.HasPod(dstKey) && sh.Decide(policy.Ingress, dstKey, srcIP, policy.TCP, c.port).Allowed
 	}
 	if a == b {
 		for _, sh := range a.sent[a.realized:] {
@@ -476,7 +548,8 @@ func (s *simulation) allowedSince(c conn, oldest int) bool {
 	for _, st := range s.states[oldest:] {
 		out, in := st[c.src.Spec.NodeName], st[c.dst.Spec.NodeName]
 		if out.HasPod(srcKey) && in.HasPod(dstKey) &&
-			out.AllowsEgress(srcKey, ipOf(c.dst), policy.TCP, c.port) && in.AllowsIngress(dstKey, ipOf(c.src), policy.TCP, c.port) {
+			out.Decide(policy.Egress, srcKey, ipOf(c.dst), policy.TCP, c.port).Allowed &&
+			in.Decide(policy.Ingress, dstKey, ipOf(c.src), policy.TCP, c.port).Allowed {
 			return true
 		}
 	}
@@ -536,12 +609,12 @@ func diffShares(a, b policy.NodeShare) (policy.Delta, bool) {
 	mark(policy.AddressSetEntry, setOf(a.AddressSets), setOf(b.AddressSets))
 	mark(policy.AppliedToSetEntry, setOf(a.AppliedToSets), setOf(b.AppliedToSets))
 	mark(policy.RuleEntry, setOf(a.Rules), setOf(b.Rules))
-	iso, pods := a.Isolation, a.Pods
-	r.isolation, r.pods = &iso, &pods
+	iso, pods, cluster := a.Isolation, a.Pods, a.ClusterRules
+	r.isolation, r.pods, r.cluster = &iso, &pods, &cluster
 	b.Generation = a.Generation + 1
 	d, _ := r.delta(&b, nil)
 	empty := len(d.AddedAddressSets)+len(d.UpdatedAddressSets)+len(d.RemovedAddressSets)+len(d.AddedAppliedToSets)+
 		len(d.UpdatedAppliedToSets)+len(d.RemovedAppliedToSets)+len(d.AddedRules)+len(d.UpdatedRules)+len(d.RemovedRules)+
-		len(d.AddedPods)+len(d.RemovedPods) == 0 && d.Isolation == nil
+		len(d.AddedPods)+len(d.RemovedPods) == 0 && d.Isolation == nil && d.ClusterRules == nil
 	return d, !empty
 }
