@@ -34,6 +34,9 @@ func TestAgentFindsTheControlSocketOfARestartedVswitchd(t *testing.T) {
 	if rig.VswitchdCtl == first {
 		t.Fatalf("the restarted ovs-vswitchd listens on the same path %s; the test cannot tell", first)
 	}
+	// Its socket answers before it has read the database: revalidator/purge exists once
+	// it has set up br-int's datapath. ovs-vsctl, without --no-wait, waits for that.
+	rig.Vsctl(t, "--may-exist", "add-br", "br-int")
 	if err := a.of.Vswitchd().PurgeDatapathFlows(ctx); err != nil {
 		t.Errorf("purge after ovs-vswitchd restarted (now at %s): %v", rig.VswitchdCtl, err)
 	}
