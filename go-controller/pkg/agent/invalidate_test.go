@@ -104,7 +104,7 @@ func TestPolicyChangeDeletesLearnedSCTPRepliesAfterTheDatapathFlows(t *testing.T
 	}
 }
 
-// TestConfigDatapathInvalidation: empty is auto, auto, purge and narrow are taken,
+// TestConfigDatapathInvalidation: empty is purge, auto, purge and narrow are taken,
 // anything else is refused with an error naming the flag and its values.
 func TestConfigDatapathInvalidation(t *testing.T) {
 	valid := func(mode string) Config {
@@ -113,8 +113,8 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 		c.Defaults()
 		return c
 	}
-	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationAuto || c.Validate() != nil {
-		t.Errorf("unset: %q (%v), want auto and valid", c.DatapathInvalidation, c.Validate())
+	if c := valid(""); c.DatapathInvalidation != DatapathInvalidationPurge || c.Validate() != nil {
+		t.Errorf("unset: %q (%v), want purge and valid", c.DatapathInvalidation, c.Validate())
 	}
 	for _, mode := range []string{DatapathInvalidationAuto, DatapathInvalidationPurge, DatapathInvalidationNarrow} {
 		if c := valid(mode); c.DatapathInvalidation != mode || c.Validate() != nil {
@@ -123,8 +123,8 @@ func TestConfigDatapathInvalidation(t *testing.T) {
 	}
 	for _, bad := range []string{"Narrow", "selective", "none"} {
 		c := valid(bad)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use auto", bad)) ||
-			!strings.Contains(err.Error(), "purge (") || !strings.Contains(err.Error(), "or narrow") {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--datapath-invalidation %q: use purge", bad)) ||
+			!strings.Contains(err.Error(), "auto (") || !strings.Contains(err.Error(), "or narrow") {
 			t.Errorf("%s: Validate = %v, want an error naming --datapath-invalidation and its values", bad, err)
 		}
 	}
