@@ -26,12 +26,9 @@ type nodeState struct {
 	// diverged names what may differ between sent and target.
 	diverged policy.Changes
 	// restrictions are the meets sent to the node that it has not reported realized,
-	// oldest first. restriction is the newest's generation (0: none) and restrictionSince
-	// when the oldest was sent (syncRestriction keeps them). A relaxation waits for every
-	// restriction of its epoch or older on the nodes that are not held.
-	restrictions     []sentRestriction
-	restriction      uint64
-	restrictionSince time.Time
+	// oldest first. A relaxation waits for every restriction of its epoch or older on the
+	// nodes that are not held.
+	restrictions []sentRestriction
 	// held: the node did not report its restriction in time; it gets no relaxation
 	// until it does, and holds up nobody else meanwhile.
 	held     bool
@@ -63,14 +60,18 @@ type sentRestriction struct {
 	sent time.Time
 }
 
-// syncRestriction sets restriction and restrictionSince from restrictions.
-func (n *nodeState) syncRestriction() {
+// restriction is the generation of the newest restriction the node has not realized
+// (0: none).
+func (n *nodeState) restriction() uint64 {
 	if len(n.restrictions) == 0 {
-		n.restriction, n.restrictionSince = 0, time.Time{}
-		return
+		return 0
 	}
-	n.restriction, n.restrictionSince = n.restrictions[len(n.restrictions)-1].gen, n.restrictions[0].sent
+	return n.restrictions[len(n.restrictions)-1].gen
 }
+
+// restrictionSince is when the oldest restriction the node has not realized was sent
+// (the node must have one).
+func (n *nodeState) restrictionSince() time.Time { return n.restrictions[0].sent }
 
 // core is the gate's logic without goroutines: the caller serializes every call.
 type core struct {
@@ -156,7 +157,6 @@ func (c *core) realized(name string, gen uint64) {
 		if len(n.restrictions) == 0 {
 			n.restrictions, n.held = nil, false
 		}
-		n.syncRestriction()
 	}
 	if n.floor != 0 && n.realized >= n.floor {
 		n.floorRealized = true
@@ -188,7 +188,7 @@ func (c *core) advance(now time.Time) time.Time {
 // lists them.
 func (c *core) holdLate(now time.Time) []string {
 	var out []string
-	for n := c.blocking.front(); n != nil && !now.Before(n.restrictionSince.Add(c.timeout)); n = c.blocking.front() {
+	for n := c.blocking.front(); n != nil && !now.Before(n.restrictionSince().Add(c.timeout)); n = c.blocking.front() {
 		n.held = true
 		c.reindex(n)
 		out = append(out, n.name)
@@ -203,7 +203,7 @@ func (c *core) deadline() time.Time {
 	if n == nil {
 		return time.Time{}
 	}
-	return n.restrictionSince.Add(c.timeout)
+	return n.restrictionSince().Add(c.timeout)
 }
 
 // earliest is the earlier of two deadlines, zero meaning none.
@@ -380,7 +380,6 @@ func (c *core) cut(now time.Time) {
 		c.set(n, n.diverged, m.Entries, m.Isolation, m.Pods, m.ClusterRules, g)
 		if n.realized < g {
 			n.restrictions = append(n.restrictions, sentRestriction{gen: g, sent: now})
-			n.syncRestriction()
 		}
 		n.diverged = diverged(&n.sent, &n.target, n.diverged, c.memo)
 		c.reindex(n)

@@ -420,7 +420,6 @@ func (s *simulation) step() {
 	s.core.releaseBefore(s.now, math.MaxUint64)
 	for _, n := range s.core.nodes {
 		n.restrictions = nil
-		n.syncRestriction()
 		s.core.reindex(n)
 	}
 }

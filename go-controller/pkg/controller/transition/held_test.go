@@ -126,12 +126,12 @@ func TestRelaxationWaitsOnlyForTheRestrictionsBeforeIt(t *testing.T) {
 	if !n1.sent.Isolation.Isolated(policy.Egress, "x", "a") || !n2.sent.Isolation.Isolated(policy.Ingress, "y", "b") {
 		t.Fatalf("after cut 1: node-1 sent %+v, node-2 %+v; want node-1's restriction, node-2 held back", n1.sent.Isolation, n2.sent.Isolation)
 	}
-	restriction1 := n1.restriction
+	restriction1 := n1.restriction()
 	c.advance(t0.Add(100 * time.Millisecond)) // takes cut 2
 	if !n3.sent.Isolation.Isolated(policy.Ingress, "z", "c") {
 		t.Fatal("node-3's restriction was not sent while node-2's relaxation waited")
 	}
-	restriction3 := n3.restriction
+	restriction3 := n3.restriction()
 	c.realized("node-1", restriction1)
 	c.advance(t0.Add(200 * time.Millisecond)) // releases node-2, takes cut 3
 	if n2.sent.Isolation.Isolated(policy.Ingress, "y", "b") {

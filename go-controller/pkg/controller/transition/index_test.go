@@ -60,7 +60,7 @@ func TestIndexesFollowTheNodes(t *testing.T) {
 				name := followed[rng.IntN(len(followed))]
 				n := c.nodes[name]
 				// The latest generation sent, the restriction, or an older one.
-				gen := []uint64{n.sent.Generation, n.restriction, n.floor, c.gen - uint64(rng.IntN(5))}[rng.IntN(4)]
+				gen := []uint64{n.sent.Generation, n.restriction(), n.floor, c.gen - uint64(rng.IntN(5))}[rng.IntN(4)]
 				what = fmt.Sprintf("report %s at %d", name, gen)
 				c.realized(name, gen)
 			default:
@@ -93,7 +93,7 @@ func TestIndexesFollowTheNodes(t *testing.T) {
 // (but for the nodes its cut lets go, if it takes one).
 func (c *core) scanLate(now time.Time) (restrictions, floors []string) {
 	for name, n := range c.nodes {
-		if n.restriction != 0 && !n.held && !now.Before(n.restrictionSince.Add(c.timeout)) {
+		if len(n.restrictions) != 0 && !n.held && !now.Before(n.restrictionSince().Add(c.timeout)) {
 			restrictions = append(restrictions, name)
 		}
 		if n.floor != 0 && !n.floorRealized && !n.floorHeld && !now.Before(n.floorSince.Add(c.timeout)) {
@@ -111,8 +111,8 @@ func (c *core) scanLate(now time.Time) (restrictions, floors []string) {
 func (c *core) scanNext() time.Time {
 	var next time.Time
 	for _, n := range c.nodes {
-		if n.restriction != 0 && !n.held {
-			next = earliest(next, n.restrictionSince.Add(c.timeout))
+		if len(n.restrictions) != 0 && !n.held {
+			next = earliest(next, n.restrictionSince().Add(c.timeout))
 		}
 		if n.floor != 0 && !n.floorRealized && !n.floorHeld {
 			next = earliest(next, n.floorSince.Add(c.timeout))
@@ -135,7 +135,7 @@ func (c *core) checkIndexes() error {
 			index     string
 			want, got bool
 		}{
-			{"blocking", n.restriction != 0 && !n.held, queued(&c.blocking, n)},
+			{"blocking", len(n.restrictions) != 0 && !n.held, queued(&c.blocking, n)},
 			{"relaxations", !n.held && !n.diverged.Empty(), queued(&c.relaxations, n)},
 			{"relaxAge", !n.held && !n.diverged.Empty(), queued(&c.relaxAge, n)},
 			{"floors", n.floor != 0 && !n.floorRealized && !n.floorHeld, queued(&c.floors, n)},
@@ -143,7 +143,7 @@ func (c *core) checkIndexes() error {
 		} {
 			if x.want != x.got {
 				errs = append(errs, fmt.Errorf("node %s (restriction %d, held %t, diverged %t, floor %d, realized %t, held %t): in %s %t, want %t",
-					name, n.restriction, n.held, !n.diverged.Empty(), n.floor, n.floorRealized, n.floorHeld, x.index, x.got, x.want))
+					name, n.restriction(), n.held, !n.diverged.Empty(), n.floor, n.floorRealized, n.floorHeld, x.index, x.got, x.want))
 			}
 			if x.want {
 				counts[x.index]++

@@ -22,11 +22,11 @@ func BenchmarkAdvancePerReport(b *testing.B) {
 		t0 := time.Unix(1000, 0)
 		return func() {
 			for _, name := range names {
-				c.realized(name, c.nodes[name].restriction)
+				c.realized(name, c.nodes[name].restriction())
 				c.advance(t0)
 			}
 			for name, st := range c.nodes {
-				if st.restriction != 0 || !st.diverged.Empty() {
+				if len(st.restrictions) != 0 || !st.diverged.Empty() {
 					b.Fatalf("node %s still waits after every node reported", name)
 				}
 			}
@@ -67,7 +67,7 @@ func restrictedCore(n int) (*core, []string) {
 	}
 	c.advance(t0) // releases the floors and takes the change
 	for _, name := range names {
-		if c.nodes[name].restriction == 0 {
+		if len(c.nodes[name].restrictions) == 0 {
 			panic("node " + name + " was sent no restriction")
 		}
 	}
