@@ -71,15 +71,10 @@ func (e *Encoder) Append(b []byte, m Message) ([]byte, error) {
 	return append(l.flatten(b), '\n'), nil
 }
 
-// Write writes m's line of the stream to w as a stream does: the shared lists' JSON is
-// written from the encodings, not copied into the line.
+// Write writes m's line of the stream to w as a stream does (messageWriter): the shared
+// lists' JSON is written from the encodings, not copied into the line.
 func (e *Encoder) Write(w io.Writer, m Message) error {
-	var l line
-	if err := e.sets.appendMessage(&l, m); err != nil {
-		return err
-	}
-	l.buf = append(l.buf, '\n')
-	return l.writeTo(w)
+	return newMessageWriter(w, e.sets).write(m)
 }
 
 // line is one message being encoded: its own bytes in buf, and the shared lists' JSON
