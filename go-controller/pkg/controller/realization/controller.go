@@ -97,18 +97,6 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, r
 	if _, err := policies.Informer().AddEventHandler(c.selectors.handler()); err != nil {
 		return nil, err
 	}
-	// A policy's change makes its view stale before its key is queued (the version check
-	// in status covers a reconcile that reads the new policy before this runs).
-	stalePolicy := func(obj interface{}) {
-		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			c.staleKey(k)
-		}
-	}
-	if _, err := policies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: stalePolicy, UpdateFunc: func(_, obj interface{}) { stalePolicy(obj) }, DeleteFunc: stalePolicy,
-	}); err != nil {
-		return nil, err
-	}
 	if _, err := policies.Informer().AddEventHandler(c.ctl.Handler()); err != nil {
 		return nil, err
 	}
@@ -233,8 +221,9 @@ func (c *Controller) Reconcile(ctx context.Context, k string) error {
 // expects on each node it concerns, and which of them enforce it. A node's report makes
 // only that node's verdict stale (reported), so a policy over n nodes, realized as their
 // reports come in, costs O(1) per report rather than O(n) (BenchmarkReportStatusGrowth);
-// anything else that can change a verdict (a share change, a pod's, the policy's own)
-// makes the whole view stale and the next computation starts over. Guarded by the
+// a share or pod change that can change a verdict makes the whole view stale, and so
+// does a new version of the policy (its resourceVersion differs from the view's): the
+// next computation starts over. Guarded by the
 // controller's mu; the work queue gives a policy's key to one worker at a time.
 type statusView struct {
 	version  string // the policy's resourceVersion the expectations are of
