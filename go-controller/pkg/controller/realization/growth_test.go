@@ -39,24 +39,31 @@ func newPolicyPerPod(b *testing.B, n int) *policyPerPod {
 		x.pods, x.policies = append(x.pods, p), append(x.policies, np)
 		objs = append(objs, p, np)
 	}
-	client := fake.NewClientset(objs...)
-	factory := cachetrim.NewSharedInformerFactory(client, 0)
-	c, err := New(factory, client, record.NewFakeRecorder(1), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	policies, podInformer := factory.Networking().V1().NetworkPolicies().Informer(), factory.Core().V1().Pods().Informer()
-	if !cache.WaitForCacheSync(ctx.Done(), policies.HasSynced, podInformer.HasSynced) {
-		b.Fatal("informers did not sync")
-	}
+	c, policies, stop := startController(b, objs)
 	// Let the handlers take the initial list before the work.
 	for policies.LastSyncResourceVersion() == "" || c.ctl.Len() < n {
 		time.Sleep(time.Millisecond)
 	}
-	x.c, x.stop = c, func() { cancel(); factory.Shutdown() }
+	x.c, x.stop = c, stop
 	return x
+}
+
+// startController runs the controller over a fake cluster of objs until stop, once its
+// NetworkPolicy and Pod informers have synced; it returns the first too.
+func startController(tb testing.TB, objs []runtime.Object) (*Controller, cache.SharedIndexInformer, func()) {
+	client := fake.NewClientset(objs...)
+	factory := cachetrim.NewSharedInformerFactory(client, 0)
+	c, err := New(factory, client, record.NewFakeRecorder(1), Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	policies, pods := factory.Networking().V1().NetworkPolicies().Informer(), factory.Core().V1().Pods().Informer()
+	if !cache.WaitForCacheSync(ctx.Done(), policies.HasSynced, pods.HasSynced) {
+		tb.Fatal("informers did not sync")
+	}
+	return c, policies, func() { cancel(); factory.Shutdown() }
 }
 
 // BenchmarkPodEventPolicyGrowth grows the policies of a namespace with its pods
@@ -190,24 +197,13 @@ func newWideStatus(tb testing.TB, n int) *wideStatus {
 		s.Rules[wideRule.ID] = wideRule
 		shares[i] = s
 	}
-	client := fake.NewClientset(objs...)
-	factory := cachetrim.NewSharedInformerFactory(client, 0)
-	c, err := New(factory, client, record.NewFakeRecorder(1), Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	podInformer := factory.Core().V1().Pods().Informer()
-	if !cache.WaitForCacheSync(ctx.Done(), factory.Networking().V1().NetworkPolicies().Informer().HasSynced, podInformer.HasSynced) {
-		tb.Fatal("informers did not sync")
-	}
+	c, _, stop := startController(tb, objs)
 	for i, s := range shares {
 		if err := c.tracker.snapshot(x.nodes[i], s); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	x.c, x.stop = c, func() { cancel(); factory.Shutdown() }
+	x.c, x.stop = c, stop
 	return x
 }
 
